@@ -1,0 +1,323 @@
+# Carried by dsa-forkkit (overlay file, not part of upstream Megatron-LM).
+
+"""Explicit top-k selection for the DSA indexer: backends and tie policies.
+
+For on-policy RL the trainer must select exactly the keys the inference engine selects.
+The indexer's ReLU-sum scores have large plateaus of exact ties (many 0.0), so the tie
+policy decides the selected set. This module makes the selection explicit:
+
+* ``select_topk(scores, k, backend=..., deterministic=..., tie_break=...)`` is the one
+  entry point. It returns ``(values, indices)`` of width ``min(k, n)``:
+  - ``indices`` are int32, in ascending column order, and a slot whose score is ``-inf``
+    (masked, or padding when ``k`` exceeds the visible keys) is ``-1``; padding comes last;
+  - ``values`` are the scores exactly as computed (no bias is added to break ties), with
+    ``-inf`` for padding;
+  - tie policy 1 ("small") keeps, among keys equal to the k-th largest score, the smallest
+    columns; 2 ("large") the largest; 0 leaves it to the backend. Scores compare by their
+    bit patterns, as FlashInfer does: ``-0.0`` ranks below ``+0.0``.
+* ``torch`` backend: exact for every policy on CPU and GPU (policy 0 behaves as 1), and
+  deterministic by construction. One ``topk`` over order-preserving integer keys finds the
+  k-th value; the remaining slots are filled with ties in column order. No full sort.
+* ``flashinfer`` backend: ``flashinfer.top_k(..., sorted=False, deterministic=...,
+  tie_break=..., dsa_graph_safe=True)`` on CUDA, with the keywords detected at run time.
+
+``DSAttention`` reads the policy from ``TransformerConfig`` (``policy_from_config``); with
+no backend configured (the default) upstream's selection runs unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple, Union
+
+import torch
+
+BACKENDS = ("torch", "flashinfer")
+TIE_BREAK_UNSET = 0
+TIE_BREAK_SMALL = 1
+TIE_BREAK_LARGE = 2
+TIE_BREAKS = (TIE_BREAK_UNSET, TIE_BREAK_SMALL, TIE_BREAK_LARGE)
+
+# tie_break arrived in FlashInfer 0.6.9 and dsa_graph_safe in 0.6.10.
+FLASHINFER_MIN_VERSION = "0.6.10"
+FLASHINFER_TOPK_KEYWORDS = ("sorted", "deterministic", "tie_break", "dsa_graph_safe")
+# FlashInfer's tie-break / graph-safe top-k kernels handle at most this many keys per row.
+FLASHINFER_MAX_K = 2048
+
+# Bound on the elements of one row chunk, so the integer keys and tie counts of a
+# 4096 x 128K score matrix stay a few hundred MB instead of several GB.
+_CHUNK_ELEMENTS = 1 << 25
+
+_dense_indexer_loss_warned = False
+
+
+@dataclass(frozen=True)
+class TopkPolicy:
+    """How the indexer selects its top-k keys when a backend is configured."""
+
+    backend: str
+    deterministic: bool = False
+    tie_break: int = TIE_BREAK_UNSET
+
+
+@dataclass(frozen=True)
+class PreselectedTopk:
+    """Indices selected before the call (the indexer-loss forward reuses them as they are)."""
+
+    indices: torch.Tensor
+
+
+TopkSelector = Union[TopkPolicy, PreselectedTopk]
+
+
+def policy_from_config(config: Any) -> Optional[TopkPolicy]:
+    """Return the configured policy, or None when upstream's selection should run.
+
+    Read with getattr: configs built without the new fields (e.g. SimpleNamespace configs in
+    upstream's tests) keep the default behaviour.
+    """
+    backend = getattr(config, "dsa_indexer_topk_backend", None)
+    if backend is None:
+        return None
+    return TopkPolicy(
+        backend=backend,
+        deterministic=bool(getattr(config, "dsa_indexer_topk_deterministic", False)),
+        tie_break=int(getattr(config, "dsa_indexer_topk_tie_break", TIE_BREAK_UNSET)),
+    )
+
+
+def validate_config(config: Any) -> None:
+    """Reject top-k option combinations that cannot work (TransformerConfig.__post_init__).
+
+    The torch backend implements deterministic output and both tie policies exactly, so it
+    accepts them; without an explicit backend they are rejected, since upstream's kernels
+    do not honour them.
+    """
+    backend = config.dsa_indexer_topk_backend
+    deterministic = config.dsa_indexer_topk_deterministic
+    tie_break = config.dsa_indexer_topk_tie_break
+    if backend is None and not deterministic and tie_break == TIE_BREAK_UNSET:
+        return
+    variant = config.experimental_attention_variant
+    if variant != "dsa":
+        hint = ""
+        if variant == "dsv4_hybrid":
+            hint = " (the CSA / DeepSeek-V4 variant selects keys with its own compressed indexer)"
+        raise ValueError(
+            "dsa_indexer_topk_backend, dsa_indexer_topk_deterministic and "
+            "dsa_indexer_topk_tie_break apply only to experimental_attention_variant='dsa'; "
+            f"got experimental_attention_variant={variant!r}{hint}."
+        )
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(
+            f"dsa_indexer_topk_backend must be None, 'torch' or 'flashinfer'; got {backend!r}."
+        )
+    if isinstance(tie_break, bool) or tie_break not in TIE_BREAKS:
+        raise ValueError(
+            "dsa_indexer_topk_tie_break must be 0 (unset), 1 (prefer small indices) or "
+            f"2 (prefer large indices); got {tie_break!r}."
+        )
+    if backend is None:
+        raise ValueError(
+            "dsa_indexer_topk_deterministic and dsa_indexer_topk_tie_break need an explicit "
+            "dsa_indexer_topk_backend: 'flashinfer' (they are FlashInfer's top-k options) or "
+            "'torch' (implements them exactly); the default kernels do not honour them."
+        )
+    topk = config.dsa_indexer_topk
+    if backend == "flashinfer" and topk is not None and topk > FLASHINFER_MAX_K:
+        raise ValueError(
+            f"dsa_indexer_topk_backend='flashinfer' supports dsa_indexer_topk <= "
+            f"{FLASHINFER_MAX_K} (its graph-safe tie-break kernels); got {topk}. "
+            "Use dsa_indexer_topk_backend='torch' for larger k."
+        )
+
+
+def select_topk(
+    scores: torch.Tensor,
+    k: int,
+    *,
+    backend: str,
+    deterministic: bool = False,
+    tie_break: int = TIE_BREAK_UNSET,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Select the top-k scores along the last dimension; see the module docstring."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown top-k backend {backend!r}; expected one of {BACKENDS}.")
+    if isinstance(tie_break, bool) or tie_break not in TIE_BREAKS:
+        raise ValueError(f"tie_break must be one of {TIE_BREAKS}; got {tie_break!r}.")
+    if k < 0:
+        raise ValueError(f"k must be non-negative; got {k}.")
+    if not scores.is_floating_point():
+        raise TypeError(f"scores must be floating point; got {scores.dtype}.")
+    n = scores.size(-1)
+    width = min(k, n)
+    lead = scores.shape[:-1]
+    rows = scores.reshape(-1, n)
+    if width == 0 or rows.size(0) == 0:
+        indices = torch.empty(rows.size(0), width, dtype=torch.int64, device=scores.device)
+    elif backend == "torch":
+        indices = _torch_select(rows, width, prefer_large=tie_break == TIE_BREAK_LARGE)
+    else:
+        indices = _flashinfer_select(rows, width, deterministic, tie_break)
+    values, indices = _finalize(rows, indices)
+    return values.reshape(*lead, width), indices.reshape(*lead, width)
+
+
+def select_topk_indices(
+    index_scores: torch.Tensor, index_topk: int, selector: TopkSelector
+) -> torch.Tensor:
+    """The indexer hook: int32 top-k indices of ``index_scores`` [b, sq, sk] by ``selector``."""
+    if isinstance(selector, PreselectedTopk):
+        indices = selector.indices
+        if indices.shape[:-1] != index_scores.shape[:-1]:
+            raise ValueError(
+                f"preselected top-k indices {tuple(indices.shape)} do not match index scores "
+                f"{tuple(index_scores.shape)} in their leading dimensions."
+            )
+        return indices.to(torch.int32)
+    _, indices = select_topk(
+        index_scores,
+        index_topk,
+        backend=selector.backend,
+        deterministic=selector.deterministic,
+        tie_break=selector.tie_break,
+    )
+    return indices
+
+
+def preselected_or_none(indices: Optional[torch.Tensor]) -> Optional[PreselectedTopk]:
+    """Wrap indices chosen outside the indexer-loss function, or None when there are none."""
+    return None if indices is None else PreselectedTopk(indices)
+
+
+def warn_dense_indexer_loss_once() -> None:
+    """Say once that an explicit backend moves the indexer loss to the dense reference path."""
+    global _dense_indexer_loss_warned
+    if _dense_indexer_loss_warned:
+        return
+    _dense_indexer_loss_warned = True
+    warnings.warn(
+        "dsa_indexer_topk_backend is set: the fused indexer-loss kernels select their own "
+        "top-k, so the DSA indexer loss uses the dense O(sq*sk) reference path with the "
+        "explicitly selected indices (gradients follow exactly those indices).",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
+def _finalize(rows: torch.Tensor, indices: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Gather values, mark -inf slots -1, order by column with the -1 padding last."""
+    n = rows.size(-1)
+    indices = indices.to(torch.int64)
+    values = rows.gather(-1, indices)
+    masked = values == float("-inf")
+    order_key = torch.where(masked, torch.full_like(indices, n), indices)
+    order_key, order = order_key.sort(dim=-1)
+    values = values.gather(-1, order)
+    indices = torch.where(order_key == n, torch.full_like(order_key, -1), order_key)
+    return values, indices.to(torch.int32)
+
+
+def _order_key(rows: torch.Tensor) -> torch.Tensor:
+    """Integers that order like the floats' bit patterns (so -0.0 < +0.0)."""
+    if rows.dtype == torch.float64:
+        bits, sign_shift, magnitude = rows.view(torch.int64), 63, 0x7FFFFFFFFFFFFFFF
+    else:
+        # float16 / bfloat16 widen to float32 exactly, keeping order and the sign of zero.
+        bits, sign_shift, magnitude = rows.float().view(torch.int32), 31, 0x7FFFFFFF
+    # Negative floats order backwards: flip their magnitude bits (in place: one temporary).
+    key = bits >> sign_shift
+    key &= magnitude
+    key ^= bits
+    return key
+
+
+def _torch_select(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.Tensor:
+    """Exact tie-policy top-k, a chunk of rows at a time to bound the temporaries."""
+    chunk = max(1, _CHUNK_ELEMENTS // rows.size(-1))
+    return torch.cat(
+        [
+            _torch_select_chunk(rows[start : start + chunk], width, prefer_large)
+            for start in range(0, rows.size(0), chunk)
+        ]
+    )
+
+
+def _torch_select_chunk(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.Tensor:
+    """k-th value threshold: take every key strictly above it, fill the rest with its ties."""
+    n = rows.size(-1)
+    key = _order_key(rows)
+    top_key, top_idx = key.topk(width, dim=-1, sorted=False)
+    kth = top_key.amin(dim=-1, keepdim=True)
+    is_greater = top_key > kth
+    tie_slots = width - is_greater.sum(dim=-1, keepdim=True)
+    # The j-th tie of a row sits where the running count of ties first reaches j.
+    tie_count = (key == kth).cumsum(dim=-1, dtype=torch.int32)
+    ties = tie_count[:, -1:]
+    ordinal = torch.arange(1, width + 1, dtype=torch.int32, device=rows.device).expand_as(top_idx)
+    first = ties - tie_slots + 1 if prefer_large else torch.ones_like(ties)
+    wanted = (first + ordinal - 1).clamp(max=ties).to(torch.int32).contiguous()
+    tie_cols = torch.searchsorted(tie_count, wanted)
+    sentinel = torch.full_like(top_idx, n)
+    candidates = torch.cat(
+        [
+            torch.where(is_greater, top_idx, sentinel),
+            torch.where(ordinal <= tie_slots, tie_cols, sentinel),
+        ],
+        dim=-1,
+    )
+    # Exactly `width` candidates are real columns; sorting puts them first.
+    return candidates.sort(dim=-1).values[:, :width]
+
+
+@functools.lru_cache(maxsize=1)
+def _flashinfer_top_k():
+    """flashinfer.top_k, checked for the keywords this backend relies on."""
+    try:
+        import flashinfer
+    except ImportError as exc:
+        raise RuntimeError(
+            "dsa_indexer_topk_backend='flashinfer' needs FlashInfer: pip install "
+            f"'flashinfer-python>={FLASHINFER_MIN_VERSION}' (import failed: {exc})."
+        ) from exc
+    top_k = getattr(flashinfer, "top_k", None)
+    version = getattr(flashinfer, "__version__", "unknown")
+    params = inspect.signature(top_k).parameters if top_k is not None else {}
+    missing = [name for name in FLASHINFER_TOPK_KEYWORDS if name not in params]
+    if top_k is None or missing:
+        raise RuntimeError(
+            f"flashinfer {version} has no top_k with keyword(s) {', '.join(missing) or 'top_k'}; "
+            f"dsa_indexer_topk_backend='flashinfer' needs flashinfer-python >= "
+            f"{FLASHINFER_MIN_VERSION} (tie_break since 0.6.9, dsa_graph_safe since 0.6.10)."
+        )
+    return top_k
+
+
+def _flashinfer_select(
+    rows: torch.Tensor, width: int, deterministic: bool, tie_break: int
+) -> torch.Tensor:
+    """FlashInfer's graph-safe top-k with its deterministic and tie-break modes."""
+    if not torch.cuda.is_available() or not rows.is_cuda:
+        raise RuntimeError(
+            "dsa_indexer_topk_backend='flashinfer' runs on CUDA tensors; got scores on "
+            f"{rows.device} (CUDA available: {torch.cuda.is_available()}). "
+            "Use dsa_indexer_topk_backend='torch' without a GPU."
+        )
+    if width > FLASHINFER_MAX_K:
+        raise ValueError(
+            f"FlashInfer's graph-safe top-k supports k <= {FLASHINFER_MAX_K}; got {width}."
+        )
+    if rows.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"FlashInfer top-k takes float32/float16/bfloat16; got {rows.dtype}.")
+    _, indices = _flashinfer_top_k()(
+        rows.contiguous(),
+        width,
+        sorted=False,
+        deterministic=deterministic,
+        tie_break=tie_break,
+        dsa_graph_safe=True,
+    )
+    return indices
