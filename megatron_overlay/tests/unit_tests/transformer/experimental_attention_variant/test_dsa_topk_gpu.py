@@ -1,0 +1,93 @@
+# Carried by dsa-forkkit (overlay file, not part of upstream Megatron-LM).
+
+"""GPU suite (`rebaser apply --test gpu`): the torch backend is exact on CUDA, and FlashInfer's
+top-k selects the same keys as the torch backend for tie policies 1 and 2, deterministically,
+in fp32 and bf16, on tie-heavy rows up to 128K keys with k = 2048 and -inf masks."""
+
+import pytest
+import torch
+
+from megatron.core.transformer.experimental_attention_variant import dsa_topk
+from megatron.core.transformer.experimental_attention_variant.dsa_topk import select_topk
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+NEG_INF = float("-inf")
+
+
+def tie_heavy(rows, cols, dtype, seed=0, masked=0.2):
+    """ReLU-sum-like scores: most entries are exact 0.0 ties, a few small integers, -inf masks."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    scores = torch.randint(-6, 4, (rows, cols), generator=generator, device="cuda").float()
+    scores = scores.clamp_min(0.0)
+    scores[torch.rand(rows, cols, generator=generator, device="cuda") < masked] = NEG_INF
+    scores[0] = 0.0  # all equal
+    scores[1, cols // 4 :] = NEG_INF  # fewer visible keys than k for small k
+    return scores.to(dtype)
+
+
+@pytest.fixture(scope="module")
+def flashinfer():
+    module = pytest.importorskip("flashinfer", reason="flashinfer-python is not installed")
+    dsa_topk._flashinfer_top_k()  # fails loudly if the installed FlashInfer is too old
+    return module
+
+
+@pytest.mark.parametrize("tie_break", [1, 2])
+def test_torch_backend_is_exact_on_cuda(tie_break, reference_topk):
+    scores = tie_heavy(16, 200, torch.float32, seed=tie_break)
+    _, indices = select_topk(scores, 37, backend="torch", tie_break=tie_break)
+    assert indices.is_cuda and indices.dtype == torch.int32
+    torch.testing.assert_close(indices.cpu(), reference_topk(scores.cpu(), 37, tie_break), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tie_break", [1, 2])
+@pytest.mark.parametrize("rows, cols, k", [(64, 4096, 256), (32, 131072, 2048), (8, 3000, 2048)])
+def test_flashinfer_selects_the_same_keys_as_torch(flashinfer, dtype, tie_break, rows, cols, k):
+    scores = tie_heavy(rows, cols, dtype, seed=cols + tie_break)
+    fi_values, fi_indices = select_topk(scores, k, backend="flashinfer", deterministic=True, tie_break=tie_break)
+    th_values, th_indices = select_topk(scores, k, backend="torch", tie_break=tie_break)
+    assert fi_indices.dtype == th_indices.dtype == torch.int32
+    assert torch.equal(fi_indices, th_indices)
+    assert torch.equal(fi_values, th_values)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tie_break", [1, 2])
+def test_flashinfer_deterministic_over_20_runs(flashinfer, dtype, tie_break):
+    scores = tie_heavy(128, 131072, dtype, seed=11)
+    first = select_topk(scores, 2048, backend="flashinfer", deterministic=True, tie_break=tie_break)
+    raw_first = flashinfer.top_k(scores, 2048, sorted=False, deterministic=True,
+                                 tie_break=tie_break, dsa_graph_safe=True)[1]  # fmt: skip
+    for _ in range(20):
+        again = select_topk(scores, 2048, backend="flashinfer", deterministic=True, tie_break=tie_break)
+        assert torch.equal(first[1], again[1]) and torch.equal(first[0], again[0])
+        raw = flashinfer.top_k(scores, 2048, sorted=False, deterministic=True,
+                               tie_break=tie_break, dsa_graph_safe=True)[1]  # fmt: skip
+        assert torch.equal(raw_first, raw)
+
+
+def test_flashinfer_masked_rows_give_minus_one(flashinfer):
+    scores = torch.full((4, 5000), NEG_INF, device="cuda")
+    scores[1, :10] = 1.0
+    _, indices = select_topk(scores, 64, backend="flashinfer", deterministic=True, tie_break=1)
+    assert (indices[0] == -1).all()
+    assert indices[1, :10].tolist() == list(range(10)) and (indices[1, 10:] == -1).all()
+
+
+def test_dsattention_on_cuda_flashinfer_matches_torch(
+    make_config, build_attention, attention_inputs, captured_topk, flashinfer, monkeypatch
+):
+    found = {}
+    for backend in ("torch", "flashinfer"):
+        config = make_config(dsa_indexer_topk_backend=backend, dsa_indexer_topk_tie_break=2,
+                             dsa_indexer_topk_deterministic=True, dsa_indexer_topk=16)  # fmt: skip
+        attention = build_attention(config).cuda().eval()
+        inputs = {
+            name: value.cuda() if isinstance(value, torch.Tensor) else value
+            for name, value in attention_inputs(config, seq_len=64).items()
+        }
+        with torch.no_grad():
+            attention(**inputs)
+        found[backend] = captured_topk.pop()
+    assert torch.equal(found["torch"], found["flashinfer"])

@@ -1,0 +1,215 @@
+# Carried by dsa-forkkit (overlay file, not part of upstream Megatron-LM).
+
+"""The select_topk contract on the CPU: exact tie policies against a brute-force reference
+on tie-heavy inputs, the int32 / -1 padding contract, determinism, and clear errors."""
+
+import sys
+import types
+
+import pytest
+import torch
+
+from megatron.core.transformer.experimental_attention_variant import dsa_topk
+from megatron.core.transformer.experimental_attention_variant.dsa_topk import (
+    PreselectedTopk,
+    TopkPolicy,
+    select_topk,
+    select_topk_indices,
+)
+
+NEG_INF = float("-inf")
+
+
+def tie_heavy_rows(rows: int, cols: int, seed: int) -> torch.Tensor:
+    """ReLU-like scores: plateaus of 0.0 (and -0.0), a few repeated values, -inf masks."""
+    generator = torch.Generator().manual_seed(seed)
+    scores = torch.randint(-2, 4, (rows, cols), generator=generator).double().clamp_min(0.0)
+    scores[torch.rand(rows, cols, generator=generator) < 0.15] = -0.0
+    scores[torch.rand(rows, cols, generator=generator) < 0.25] = NEG_INF
+    scores[0] = 0.0  # an all-equal row
+    scores[1] = NEG_INF  # a fully masked row
+    scores[2, : cols // 2] = NEG_INF  # fewer visible keys than k
+    return scores
+
+
+@pytest.mark.parametrize("tie_break", [0, 1, 2])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("k", [0, 1, 5, 16, 37, 40, 64])
+def test_torch_backend_matches_brute_force(tie_break, dtype, k, reference_topk):
+    scores = tie_heavy_rows(9, 40, seed=k).to(dtype)
+    values, indices = select_topk(scores, k, backend="torch", tie_break=tie_break)
+    # The torch backend's own choice for policy 0 is policy 1 (smallest columns).
+    expected = reference_topk(scores, k, tie_break=tie_break or 1)
+    assert indices.dtype == torch.int32
+    assert indices.shape == (9, min(k, 40))
+    torch.testing.assert_close(indices, expected, rtol=0, atol=0)
+    # Values are the scores as computed: gathered, no tie-breaking bias added.
+    gathered = scores.gather(-1, indices.clamp_min(0).long())
+    expected_values = torch.where(indices >= 0, gathered, torch.full_like(gathered, NEG_INF))
+    assert torch.equal(values, expected_values)
+
+
+def test_ties_at_the_kth_value_follow_the_policy():
+    scores = torch.tensor([[5.0, 1.0, 1.0, 3.0, 1.0, 1.0, 0.0]])
+    _, small = select_topk(scores, 4, backend="torch", tie_break=1)
+    _, large = select_topk(scores, 4, backend="torch", tie_break=2)
+    assert small.tolist() == [[0, 1, 2, 3]]
+    assert large.tolist() == [[0, 3, 4, 5]]
+
+
+def test_negative_zero_ranks_below_positive_zero():
+    scores = torch.tensor([[-0.0, 0.0, -0.0, 0.0, -1.0]])
+    _, indices = select_topk(scores, 3, backend="torch", tie_break=1)
+    assert indices.tolist() == [[0, 1, 3]]  # both +0.0, then the first -0.0
+
+
+def test_masked_and_padding_slots_are_minus_one_and_last():
+    scores = torch.tensor([[NEG_INF, 2.0, NEG_INF, 1.0], [NEG_INF] * 4])
+    values, indices = select_topk(scores, 3, backend="torch", tie_break=2)
+    assert indices.tolist() == [[1, 3, -1], [-1, -1, -1]]
+    assert values[0, :2].tolist() == [2.0, 1.0]
+    assert torch.isneginf(values[0, 2]) and torch.isneginf(values[1]).all()
+
+
+def test_k_larger_than_row_and_k_equal_to_row():
+    scores = torch.tensor([[3.0, NEG_INF, 1.0]])
+    _, wide = select_topk(scores, 10, backend="torch", tie_break=1)
+    _, exact = select_topk(scores, 3, backend="torch", tie_break=1)
+    assert wide.tolist() == exact.tolist() == [[0, 2, -1]]
+
+
+def test_leading_dimensions_are_kept(reference_topk):
+    scores = tie_heavy_rows(12, 20, seed=3).reshape(2, 6, 20)
+    _, indices = select_topk(scores, 7, backend="torch", tie_break=2)
+    assert indices.shape == (2, 6, 7)
+    torch.testing.assert_close(indices, reference_topk(scores, 7, 2), rtol=0, atol=0)
+
+
+def test_deterministic_bit_identical_across_runs():
+    scores = tie_heavy_rows(64, 300, seed=11).float()
+    first = select_topk(scores, 50, backend="torch", deterministic=True, tie_break=1)
+    for _ in range(5):
+        again = select_topk(scores.clone(), 50, backend="torch", deterministic=True, tie_break=1)
+        assert torch.equal(first[1], again[1])
+        assert torch.equal(first[0], again[0])
+
+
+def test_row_chunks_give_the_same_answer(monkeypatch):
+    scores = tie_heavy_rows(33, 64, seed=5).float()
+    whole = select_topk(scores, 20, backend="torch", tie_break=2)[1]
+    monkeypatch.setattr(dsa_topk, "_CHUNK_ELEMENTS", 64 * 4)  # four rows a chunk
+    chunked = select_topk(scores, 20, backend="torch", tie_break=2)[1]
+    assert torch.equal(whole, chunked)
+
+
+def test_no_full_sort_of_the_row(monkeypatch):
+    """With k << n only k-wide tensors are sorted; the n-wide row never is."""
+    n, k = 4096, 16
+    widths = []
+    real_sort = torch.Tensor.sort
+
+    def recording_sort(self, *args, **kwargs):
+        widths.append(self.size(-1))
+        return real_sort(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "sort", recording_sort)
+    monkeypatch.setattr(torch, "sort", lambda t, *a, **kw: recording_sort(t, *a, **kw))
+    monkeypatch.setattr(torch.Tensor, "argsort", lambda *a, **kw: pytest.fail("argsort used"))
+    select_topk(tie_heavy_rows(4, n, seed=1).float(), k, backend="torch", tie_break=1)
+    assert widths and max(widths) <= 2 * k
+
+
+def test_preselected_indices_pass_through_as_int32():
+    scores = torch.zeros(2, 3, 5)
+    chosen = torch.tensor([[[4, 0], [1, -1], [2, 3]], [[0, 1], [1, 2], [-1, -1]]])
+    indices = select_topk_indices(scores, 2, PreselectedTopk(chosen))
+    assert indices.dtype == torch.int32 and indices.tolist() == chosen.tolist()
+    with pytest.raises(ValueError, match="do not match index scores"):
+        select_topk_indices(torch.zeros(2, 4, 5), 2, PreselectedTopk(chosen))
+
+
+def test_policy_is_applied_by_select_topk_indices(reference_topk):
+    scores = tie_heavy_rows(6, 30, seed=2).float().reshape(2, 3, 30)
+    indices = select_topk_indices(scores, 9, TopkPolicy("torch", tie_break=2))
+    torch.testing.assert_close(indices, reference_topk(scores, 9, 2), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(backend="cuda"), ValueError, "unknown top-k backend"),
+        (dict(backend="torch", tie_break=3), ValueError, "tie_break must be one of"),
+        (dict(backend="torch", tie_break=True), ValueError, "tie_break must be one of"),
+    ],
+)
+def test_argument_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        select_topk(torch.zeros(2, 4), 2, **kwargs)
+    with pytest.raises(ValueError, match="k must be non-negative"):
+        select_topk(torch.zeros(2, 4), -1, backend="torch")
+    with pytest.raises(TypeError, match="floating point"):
+        select_topk(torch.zeros(2, 4, dtype=torch.int64), 1, backend="torch")
+
+
+def test_flashinfer_backend_on_cpu_says_what_to_do():
+    with pytest.raises(RuntimeError, match="runs on CUDA tensors.*dsa_indexer_topk_backend='torch'"):
+        select_topk(torch.zeros(2, 8), 2, backend="flashinfer", tie_break=1)
+
+
+@pytest.fixture
+def fake_flashinfer(monkeypatch):
+    """Install a stand-in `flashinfer` module; its top_k has the signature the test gives."""
+
+    def _install(top_k, version):
+        module = types.ModuleType("flashinfer")
+        module.__version__ = version
+        if top_k is not None:
+            module.top_k = top_k
+        monkeypatch.setitem(sys.modules, "flashinfer", module)
+        dsa_topk._flashinfer_top_k.cache_clear()
+        return module
+
+    yield _install
+    dsa_topk._flashinfer_top_k.cache_clear()
+
+
+def test_old_flashinfer_is_rejected_with_the_minimum_version(fake_flashinfer):
+    def old_top_k(input, k, sorted=False, deterministic=False):  # 0.6.8's keywords
+        raise AssertionError("must not be called")
+
+    fake_flashinfer(old_top_k, "0.6.8")
+    with pytest.raises(RuntimeError, match=r"flashinfer 0\.6\.8 .*tie_break, dsa_graph_safe.*>= 0\.6\.10"):
+        dsa_topk._flashinfer_top_k()
+
+
+def test_missing_flashinfer_names_the_package(monkeypatch):
+    monkeypatch.setitem(sys.modules, "flashinfer", None)  # makes `import flashinfer` fail
+    dsa_topk._flashinfer_top_k.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match=r"pip install 'flashinfer-python>=0\.6\.10'"):
+            dsa_topk._flashinfer_top_k()
+    finally:
+        dsa_topk._flashinfer_top_k.cache_clear()
+
+
+def test_flashinfer_keywords_are_passed(fake_flashinfer, monkeypatch):
+    """The call FlashInfer gets, checked with a stand-in that answers like torch.topk."""
+    calls = []
+
+    def top_k(input, k, sorted=False, deterministic=False, tie_break=0, dsa_graph_safe=False):
+        calls.append(dict(k=k, sorted=sorted, deterministic=deterministic,
+                          tie_break=tie_break, dsa_graph_safe=dsa_graph_safe))  # fmt: skip
+        values, indices = torch.topk(input, k, sorted=False)
+        return values, indices
+
+    fake_flashinfer(top_k, "0.7.2.post1")
+    rows = torch.tensor([[1.0, NEG_INF, 3.0, 2.0]])
+    # Run the CUDA-only wrapper's body on the CPU: the device check is the only CUDA part.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    indices = dsa_topk._flashinfer_select(rows, 4, deterministic=True, tie_break=2)
+    assert calls == [dict(k=4, sorted=False, deterministic=True, tie_break=2, dsa_graph_safe=True)]
+    values, final = dsa_topk._finalize(rows, indices)
+    assert final.tolist() == [[0, 2, 3, -1]]
+    with pytest.raises(ValueError, match="k <= 2048"):
+        dsa_topk._flashinfer_select(torch.zeros(1, 4096), 2049, deterministic=True, tie_break=1)
