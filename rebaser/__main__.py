@@ -1,0 +1,3 @@
+from rebaser.cli import main
+
+raise SystemExit(main())

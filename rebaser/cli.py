@@ -1,0 +1,144 @@
+"""The `rebaser` command line. Exit codes are rebaser.errors.ExitCode (see the README)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+from rich.console import Console
+
+from rebaser import __version__, engine
+from rebaser.errors import ExitCode, RebaserError
+from rebaser.report import render
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def default_series() -> Path:
+    return Path(os.environ.get("DSA_FORKKIT_SERIES", PROJECT_ROOT / "patches" / "series"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rebaser",
+        description="Carry the dsa-forkkit patch series onto upstream Megatron-LM: apply, "
+        "verify and test it.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    apply = commands.add_parser("apply", help="apply the overlay and the series onto a base")
+    _add_upstream_args(apply)
+    apply.add_argument("--worktree", type=Path, help="where to check the new branch out")
+    apply.add_argument("--test", choices=engine.TEST_MODES, default="cpu",
+                       help="which tests to run in the patched tree (default: cpu)")  # fmt: skip
+    apply.add_argument("--force", action="store_true",
+                       help="replace the branch of an earlier apply (kept under refs/forkkit/backups/)")  # fmt: skip
+    apply.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
+
+    resume = commands.add_parser("continue", help="go on after fixing a stopped apply")
+    resume.add_argument("--repo", type=Path, help="the repository of the apply (default: found)")
+    resume.add_argument("--json", type=Path, metavar="FILE", help="write the report as JSON")
+
+    abort = commands.add_parser("abort", help="drop a stopped apply (its work is kept in a ref)")
+    abort.add_argument("--repo", type=Path, help="the repository of the apply (default: found)")
+
+    status = commands.add_parser("status", help="show where an interrupted apply stands")
+    status.add_argument("--repo", type=Path, help="the repository of the apply (default: found)")
+    status.add_argument("--json", type=Path, metavar="FILE", help="write the status as JSON")
+    return parser
+
+
+def _add_upstream_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--series", type=Path, default=None,
+                        help="the series file (default: patches/series of this checkout)")  # fmt: skip
+    parser.add_argument("--repo", type=Path, help="a Megatron-LM git clone to apply in")
+    parser.add_argument("--upstream", metavar="pypi:megatron-core==X",
+                        help="materialise upstream from a PyPI release (default: the series' @base)")  # fmt: skip
+    parser.add_argument("--base", help="the base revision: a sha, tag or branch of --repo, "
+                        "or a release version with --upstream")  # fmt: skip
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = Console(highlight=False, soft_wrap=False)
+    err = Console(stderr=True, highlight=False)
+    try:
+        return _dispatch(args, out, err)
+    except RebaserError as error:
+        err.print(f"[bold red]error:[/bold red] {error.what}", highlight=False)
+        if error.where:
+            err.print(f"  where: {error.where}", highlight=False)
+        if error.next_step:
+            err.print(f"  next: {error.next_step}", highlight=False)
+        return int(error.code)
+    except KeyboardInterrupt:
+        err.print("interrupted; `rebaser status` shows what was done, `rebaser continue` goes on")
+        return int(ExitCode.ENVIRONMENT)
+
+
+def _dispatch(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if args.command == "apply":
+        options = engine.ApplyOptions(
+            series_file=(args.series or default_series()).resolve(),
+            repo=args.repo,
+            upstream=args.upstream,
+            base=args.base,
+            worktree=args.worktree,
+            test=args.test,
+            force=args.force,
+            json_report=args.json.resolve() if args.json else None,
+        )
+        with progress(err) as step:
+            report = engine.apply(options, step)
+        render(report, out)
+        return report.exit_code
+    if args.command == "continue":
+        with progress(err) as step:
+            report = engine.resume(args.repo, step)
+        if args.json:
+            report.write_json(args.json)
+        render(report, out)
+        return report.exit_code
+    if args.command == "abort":
+        out.print(engine.abort(args.repo))
+        return int(ExitCode.OK)
+    if args.command == "status":
+        return _status(args, out)
+    raise AssertionError(args.command)
+
+
+def _status(args: argparse.Namespace, out: Console) -> int:
+    state = engine.status(args.repo)
+    if args.json:
+        args.json.write_text(json.dumps(state.__dict__ if state else {"in_progress": False}, indent=2) + "\n")
+    if state is None:
+        out.print("no apply in progress")
+        return int(ExitCode.OK)
+    out.print(f"apply in progress: branch {state.branch} onto {state.base_description}")
+    out.print(f"  worktree: {state.worktree}")
+    for row in state.steps:
+        out.print(f"  done: {row['name']} ({row['status']})")
+    if state.stopped:
+        out.print(f"  stopped at {state.stopped['patch']}: {state.stopped['reason']}")
+        for line in state.stopped.get("hunks", []):
+            out.print("    " + line.replace("\n", "\n    "))
+        out.print("  next: fix it there, `git add`, then `rebaser continue` (or `rebaser abort`)")
+    return int(ExitCode.OK)
+
+
+@contextlib.contextmanager
+def progress(console: Console) -> Iterator:
+    """Report long steps: a live spinner on a terminal, timestamped lines otherwise (CI)."""
+    started = time.monotonic()
+    if console.is_terminal:
+        with console.status("starting") as status:
+            yield lambda message: status.update(f"{message} [{time.monotonic() - started:.0f} s]")
+    else:
+        yield lambda message: console.print(f"[{time.monotonic() - started:6.1f} s] {message}")

@@ -1,0 +1,368 @@
+"""apply / continue / abort / status: the state machine around the steps.
+
+An apply walks a fixed list of steps: the overlay, then each patch of the series, then
+verification, then tests. After every step the state is saved in the repository, so a
+stop (a patch that does not apply, a failed verification) can be continued or aborted.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from rebaser import state as state_store
+from rebaser import workspace
+from rebaser.codemods import lookup
+from rebaser.errors import ExitCode, RebaserError
+from rebaser.git import Git
+from rebaser.report import Report, StepRow
+from rebaser.series import Series, load_series
+from rebaser.state import ApplyState
+from rebaser.steps.patching import FAILED, IN_UPSTREAM, apply_patch
+from rebaser.steps.testrun import GPU_SUFFIX, SuiteResult, compare_with_base, run_pytest
+from rebaser.steps.verify import find_conflict_markers, verify
+from rebaser.upstream import PypiSpec, Target, cache_dir, resolve_target
+from rebaser.upstream.pypi import PypiUpstream
+
+Progress = Callable[[str], None]
+OVERLAY_STEP = "overlay"
+OVERLAY_SUBJECT = "forkkit: overlay"
+TEST_MODES = ("cpu", "gpu", "none")
+
+
+@dataclass
+class ApplyOptions:
+    series_file: Path
+    repo: Optional[Path] = None
+    upstream: Optional[str] = None
+    base: Optional[str] = None
+    worktree: Optional[Path] = None
+    test: str = "cpu"
+    force: bool = False
+    json_report: Optional[Path] = None
+    branch_prefix: str = "forkkit"
+    python: str = sys.executable
+
+
+def apply(options: ApplyOptions, progress: Progress) -> Report:
+    series = load_series(options.series_file)
+    for patch in series.patches:
+        if patch.codemod:
+            lookup(patch.codemod)
+    check_test_interpreter(options.python, options.test)
+    progress(f"resolving upstream {options.upstream or options.repo or series.base}")
+    target = resolve_target(
+        repo=options.repo, upstream=options.upstream, base=options.base, default_upstream=series.base
+    )
+    if (existing := state_store.load(target.git)) is not None:
+        raise RebaserError(
+            f"an apply is in progress in this repository (branch {existing.branch})",
+            where=existing.worktree,
+            next_step="finish it with `rebaser continue`, or drop it with `rebaser abort`",
+        )
+    branch = workspace.branch_name(series.name, target.label, options.branch_prefix)
+    progress(f"creating branch {branch}")
+    space = workspace.create(target.git, branch, target.base_sha, options.worktree, force=options.force)
+    state = ApplyState(
+        series_file=str(series.file),
+        repo=str(target.git.path),
+        base_rev=target.base_rev,
+        base_sha=target.base_sha,
+        base_description=target.description,
+        branch=space.branch,
+        worktree=str(space.path),
+        test=options.test,
+        json_report=str(options.json_report) if options.json_report else None,
+        python=options.python,
+    )
+    state.save()
+    return _drive(state, series, progress, "apply")
+
+
+def resume(repo_hint: Optional[Path], progress: Progress) -> Report:
+    """`rebaser continue`: take the user's fix for the stopped step and go on."""
+    state = state_store.find_in_progress(repo_hint)
+    series = load_series(Path(state.series_file))
+    worktree = Git(state.worktree)
+    if state.stopped is not None and state.stopped["phase"] == "apply":
+        _take_manual_fix(state, series, worktree)
+    state.stopped = None
+    state.save()
+    return _drive(state, series, progress, "continue")
+
+
+def abort(repo_hint: Optional[Path]) -> str:
+    """`rebaser abort`: remove the branch and worktree; keep every commit and change in a ref."""
+    state = state_store.find_in_progress(repo_hint)
+    space = workspace.Workspace(state.branch, Path(state.worktree))
+    saved = space.path.exists() and workspace.save_work_in_progress(space)
+    backup = workspace.remove(state.repo_git, state.branch, reason="aborted")
+    state.clear()
+    kept = f"; its commits{' and your uncommitted work' if saved else ''} are kept at {backup}" if backup else ""
+    return f"aborted: removed branch {state.branch} and worktree {state.worktree}{kept}"
+
+
+def status(repo_hint: Optional[Path]) -> Optional[ApplyState]:
+    try:
+        return state_store.find_in_progress(repo_hint)
+    except RebaserError:
+        if repo_hint is not None:
+            raise
+        return None
+
+
+def check_test_interpreter(python: str, mode: str) -> None:
+    """Fail before applying when the tests could not run at all."""
+    if mode not in TEST_MODES:
+        raise RebaserError(f"--test must be one of {', '.join(TEST_MODES)}; got {mode!r}")
+    if mode == "none":
+        return
+    probe = "import sys, torch, pytest; sys.exit(0 if torch.cuda.is_available() else 3)"
+    result = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    if result.returncode not in (0, 3):
+        error = (result.stderr.strip().splitlines() or ["unknown error"])[-1]
+        raise RebaserError(
+            f"the test interpreter {python} cannot import torch and pytest: {error}",
+            next_step="pip install -e '.[payload]' into it, or pass --test none",
+            code=ExitCode.ENVIRONMENT,
+        )
+    if mode == "gpu" and result.returncode == 3:
+        raise RebaserError(
+            f"--test gpu needs CUDA, but torch in {python} sees no GPU",
+            next_step="run on a GPU machine, or use --test cpu",
+        )
+
+
+# -- the step machine ---------------------------------------------------------------------
+
+
+def _drive(state: ApplyState, series: Series, progress: Progress, command: str) -> Report:
+    worktree = Git(state.worktree)
+    base_objects = _series_base_objects(series, progress)
+    steps = [OVERLAY_STEP, *(patch.name for patch in series.patches)]
+    while state.next_step < len(steps):
+        name = steps[state.next_step]
+        progress(name)
+        if name == OVERLAY_STEP:
+            row, stop = _lay_overlay(series, worktree), None
+            if row.status == FAILED:
+                stop = {"reason": row.detail, "conflicts": [], "hunks": []}
+        else:
+            patch = series.patches[state.next_step - 1]
+            outcome = apply_patch(worktree, patch, base_objects=base_objects)
+            row = StepRow(patch.name, outcome.status, outcome.detail, patch.touched_paths,
+                          sum(change.hunks for change in patch.files))  # fmt: skip
+            stop = None
+            if not outcome.applied:
+                stop = {
+                    "reason": outcome.detail,
+                    "conflicts": outcome.conflicts,
+                    "hunks": [report.describe() for report in outcome.hunks],
+                }
+            elif outcome.status != IN_UPSTREAM:
+                worktree.commit(patch.message, author=patch.author, date=patch.date)
+        if stop is not None:
+            state.stopped = {"phase": "apply", "patch": name, **stop}
+            state.stopped_head = worktree.out("rev-parse", "HEAD")
+            state.save()
+            return _finish(state, series, [*_rows(state), row], [], [], command, ExitCode.NOT_APPLIED)
+        state.steps.append(asdict(row))
+        state.next_step += 1
+        state.save()
+
+    progress("verifying")
+    checks = verify(worktree, state.base_sha, series)
+    if not all(check.ok for check in checks):
+        state.stopped = {"phase": "verify", "patch": "verification", "reason": "verification failed"}
+        state.save()
+        return _finish(state, series, _rows(state), checks, [], command, ExitCode.VERIFY_FAILED)
+    state.clear()
+    suites = _run_tests(state, series, progress) if state.test != "none" else []
+    code = ExitCode.TESTS_FAILED if any(suite.status != "passed" for suite in suites) else ExitCode.OK
+    return _finish(state, series, _rows(state), checks, suites, command, code)
+
+
+def _rows(state: ApplyState) -> list[StepRow]:
+    return [StepRow(**row) for row in state.steps]
+
+
+def _lay_overlay(series: Series, worktree: Git) -> StepRow:
+    files = series.overlay_files()
+    if not files:
+        return StepRow(OVERLAY_STEP, "laid", "no overlay")
+    assert series.overlay_dir is not None
+    clashes = [path for path in files if (worktree.path / path).exists()]
+    if clashes:
+        return StepRow(
+            OVERLAY_STEP, FAILED,
+            "upstream now has files at overlay paths (compare them with the overlay's, merge "
+            "by hand and commit): " + ", ".join(clashes),
+            clashes,
+        )  # fmt: skip
+    for path in files:
+        target = worktree.path / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(series.overlay_dir / path, target)
+    worktree.run("add", "--", *files)
+    first = series.patches[0]
+    worktree.commit(
+        f"{OVERLAY_SUBJECT} ({len(files)} files)\n\n"
+        f"New files from {series.overlay_dir.name}/, laid by dsa-forkkit.\n",
+        author=first.author,
+        date=first.date,
+    )
+    return StepRow(OVERLAY_STEP, "laid", f"{len(files)} files", files)
+
+
+def _take_manual_fix(state: ApplyState, series: Series, worktree: Git) -> None:
+    patch = series.patches[state.next_step - 1] if state.next_step > 0 else None
+    name = patch.name if patch else OVERLAY_STEP
+    if unmerged := worktree.unmerged_paths():
+        raise RebaserError(
+            f"{name}: conflicts are not resolved yet in {', '.join(unmerged)}",
+            where=state.worktree,
+            next_step="edit those files, `git add` them, then `rebaser continue`",
+        )
+    rejects = [line[3:] for line in worktree.status_porcelain() if line.endswith(".rej")]
+    if rejects:
+        raise RebaserError(
+            f"{name}: rejected hunks are still lying around: {', '.join(rejects)}",
+            where=state.worktree,
+            next_step="apply them by hand, delete the .rej files, `git add` your changes, then continue",
+        )
+    staged = worktree.out("diff", "--cached", "--name-only").split()
+    markers = find_conflict_markers(worktree.path, [p for p in staged if (worktree.path / p).is_file()])
+    if not markers.ok:
+        raise RebaserError(f"{name}: conflict markers left in {'; '.join(markers.problems[:3])}",
+                           where=state.worktree, next_step="resolve them, `git add`, then continue")  # fmt: skip
+    unstaged = worktree.out("diff", "--name-only").split()
+    if unstaged:
+        raise RebaserError(
+            f"{name}: unstaged changes in {', '.join(unstaged)}",
+            where=state.worktree,
+            next_step="`git add` what belongs to the patch (or `git checkout --` the rest), then continue",
+        )
+    head = worktree.out("rev-parse", "HEAD")
+    if staged and patch is not None:
+        worktree.commit(patch.message, author=patch.author, date=patch.date)
+    elif head == state.stopped_head:
+        raise RebaserError(
+            f"{name} is still not applied: nothing was staged or committed since the stop",
+            where=state.worktree,
+            next_step="make the patch's change there and `git add` it (or commit it), then continue; "
+            "or `rebaser abort`",
+        )
+    subject = worktree.out("log", "-1", "--format=%s")
+    state.steps.append(asdict(StepRow(name, "manual", f"fixed by hand: {subject}",
+                                      patch.touched_paths if patch else [])))  # fmt: skip
+    state.next_step += 1
+
+
+def _series_base_objects(series: Series, progress: Progress) -> Optional[Path]:
+    """The object folder holding the blobs the patches were exported against (for 3-way)."""
+    spec = PypiSpec.parse(series.base) if series.base else None
+    if spec is None or spec.version is None:
+        return None
+    cache = PypiUpstream(cache_dir(), spec.package)
+    if cache.cached(spec.version) is None:
+        progress(f"fetching the series' base {spec} for 3-way merges")
+        try:
+            cache.materialise(spec.version)
+        except RebaserError:
+            return None  # offline: 3-way merges fall back to codemods
+    return cache.repo_dir / "objects"
+
+
+def _run_tests(state: ApplyState, series: Series, progress: Progress) -> list[SuiteResult]:
+    tree = Path(state.worktree)
+    overlay_tests = [p for p in series.overlay_tests() if p.endswith(".py")]
+    cpu = [p for p in overlay_tests if not p.endswith(GPU_SUFFIX)]
+    progress(f"running {len(cpu)} overlay test files (cpu)")
+    suites = [run_pytest(tree, cpu, "overlay (cpu)", python=state.python)]
+    if state.test == "gpu":
+        gpu = [p for p in overlay_tests if p.endswith(GPU_SUFFIX)]
+        progress(f"running {len(gpu)} overlay test files (gpu)")
+        suites.append(run_pytest(tree, gpu, "overlay (gpu)", python=state.python))
+    upstream = [p for p in series.upstream_tests if (tree / p).exists()]
+    if upstream:
+        progress(f"running {len(upstream)} upstream test files on the patched tree")
+        patched = run_pytest(tree, upstream, "upstream", python=state.python)
+        progress("running the same upstream tests on the base, to tell regressions apart")
+        with _base_checkout(Git(state.repo), state.base_sha) as base_tree:
+            base = run_pytest(base_tree, upstream, "upstream (base)", python=state.python)
+        suites.append(compare_with_base(patched, base))
+    elif series.upstream_tests:
+        suites.append(SuiteResult("upstream", "not run", note="the base has none of the listed upstream tests (PyPI wheels ship no tests)"))
+    return suites
+
+
+class _base_checkout:
+    """A throwaway detached worktree at the base commit."""
+
+    def __init__(self, repo: Git, sha: str) -> None:
+        self.repo, self.sha = repo, sha
+        self.path = Path(tempfile.mkdtemp(prefix="forkkit-base-")) / "tree"
+
+    def __enter__(self) -> Path:
+        self.repo.run("worktree", "add", "--quiet", "--detach", str(self.path), self.sha)
+        return self.path
+
+    def __exit__(self, *exc: object) -> None:
+        self.repo.run("worktree", "remove", "--force", str(self.path), check=False)
+        shutil.rmtree(self.path.parent, ignore_errors=True)
+
+
+def _finish(
+    state: ApplyState,
+    series: Series,
+    rows: list[StepRow],
+    checks: list,
+    suites: list[SuiteResult],
+    command: str,
+    code: ExitCode,
+) -> Report:
+    report = Report(
+        command=command,
+        series=series.name,
+        upstream=state.base_description,
+        base_sha=state.base_sha,
+        branch=state.branch,
+        worktree=state.worktree,
+        steps=rows,
+        checks=checks,
+        suites=suites,
+        exit_code=int(code),
+    )
+    report.outcome, report.next_steps = _outcome(state, code, suites)
+    if code == ExitCode.NOT_APPLIED and state.stopped:
+        report.stop = dict(state.stopped)
+    if state.json_report:
+        report.write_json(Path(state.json_report))
+    return report
+
+
+def _outcome(state: ApplyState, code: ExitCode, suites: list[SuiteResult]) -> tuple[str, list[str]]:
+    where = state.worktree
+    if code == ExitCode.NOT_APPLIED:
+        patch = state.stopped["patch"] if state.stopped else "?"
+        return f"did not apply: stopped at {patch}", [
+            f"fix it in {where} (conflict markers or .rej files show what failed), `git add` the result",
+            "then `rebaser continue`; or `rebaser abort` to drop the branch (your work is kept in a ref)",
+        ]
+    if code == ExitCode.VERIFY_FAILED:
+        return "applied, but verification failed", [
+            f"fix the problems on branch {state.branch} in {where} and commit, then `rebaser continue`",
+            "or `rebaser abort`",
+        ]
+    if code == ExitCode.TESTS_FAILED:
+        return "applied and verified; tests failed", [
+            f"the patched tree is on branch {state.branch} in {where}; rerun there with "
+            f"`PYTHONPATH=. python -m pytest -p rebaser.testing.pytest_plugin <test>`",
+        ]
+    tested = "tests passed" if suites else "tests not run"
+    return f"applied, verified, {tested}", [f"the patched tree is on branch {state.branch} in {where}"]

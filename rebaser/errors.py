@@ -1,0 +1,37 @@
+"""Exit codes CI can rely on, and the one error type commands raise."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit codes, documented in the README; never renumber them."""
+
+    OK = 0  # applied, verified, tests green (or not asked for)
+    TESTS_FAILED = 1  # applied and verified, but tests failed or could not run
+    USAGE = 2  # bad arguments, malformed series, unknown base, refused precondition
+    NOT_APPLIED = 3  # a patch did not apply; a resumable state was left
+    VERIFY_FAILED = 4  # applied, but verification found a problem
+    ENVIRONMENT = 5  # something outside the series failed: git, PyPI, the test interpreter
+
+
+class RebaserError(Exception):
+    """A failure the user can act on: what failed, where, and what to do next."""
+
+    def __init__(
+        self, what: str, *, where: str = "", next_step: str = "", code: ExitCode = ExitCode.USAGE
+    ) -> None:
+        super().__init__(what)
+        self.what = what
+        self.where = where
+        self.next_step = next_step
+        self.code = code
+
+    def __str__(self) -> str:
+        parts = [self.what]
+        if self.where:
+            parts.append(f"where: {self.where}")
+        if self.next_step:
+            parts.append(f"next: {self.next_step}")
+        return "\n".join(parts)

@@ -1,0 +1,101 @@
+"""The report of a run: one row per step, as a rich table in a terminal and as JSON for CI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from rebaser.errors import ExitCode
+from rebaser.steps.testrun import SuiteResult
+from rebaser.steps.verify import Check
+
+_STYLES = {
+    "clean": "green", "offset": "green", "laid": "green", "ok": "green", "passed": "green",
+    "3-way": "yellow", "codemod": "yellow", "in upstream": "yellow", "manual": "yellow",
+    "failed": "bold red", "not run": "dim", "pending": "dim",
+}  # fmt: skip
+
+
+@dataclass
+class StepRow:
+    name: str
+    status: str
+    detail: str = ""
+    files: list[str] = field(default_factory=list)
+    hunks: int = 0
+
+
+@dataclass
+class Report:
+    command: str
+    series: str
+    upstream: str
+    base_sha: str
+    branch: Optional[str] = None
+    worktree: Optional[str] = None
+    steps: list[StepRow] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    suites: list[SuiteResult] = field(default_factory=list)
+    outcome: str = ""
+    exit_code: int = int(ExitCode.OK)
+    next_steps: list[str] = field(default_factory=list)
+    stop: Optional[dict[str, Any]] = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for suite in data["suites"]:
+            suite.pop("outcomes", None)
+        return data
+
+    def write_json(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+
+def styled(status: str) -> Text:
+    return Text(status, style=_STYLES.get(status, ""))
+
+
+def render(report: Report, console: Console) -> None:
+    console.print(
+        f"[bold]rebaser {report.command}[/bold]: series [cyan]{report.series}[/cyan] onto "
+        f"{report.upstream} ({report.base_sha[:12]})"
+    )
+    if report.branch:
+        console.print(f"branch [cyan]{report.branch}[/cyan]  worktree {report.worktree}")
+    table = Table(show_header=True, header_style="bold", expand=False)
+    table.add_column("step")
+    table.add_column("result")
+    table.add_column("detail", overflow="fold")
+    for step in report.steps:
+        files = ", ".join(Path(f).name for f in step.files)
+        hunks = f" ({step.hunks} hunks)" if step.hunks else ""
+        detail = "; ".join(filter(None, [f"{files}{hunks}" if files else "", step.detail]))
+        table.add_row(step.name, styled(step.status), detail)
+    for check in report.checks:
+        problems = "; ".join(check.problems[:3])
+        table.add_row(f"verify: {check.name}", styled("ok" if check.ok else "failed"),
+                      check.detail + (f": {problems}" if problems else ""))  # fmt: skip
+    for suite in report.suites:
+        detail = f"{suite.counts} in {suite.seconds:.1f} s"
+        if suite.note:
+            detail += f"; {suite.note}"
+        table.add_row(f"tests: {suite.name}", styled(suite.status), detail)
+    console.print(table)
+    for suite in report.suites:
+        for failure in suite.failures[:10]:
+            console.print(f"  [red]{suite.name}[/red] {failure}", highlight=False)
+    if report.stop:
+        console.print(f"[bold red]stopped at {report.stop['patch']}[/bold red]: {report.stop['reason']}")
+        for line in report.stop.get("hunks", []):
+            console.print(Text(line))
+    style = "green" if report.exit_code == 0 else "bold red"
+    console.print(f"[{style}]{report.outcome}[/{style}] (exit {report.exit_code})")
+    for step in report.next_steps:
+        console.print(f"next: {step}", highlight=False)

@@ -1,0 +1,268 @@
+"""The patch series: `patches/series` (a quilt-style list) and its git-format patches.
+
+Series file syntax, one item a line, `#` starts a comment:
+
+    @name dsa-topk                          the series' name (branch names use it)
+    @base pypi:megatron-core==0.19.2        the upstream the patches were exported against
+    @overlay ../megatron_overlay            new files laid before the patches (mirrors upstream)
+    @upstream-test tests/unit_tests/...     an upstream test file to run (when the base has it)
+    0001-config-fields.patch                a patch, applied in file order
+
+Each patch is `git format-patch` output. Its message may carry trailers:
+
+    Forkkit-Codemod: config_fields          the codemod that makes the same change by meaning
+    Forkkit-Symbol: path::Qual.name         a symbol that must exist after the series
+    Forkkit-Symbol: path::func(param)       ... a function that must take `param`
+    Forkkit-Symbol: path::Qual.func->callee ... a function that must call `callee`
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import unidiff
+
+from rebaser.errors import RebaserError
+
+_DIRECTIVES = ("name", "base", "overlay", "upstream-test")
+_SYMBOL_RE = re.compile(
+    r"^(?P<path>[^:\s]+)::(?P<qualname>[A-Za-z_][\w.]*)"
+    r"(?:\((?P<param>[A-Za-z_]\w*)\)|->(?P<calls>[A-Za-z_][\w.]*))?$"
+)
+
+
+@dataclass(frozen=True)
+class SymbolSpec:
+    """A symbol a patch promises: a name, a parameter of a function, or a call it makes."""
+
+    path: str
+    qualname: str
+    param: Optional[str] = None
+    calls: Optional[str] = None
+
+    @classmethod
+    def parse(cls, text: str, *, where: str) -> "SymbolSpec":
+        match = _SYMBOL_RE.match(text.strip())
+        if not match:
+            raise RebaserError(
+                f"malformed Forkkit-Symbol {text.strip()!r}",
+                where=where,
+                next_step="write it as path::Qual.name, path::func(param) or path::func->callee",
+            )
+        return cls(**match.groupdict())
+
+    def __str__(self) -> str:
+        tail = f"({self.param})" if self.param else f"->{self.calls}" if self.calls else ""
+        return f"{self.path}::{self.qualname}{tail}"
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    hunks: int
+    added: int
+    removed: int
+    is_new: bool
+
+
+@dataclass
+class Patch:
+    """One git-format patch of the series."""
+
+    name: str
+    path: Path
+    subject: str
+    body: str
+    author: str
+    date: str
+    files: list[FileChange]
+    codemod: Optional[str] = None
+    symbols: list[SymbolSpec] = field(default_factory=list)
+
+    @property
+    def message(self) -> str:
+        return f"{self.subject}\n\n{self.body}\n" if self.body else f"{self.subject}\n"
+
+    @property
+    def touched_paths(self) -> list[str]:
+        return [change.path for change in self.files]
+
+    @classmethod
+    def load(cls, path: Path) -> "Patch":
+        where = str(path)
+        text = path.read_text(encoding="utf-8")
+        header, _, rest = text.partition("\n\n")
+        diff_at = rest.find("diff --git ")
+        if not header.startswith("From ") or diff_at < 0:
+            raise RebaserError(
+                "not a git-format patch (no 'From ' header or no 'diff --git' section)",
+                where=where,
+                next_step="export patches with `rebaser refresh` (git format-patch format)",
+            )
+        # The message ends at the diffstat separator, or at the diff when there is no stat.
+        message_part = rest[:diff_at].split("\n---\n", 1)[0]
+        headers = email.parser.Parser(policy=email.policy.compat32).parsestr(header + "\n")
+        if not headers.get("From") or not headers.get("Subject"):
+            raise RebaserError("patch has no From: or Subject: header", where=where)
+        subject = _unfold(headers["Subject"])
+        subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", subject)
+        body = message_part.strip("\n")
+        try:
+            patch_set = unidiff.PatchSet(text)
+        except unidiff.UnidiffParseError as exc:
+            raise RebaserError(f"cannot parse the diff: {exc}", where=where) from exc
+        files = [
+            FileChange(
+                path=_strip_prefix(
+                    patched.source_file if patched.is_removed_file else patched.target_file
+                ),
+                hunks=len(patched),
+                added=patched.added,
+                removed=patched.removed,
+                is_new=patched.is_added_file,
+            )
+            for patched in patch_set
+        ]
+        if not files:
+            raise RebaserError("patch changes no file", where=where)
+        codemods = _trailers(body, "Forkkit-Codemod")
+        if len(codemods) > 1:
+            raise RebaserError("patch names more than one Forkkit-Codemod", where=where)
+        return cls(
+            name=path.name,
+            path=path,
+            subject=subject,
+            body=body,
+            author=_unfold(headers["From"]),
+            date=_unfold(headers.get("Date", "")),
+            files=files,
+            codemod=codemods[0] if codemods else None,
+            symbols=[
+                SymbolSpec.parse(spec, where=where) for spec in _trailers(body, "Forkkit-Symbol")
+            ],
+        )
+
+
+@dataclass
+class Series:
+    """The ordered patches plus the series-level settings."""
+
+    file: Path
+    name: str
+    base: Optional[str]
+    overlay_dir: Optional[Path]
+    upstream_tests: list[str]
+    patches: list[Patch]
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.file.parent
+
+    def overlay_files(self) -> list[str]:
+        """Overlay paths relative to the upstream root, sorted."""
+        if self.overlay_dir is None:
+            return []
+        return sorted(
+            str(path.relative_to(self.overlay_dir))
+            for path in self.overlay_dir.rglob("*")
+            if path.is_file() and "__pycache__" not in path.parts
+        )
+
+    def overlay_tests(self) -> list[str]:
+        return [path for path in self.overlay_files() if Path(path).name.startswith("test_")]
+
+    @classmethod
+    def load(cls, file: Path) -> "Series":
+        if not file.is_file():
+            raise RebaserError(
+                f"series file not found: {file}",
+                next_step="pass --series PATH to a patches/series file",
+            )
+        settings: dict[str, str] = {}
+        upstream_tests: list[str] = []
+        names: list[str] = []
+        for number, raw in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            where = f"{file}:{number}"
+            if line.startswith("@"):
+                key, _, value = line[1:].partition(" ")
+                value = value.strip()
+                if key not in _DIRECTIVES:
+                    raise RebaserError(
+                        f"unknown series directive @{key}",
+                        where=where,
+                        next_step=f"use one of: {', '.join('@' + d for d in _DIRECTIVES)}",
+                    )
+                if not value:
+                    raise RebaserError(f"@{key} needs a value", where=where)
+                if names:
+                    raise RebaserError(
+                        f"@{key} after the first patch", where=where,
+                        next_step="put directives at the top of the series file",
+                    )  # fmt: skip
+                if key == "upstream-test":
+                    upstream_tests.append(value)
+                elif key in settings:
+                    raise RebaserError(f"@{key} given twice", where=where)
+                else:
+                    settings[key] = value
+                continue
+            if len(line.split()) != 1:
+                raise RebaserError(
+                    f"unexpected text in series line: {line!r}",
+                    where=where,
+                    next_step="list one patch file name per line (options are not supported)",
+                )
+            if line in names:
+                raise RebaserError(f"patch {line} listed twice", where=where)
+            if not (file.parent / line).is_file():
+                raise RebaserError(
+                    f"patch file {line} not found next to the series file",
+                    where=where,
+                    next_step="fix the name or add the patch file",
+                )
+            names.append(line)
+        if not names:
+            raise RebaserError("the series lists no patches", where=str(file))
+        overlay = settings.get("overlay")
+        overlay_dir = (file.parent / overlay).resolve() if overlay else None
+        if overlay_dir is not None and not overlay_dir.is_dir():
+            raise RebaserError(f"@overlay folder {overlay_dir} does not exist", where=str(file))
+        return cls(
+            file=file.resolve(),
+            name=settings.get("name", file.parent.name),
+            base=settings.get("base"),
+            overlay_dir=overlay_dir,
+            upstream_tests=upstream_tests,
+            patches=[Patch.load(file.parent / name) for name in names],
+        )
+
+
+def _unfold(value: str) -> str:
+    return " ".join(str(value).split())
+
+
+def _strip_prefix(path: str) -> str:
+    return path[2:] if path.startswith(("a/", "b/")) else path
+
+
+def _trailers(body: str, key: str) -> list[str]:
+    prefix = f"{key}:"
+    return [
+        line[len(prefix) :].strip() for line in body.splitlines() if line.startswith(prefix)
+    ]
+
+
+def load_series(file: Path) -> Series:
+    """Load and validate a series; malformed input raises a RebaserError (exit code 2)."""
+    try:
+        return Series.load(file)
+    except UnicodeDecodeError as exc:
+        raise RebaserError(f"series or patch is not UTF-8: {exc}", where=str(file)) from exc

@@ -1,0 +1,1 @@
+"""The steps of an apply: patching, verification, tests (each one job)."""

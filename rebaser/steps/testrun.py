@@ -1,0 +1,141 @@
+"""Run pytest inside the patched tree, in a subprocess, and read its junit XML.
+
+The overlay's tests must pass. Upstream's own tests (those the series lists and the base
+has) run on both the base and the patched tree: only tests that pass on the base and not
+after the series count as regressions, since many upstream tests need CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+PLUGIN = "rebaser.testing.pytest_plugin"
+GPU_SUFFIX = "_gpu.py"  # overlay test files that need CUDA (run by --test gpu)
+_FAILURE_LINES = 6
+
+
+@dataclass
+class SuiteResult:
+    name: str
+    status: str  # passed | failed | not run
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+    note: str = ""
+    failures: list[str] = field(default_factory=list)
+    outcomes: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def counts(self) -> str:
+        return (
+            f"{self.passed} passed, {self.failed} failed, {self.errors} errors, "
+            f"{self.skipped} skipped"
+        )
+
+
+def run_pytest(
+    tree: Path,
+    paths: Sequence[str],
+    name: str,
+    *,
+    python: str = sys.executable,
+    timeout: float = 3600,
+    extra_args: Sequence[str] = (),
+) -> SuiteResult:
+    """Run pytest on `paths` (relative to `tree`) with the tree first on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # keep the worktree clean
+    with tempfile.TemporaryDirectory(prefix="forkkit-pytest-") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        command = [
+            python, "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider",
+            f"--junitxml={junit}", "-o", "junit_family=xunit2", "-q", "-rfE",
+            "--rootdir", str(tree), *extra_args, *paths,
+        ]  # fmt: skip
+        started = time.monotonic()
+        try:
+            completed = subprocess.run(
+                command, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            return SuiteResult(name, "failed", note=f"timed out after {timeout:.0f} s")
+        seconds = time.monotonic() - started
+        if not junit.exists():
+            tail = (completed.stdout + completed.stderr).strip().splitlines()[-_FAILURE_LINES:]
+            return SuiteResult(
+                name, "failed", seconds=seconds,
+                note=f"pytest exited {completed.returncode} before writing results",
+                failures=tail,
+            )  # fmt: skip
+        result = _read_junit(junit, name, seconds)
+    if completed.returncode == 5 or result.passed + result.failed + result.errors == 0:
+        result.status, result.note = "failed", "no tests ran"
+    elif completed.returncode not in (0, 1):
+        result.status, result.note = "failed", f"pytest exited {completed.returncode}"
+    return result
+
+
+def compare_with_base(patched: SuiteResult, base: SuiteResult) -> SuiteResult:
+    """Judge upstream tests by regressions: passed on the base, not passed after the series."""
+    regressions = [
+        test
+        for test, outcome in base.outcomes.items()
+        if outcome == "passed" and patched.outcomes.get(test, "missing") != "passed"
+    ]
+    patched.failures = [f"regression: {test} ({patched.outcomes.get(test, 'missing')})" for test in regressions]
+    patched.status = "failed" if regressions else "passed"
+    patched.note = (
+        f"base: {base.counts}; {len(regressions)} regressions"
+        if base.outcomes
+        else f"base run: {base.note or base.counts}"
+    )
+    return patched
+
+
+def _read_junit(junit: Path, name: str, seconds: float) -> SuiteResult:
+    result = SuiteResult(name, "passed", seconds=seconds)
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        test = f"{case.get('classname', '')}::{case.get('name', '')}"
+        outcome = _outcome(case)
+        result.outcomes[test] = outcome
+        if outcome == "passed":
+            result.passed += 1
+        elif outcome == "skipped":
+            result.skipped += 1
+        else:
+            if outcome == "failed":
+                result.failed += 1
+            else:
+                result.errors += 1
+            message = _message(case)
+            result.failures.append(f"{outcome}: {test}" + (f": {message}" if message else ""))
+    if result.failed or result.errors:
+        result.status = "failed"
+    return result
+
+
+def _outcome(case: ElementTree.Element) -> str:
+    for tag in ("failure", "error", "skipped"):
+        if case.find(tag) is not None:
+            return {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+    return "passed"
+
+
+def _message(case: ElementTree.Element) -> Optional[str]:
+    for tag in ("failure", "error"):
+        element = case.find(tag)
+        if element is not None:
+            text = element.get("message") or (element.text or "")
+            return " ".join(text.split())[:300]
+    return None

@@ -1,0 +1,153 @@
+"""Checks on the applied branch: nothing half-merged, everything compiles, whitespace clean,
+the promised symbols exist, and every codemod is a no-op on the result."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from rebaser.codemods import AnchorNotFound, run_codemods
+from rebaser.git import Git
+from rebaser.series import Series, SymbolSpec
+
+_MARKER_RE = re.compile(r"^(<{7}|>{7}) |^={7}$|^\|{7} ")
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    problems: list[str] = field(default_factory=list)
+
+
+def verify(worktree: Git, base_sha: str, series: Series) -> list[Check]:
+    changed = worktree.out("diff", "--name-only", "--no-renames", base_sha, "HEAD").splitlines()
+    existing = [path for path in changed if (worktree.path / path).is_file()]
+    return [
+        _committed(worktree),
+        find_conflict_markers(worktree.path, existing),
+        _compiles(worktree.path, [path for path in existing if path.endswith(".py")]),
+        _diff_check(worktree, base_sha),
+        _symbols(worktree.path, [spec for patch in series.patches for spec in patch.symbols]),
+        _codemods_idempotent(worktree.path, [p.codemod for p in series.patches if p.codemod]),
+    ]
+
+
+def _committed(worktree: Git) -> Check:
+    dirty = worktree.status_porcelain()
+    return Check(
+        "everything committed",
+        not dirty,
+        "no uncommitted changes" if not dirty else f"{len(dirty)} uncommitted paths",
+        dirty,
+    )
+
+
+def find_conflict_markers(root: Path, paths: list[str]) -> Check:
+    problems = []
+    for path in paths:
+        text = (root / path).read_text(encoding="utf-8", errors="replace")
+        for number, line in enumerate(text.splitlines(), start=1):
+            if _MARKER_RE.match(line):
+                problems.append(f"{path}:{number}: {line[:40]}")
+    return Check(
+        "no conflict markers",
+        not problems,
+        f"{len(paths)} changed files scanned" if not problems else f"{len(problems)} markers",
+        problems,
+    )
+
+
+def _compiles(root: Path, paths: list[str]) -> Check:
+    problems = []
+    for path in paths:
+        try:
+            compile((root / path).read_bytes(), path, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            problems.append(f"{path}:{exc.lineno}: {exc.msg}")
+    return Check(
+        "python compiles",
+        not problems,
+        f"{len(paths)} changed .py files compile" if not problems else f"{len(problems)} fail",
+        problems,
+    )
+
+
+def _diff_check(worktree: Git, base_sha: str) -> Check:
+    result = worktree.run("diff", "--check", base_sha, "HEAD", check=False)
+    problems = [line for line in result.stdout.splitlines() if line and not line.startswith("+")]
+    return Check(
+        "git diff --check",
+        not problems,
+        "no whitespace errors" if not problems else f"{len(problems)} problems",
+        problems,
+    )
+
+
+def _symbols(root: Path, specs: list[SymbolSpec]) -> Check:
+    problems = []
+    trees: dict[str, Optional[ast.Module]] = {}
+    for spec in specs:
+        if spec.path not in trees:
+            file = root / spec.path
+            trees[spec.path] = ast.parse(file.read_bytes()) if file.is_file() else None
+        tree = trees[spec.path]
+        reason = "file missing" if tree is None else _symbol_problem(tree, spec)
+        if reason:
+            problems.append(f"{spec}: {reason}")
+    return Check(
+        "promised symbols exist",
+        not problems,
+        f"{len(specs)} symbols found" if not problems else f"{len(problems)} missing",
+        problems,
+    )
+
+
+def _symbol_problem(tree: ast.Module, spec: SymbolSpec) -> Optional[str]:
+    node: ast.AST = tree
+    for part in spec.qualname.split("."):
+        found = _member(node, part)
+        if found is None:
+            return f"no {part!r}"
+        node = found
+    if spec.param is not None:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return "not a function"
+        args = node.args
+        names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+        return None if spec.param in names else f"no parameter {spec.param!r}"
+    if spec.calls is not None:
+        called = {ast.unparse(call.func) for call in ast.walk(node) if isinstance(call, ast.Call)}
+        return None if spec.calls in called else f"does not call {spec.calls}"
+    return None
+
+
+def _member(node: ast.AST, name: str) -> Optional[ast.AST]:
+    for child in getattr(node, "body", []):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if child.name == name:
+                return child
+        elif isinstance(child, ast.AnnAssign) and isinstance(child.target, ast.Name):
+            if child.target.id == name:
+                return child
+        elif isinstance(child, ast.Assign):
+            if any(isinstance(t, ast.Name) and t.id == name for t in child.targets):
+                return child
+    return None
+
+
+def _codemods_idempotent(root: Path, names: list[str]) -> Check:
+    try:
+        changed = run_codemods(names, root, write=False)
+    except AnchorNotFound as missing:
+        return Check("codemods are no-ops", False, f"codemod {missing.codemod}: {missing}", [str(missing)])
+    return Check(
+        "codemods are no-ops",
+        not changed,
+        f"{len(names)} codemods change nothing" if not changed else "codemods would change files",
+        [f"{path} would change" for path in changed],
+    )

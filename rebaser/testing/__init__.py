@@ -1,0 +1,1 @@
+"""Support loaded into the patched tree's pytest run."""

@@ -1,0 +1,125 @@
+"""Where upstream comes from: a user's Megatron-LM clone, or a PyPI release in the cache."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from rebaser.errors import RebaserError
+from rebaser.git import Git, find_repo
+from rebaser.upstream.pypi import PypiUpstream
+
+_VERSION_RE = re.compile(r"^\d+(\.\d+)+([a-z]+\d*|\.post\d+|rc\d+)?$")
+_PYPI_RE = re.compile(r"^pypi:(?P<package>[A-Za-z0-9_.-]+)(==(?P<version>[^\s]+))?$")
+
+
+def cache_dir() -> Path:
+    """Downloads and materialised releases: $DSA_FORKKIT_CACHE, else the user cache folder."""
+    if explicit := os.environ.get("DSA_FORKKIT_CACHE"):
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "dsa-forkkit"
+
+
+@dataclass(frozen=True)
+class PypiSpec:
+    package: str
+    version: Optional[str]
+
+    @classmethod
+    def parse(cls, text: str) -> Optional["PypiSpec"]:
+        match = _PYPI_RE.match(text.strip())
+        return cls(match["package"], match["version"]) if match else None
+
+    def __str__(self) -> str:
+        return f"pypi:{self.package}" + (f"=={self.version}" if self.version else "")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The repository to work in and the base commit to apply onto."""
+
+    git: Git
+    base_rev: str
+    base_sha: str
+    label: str  # short, branch-safe name of the base
+    description: str
+    pypi: Optional[PypiSpec] = None  # set when the repository is the PyPI cache
+
+
+def resolve_target(
+    *,
+    repo: Optional[Path],
+    upstream: Optional[str],
+    base: Optional[str],
+    default_upstream: Optional[str],
+) -> Target:
+    """Resolve --repo/--upstream/--base into a target; unknown bases are usage errors."""
+    if repo is not None and upstream is not None:
+        raise RebaserError(
+            "--repo and --upstream are alternatives",
+            next_step="give --repo PATH for a Megatron-LM clone, or --upstream pypi:megatron-core==X",
+        )
+    if repo is not None:
+        if base is None:
+            raise RebaserError("--base is required with --repo", next_step="e.g. --base core_v0.19.0")
+        return _resolve_in_clone(repo, base)
+    spec_text = upstream or default_upstream
+    if spec_text is None:
+        raise RebaserError(
+            "no upstream given and the series names no @base",
+            next_step="give --repo PATH --base REV, or --upstream pypi:megatron-core==X",
+        )
+    spec = PypiSpec.parse(spec_text)
+    if spec is None:
+        raise RebaserError(
+            f"cannot read upstream {spec_text!r}",
+            next_step="write it as pypi:megatron-core==0.19.2 (or pypi:megatron-core for the newest)",
+        )
+    return resolve_pypi(spec, base)
+
+
+def resolve_pypi(spec: PypiSpec, base: Optional[str] = None) -> Target:
+    cache = PypiUpstream(cache_dir(), spec.package)
+    version = spec.version
+    if base is not None and _VERSION_RE.match(base):
+        version = base
+    elif base is not None:
+        sha = cache.git.rev_parse(base)
+        if sha is None:
+            raise RebaserError(
+                f"unknown base {base!r} for {spec}",
+                next_step="give a release version such as --base 0.19.1",
+            )
+        return Target(cache.git, base, sha, _label(base), f"{spec} at {base}", spec)
+    release = cache.materialise(version)
+    pinned = PypiSpec(spec.package, release.version)
+    return Target(
+        git=cache.git,
+        base_rev=f"refs/tags/{cache.tag(release.version)}",
+        base_sha=release.sha,
+        label=_label(release.label),
+        description=f"{pinned} (PyPI wheel)",
+        pypi=pinned,
+    )
+
+
+def _resolve_in_clone(repo: Path, base: str) -> Target:
+    git = find_repo(repo.expanduser())
+    if git is None:
+        raise RebaserError(f"{repo} is not inside a git repository", next_step="point --repo at a Megatron-LM clone")
+    sha = git.rev_parse(base)
+    if sha is None:
+        names = git.out("for-each-ref", "--format=%(refname:short)", "refs/tags", "refs/heads", "refs/remotes").split()
+        close = difflib.get_close_matches(base, names, n=5, cutoff=0.5)
+        hint = f"did you mean: {', '.join(close)}?" if close else "fetch it first: git fetch --tags"
+        raise RebaserError(f"unknown base {base!r}: not a commit, tag or branch", where=str(git.path), next_step=hint)
+    return Target(git, base, sha, _label(base), f"{git.path} at {base} ({sha[:12]})")
+
+
+def _label(rev: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", rev.removeprefix("refs/tags/")).strip("-.") or "base"
