@@ -67,8 +67,8 @@ def _add_upstream_args(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    out = Console(highlight=False, soft_wrap=False)
-    err = Console(stderr=True, highlight=False)
+    out = _console(stderr=False)
+    err = _console(stderr=True)
     try:
         return _dispatch(args, out, err)
     except RebaserError as error:
@@ -81,6 +81,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted; `rebaser status` shows what was done, `rebaser continue` goes on")
         return int(ExitCode.ENVIRONMENT)
+
+
+def _console(*, stderr: bool) -> Console:
+    """Rich on a terminal; in CI logs, wide lines that never wrap paths."""
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, highlight=False, width=160, soft_wrap=True)
+    return console
 
 
 def _dispatch(args: argparse.Namespace, out: Console, err: Console) -> int:

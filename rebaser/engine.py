@@ -183,7 +183,7 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
         return _finish(state, series, _rows(state), checks, [], command, ExitCode.VERIFY_FAILED)
     state.clear()
     suites = _run_tests(state, series, progress) if state.test != "none" else []
-    code = ExitCode.TESTS_FAILED if any(suite.status != "passed" for suite in suites) else ExitCode.OK
+    code = ExitCode.TESTS_FAILED if any(suite.status == "failed" for suite in suites) else ExitCode.OK
     return _finish(state, series, _rows(state), checks, suites, command, code)
 
 
@@ -364,5 +364,5 @@ def _outcome(state: ApplyState, code: ExitCode, suites: list[SuiteResult]) -> tu
             f"the patched tree is on branch {state.branch} in {where}; rerun there with "
             f"`PYTHONPATH=. python -m pytest -p rebaser.testing.pytest_plugin <test>`",
         ]
-    tested = "tests passed" if suites else "tests not run"
+    tested = "tests passed" if any(suite.status == "passed" for suite in suites) else "tests not run"
     return f"applied, verified, {tested}", [f"the patched tree is on branch {state.branch} in {where}"]

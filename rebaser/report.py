@@ -74,8 +74,8 @@ def render(report: Report, console: Console) -> None:
     table.add_column("result")
     table.add_column("detail", overflow="fold")
     for step in report.steps:
-        files = ", ".join(Path(f).name for f in step.files)
-        hunks = f" ({step.hunks} hunks)" if step.hunks else ""
+        files = ", ".join(Path(f).name for f in step.files) if len(step.files) <= 3 else ""
+        hunks = f" ({step.hunks} hunk{'s' if step.hunks > 1 else ''})" if step.hunks else ""
         detail = "; ".join(filter(None, [f"{files}{hunks}" if files else "", step.detail]))
         table.add_row(step.name, styled(step.status), detail)
     for check in report.checks:
@@ -83,9 +83,8 @@ def render(report: Report, console: Console) -> None:
         table.add_row(f"verify: {check.name}", styled("ok" if check.ok else "failed"),
                       check.detail + (f": {problems}" if problems else ""))  # fmt: skip
     for suite in report.suites:
-        detail = f"{suite.counts} in {suite.seconds:.1f} s"
-        if suite.note:
-            detail += f"; {suite.note}"
+        detail = f"{suite.counts} in {suite.seconds:.1f} s" if suite.status != "not run" else ""
+        detail = "; ".join(filter(None, [detail, suite.note]))
         table.add_row(f"tests: {suite.name}", styled(suite.status), detail)
     console.print(table)
     for suite in report.suites:

@@ -97,7 +97,7 @@ def remove(repo: Git, branch: str, *, reason: str) -> Optional[str]:
                 f"the worktree {where} of {branch} has uncommitted changes; rebaser never "
                 "touches a dirty checkout",
                 where=", ".join(line[3:] for line in dirty[:5]),
-                next_step="commit or stash them there (or run `rebaser abort`, which saves them)",
+                next_step="commit or stash them there, or remove that worktree yourself",
             )
         repo.run("worktree", "remove", "--force", str(where))
     backup = None
