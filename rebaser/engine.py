@@ -20,18 +20,17 @@ from rebaser import workspace
 from rebaser.codemods import lookup
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.git import Git
+from rebaser.refresh import OVERLAY_SUBJECT
 from rebaser.report import Report, StepRow
 from rebaser.series import Series, load_series
 from rebaser.state import ApplyState
 from rebaser.steps.patching import FAILED, IN_UPSTREAM, apply_patch
 from rebaser.steps.testrun import GPU_SUFFIX, SuiteResult, compare_with_base, run_pytest
 from rebaser.steps.verify import find_conflict_markers, verify
-from rebaser.upstream import PypiSpec, Target, cache_dir, resolve_target
-from rebaser.upstream.pypi import PypiUpstream
+from rebaser.upstream import PypiSpec, pypi_cache, resolve_target
 
 Progress = Callable[[str], None]
 OVERLAY_STEP = "overlay"
-OVERLAY_SUBJECT = "forkkit: overlay"
 TEST_MODES = ("cpu", "gpu", "none")
 
 
@@ -108,11 +107,10 @@ def abort(repo_hint: Optional[Path]) -> str:
 
 
 def status(repo_hint: Optional[Path]) -> Optional[ApplyState]:
+    """The apply in progress (in `repo_hint`, or found as `continue` finds it), or None."""
     try:
         return state_store.find_in_progress(repo_hint)
-    except RebaserError:
-        if repo_hint is not None:
-            raise
+    except state_store.NothingInProgress:
         return None
 
 
@@ -192,10 +190,9 @@ def _rows(state: ApplyState) -> list[StepRow]:
 
 
 def _lay_overlay(series: Series, worktree: Git) -> StepRow:
+    """Copy the overlay in and commit it. The commit is made even with no files: it marks
+    where the series starts on the branch (refresh and the overlay tests look for it)."""
     files = series.overlay_files()
-    if not files:
-        return StepRow(OVERLAY_STEP, "laid", "no overlay")
-    assert series.overlay_dir is not None
     clashes = [path for path in files if (worktree.path / path).exists()]
     if clashes:
         return StepRow(
@@ -207,14 +204,16 @@ def _lay_overlay(series: Series, worktree: Git) -> StepRow:
     for path in files:
         target = worktree.path / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(series.overlay_dir / path, target)
-    worktree.run("add", "--", *files)
+        shutil.copyfile(series.overlay_dir / path, target)  # type: ignore[operator]
+    if files:
+        worktree.run("add", "--", *files)
+    source = f"New files from {series.overlay_dir.name}/" if series.overlay_dir else "No overlay"
     first = series.patches[0]
     worktree.commit(
-        f"{OVERLAY_SUBJECT} ({len(files)} files)\n\n"
-        f"New files from {series.overlay_dir.name}/, laid by dsa-forkkit.\n",
+        f"{OVERLAY_SUBJECT} ({len(files)} files)\n\n{source}, laid by dsa-forkkit.\n",
         author=first.author,
         date=first.date,
+        allow_empty=True,
     )
     return StepRow(OVERLAY_STEP, "laid", f"{len(files)} files", files)
 
@@ -268,7 +267,7 @@ def _series_base_objects(series: Series, progress: Progress) -> Optional[Path]:
     spec = PypiSpec.parse(series.base) if series.base else None
     if spec is None or spec.version is None:
         return None
-    cache = PypiUpstream(cache_dir(), spec.package)
+    cache = pypi_cache(spec.package)
     if cache.cached(spec.version) is None:
         progress(f"fetching the series' base {spec} for 3-way merges")
         try:

@@ -10,7 +10,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional
 
 import git as gitpython
 
@@ -110,7 +110,7 @@ class Git:
         out = self.run("diff", "--name-only", "--diff-filter=U").stdout
         return sorted(set(out.split()))
 
-    def commit(self, message: str, *, author: str, date: str, paths: Sequence[str] = ()) -> str:
+    def commit(self, message: str, *, author: str, date: str, allow_empty: bool = False) -> str:
         """Commit the index (or `paths`) with a fixed committer, so shas are reproducible."""
         name, email = FORKKIT_IDENTITY
         env = {
@@ -121,7 +121,8 @@ class Git:
         }
         self.run(
             "commit", "--quiet", "--no-verify", "--allow-empty-message",
-            f"--author={author}", "--cleanup=verbatim", "-F", "-", *paths,
+            *(["--allow-empty"] if allow_empty else []),
+            f"--author={author}", "--cleanup=verbatim", "-F", "-",
             env=env, stdin=message.encode(),
         )  # fmt: skip
         return self.out("rev-parse", "HEAD")

@@ -21,6 +21,10 @@ from rebaser.workspace import forkkit_dir
 STATE_VERSION = 1
 
 
+class NothingInProgress(RebaserError):
+    """`continue`/`abort` found no stopped apply."""
+
+
 @dataclass
 class ApplyState:
     series_file: str
@@ -88,7 +92,7 @@ def find_in_progress(repo_hint: Optional[Path]) -> ApplyState:
         candidates = [Git(path) for path in registered_repos()]
     states = [state for git in candidates if (state := load(git)) is not None]
     if not states:
-        raise RebaserError("no apply is in progress", next_step="start one with `rebaser apply`")
+        raise NothingInProgress("no apply is in progress", next_step="start one with `rebaser apply`")
     if len(states) > 1:
         raise RebaserError(
             "several applies are in progress: " + ", ".join(s.repo for s in states),

@@ -25,6 +25,12 @@ def cache_dir() -> Path:
     return Path(xdg) / "dsa-forkkit"
 
 
+def pypi_cache(package: str) -> PypiUpstream:
+    """The PyPI release cache; $DSA_FORKKIT_WHEELS may point at a shared wheel folder."""
+    wheels = os.environ.get("DSA_FORKKIT_WHEELS")
+    return PypiUpstream(cache_dir(), package, Path(wheels).expanduser() if wheels else None)
+
+
 @dataclass(frozen=True)
 class PypiSpec:
     package: str
@@ -84,7 +90,7 @@ def resolve_target(
 
 
 def resolve_pypi(spec: PypiSpec, base: Optional[str] = None) -> Target:
-    cache = PypiUpstream(cache_dir(), spec.package)
+    cache = pypi_cache(spec.package)
     version = spec.version
     if base is not None and _VERSION_RE.match(base):
         version = base

@@ -44,11 +44,13 @@ class Release:
 class PypiUpstream:
     """A cache of PyPI releases of one package, as commits of one bare git repository."""
 
-    def __init__(self, cache_dir: Path, package: str = "megatron-core") -> None:
+    def __init__(
+        self, cache_dir: Path, package: str = "megatron-core", wheel_dir: Optional[Path] = None
+    ) -> None:
         self.cache_dir = cache_dir
         self.package = package
         self.repo_dir = cache_dir / "upstream" / f"{package}.git"
-        self.wheel_dir = cache_dir / "wheels"
+        self.wheel_dir = wheel_dir or cache_dir / "wheels"
 
     @property
     def git(self) -> Git:

@@ -1,0 +1,63 @@
+"""Fixtures for rebaser's tests: an isolated cache per test (wheels shared through pytest's
+cache), small synthetic upstream repositories, and series built from real commits."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from synthetic import CALC, SyntheticUpstream, git
+
+from rebaser.cli import main
+
+PROJECT = Path(__file__).resolve().parents[1]
+SERIES = PROJECT / "patches" / "series"
+
+
+@pytest.fixture(scope="session")
+def wheel_dir(request) -> Path:
+    """megatron-core wheels, downloaded once into pytest's cache and reused across runs."""
+    return Path(request.config.cache.mkdir("megatron-core-wheels"))
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path, monkeypatch, wheel_dir) -> Path:
+    cache = tmp_path / "forkkit-cache"
+    monkeypatch.setenv("DSA_FORKKIT_CACHE", str(cache))
+    monkeypatch.setenv("DSA_FORKKIT_WHEELS", str(wheel_dir))
+    return cache
+
+
+@dataclass
+class RunResult:
+    code: int
+    out: str
+    err: str
+
+    def report(self, path: Path) -> dict:
+        return json.loads(path.read_text())
+
+
+@pytest.fixture
+def rebaser(capsys):
+    """Run the rebaser CLI in-process; returns exit code and captured output."""
+
+    def _run(*args: str) -> RunResult:
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        captured = capsys.readouterr()
+        return RunResult(code, captured.out, captured.err)
+
+    return _run
+
+
+@pytest.fixture
+def upstream(tmp_path) -> SyntheticUpstream:
+    path = tmp_path / "upstream"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    repo = SyntheticUpstream(path)
+    repo.commit({"pkg/calc.py": CALC, "pkg/__init__.py": ""}, "v1", tag="v1")
+    return repo

@@ -1,0 +1,132 @@
+"""Synthetic upstream repositories and series built from real commits, for rebaser's tests."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from rebaser.git import Git
+from rebaser.refresh import export_patch
+
+AUTHOR = "Test Author <test@example.com>"
+DATE = "Mon, 2 Nov 2026 10:00:00 +0000"
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=cwd, check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+
+
+CALC = '''\
+"""A tiny upstream module."""
+
+
+def add(a, b):
+    return a + b
+
+
+def sub(a, b):
+    return a - b
+
+
+def mul(a, b):
+    return a * b
+
+
+def div(a, b):
+    return a / b
+
+
+def neg(a):
+    return -a
+'''
+
+
+@dataclass
+class SyntheticUpstream:
+    """A git repository standing in for Megatron-LM, with tags for its 'releases'."""
+
+    path: Path
+
+    def write(self, files: dict[str, str]) -> None:
+        for name, text in files.items():
+            target = self.path / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+
+    def commit(self, files: dict[str, str], message: str, tag: Optional[str] = None) -> str:
+        self.write(files)
+        git(self.path, "add", "--all")
+        git(self.path, "commit", "-qm", message)
+        if tag:
+            git(self.path, "tag", tag)
+        return git(self.path, "rev-parse", "HEAD")
+
+    def read(self, name: str, rev: str = "HEAD") -> str:
+        return git(self.path, "show", f"{rev}:{name}") + "\n"
+
+
+@dataclass
+class Change:
+    """One patch of a synthetic series: files after the change, and its trailers."""
+
+    subject: str
+    files: dict[str, str]
+    codemod: Optional[str] = None
+    symbols: list[str] = field(default_factory=list)
+
+
+def build_series(
+    root: Path,
+    upstream: SyntheticUpstream,
+    base: str,
+    changes: list[Change],
+    *,
+    overlay: Optional[dict[str, str]] = None,
+    name: str = "demo",
+    extra_directives: str = "",
+) -> Path:
+    """Commit each change on a scratch branch from `base`, export it, and write the series."""
+    patches_dir = root / "patches"
+    patches_dir.mkdir(parents=True)
+    git(upstream.path, "checkout", "-q", "-b", "scratch-series", base)
+    names = []
+    try:
+        for number, change in enumerate(changes, start=1):
+            upstream.write(change.files)
+            trailers = ([f"Forkkit-Codemod: {change.codemod}"] if change.codemod else []) + [
+                f"Forkkit-Symbol: {symbol}" for symbol in change.symbols
+            ]
+            message = change.subject + ("\n\n" + "\n".join(trailers) if trailers else "") + "\n"
+            git(upstream.path, "add", "--all")
+            subprocess.run(
+                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                 f"--author={AUTHOR}", f"--date={DATE}", "-F", "-"],
+                cwd=upstream.path, input=message, text=True, check=True,
+            )  # fmt: skip
+            patch_name = f"{number:04d}-change-{number}.patch"
+            (patches_dir / patch_name).write_text(export_patch(Git(upstream.path), "HEAD"))
+            names.append(patch_name)
+    finally:
+        git(upstream.path, "checkout", "-q", "main")
+        git(upstream.path, "branch", "-q", "-D", "scratch-series")
+    directives = f"@name {name}\n"
+    if overlay is not None:
+        overlay_dir = root / "overlay"
+        for rel, text in overlay.items():
+            (overlay_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+            (overlay_dir / rel).write_text(textwrap.dedent(text))
+        directives += "@overlay ../overlay\n"
+    series = patches_dir / "series"
+    series.write_text("# synthetic series\n" + directives + extra_directives + "\n".join(names) + "\n")
+    return series
+
+
+def edit(text: str, old: str, new: str) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)

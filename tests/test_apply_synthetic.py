@@ -1,0 +1,301 @@
+"""`rebaser apply/continue/abort/status` on small synthetic upstream repositories: every way
+an apply can go, and that nothing of the user's is ever lost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from synthetic import CALC, Change, build_series, edit, git
+
+from rebaser.errors import ExitCode
+
+ADD_DOC = edit(CALC, "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n')
+MUL_TWICE = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
+
+
+def two_patch_series(tmp_path, upstream, **kwargs):
+    return build_series(
+        tmp_path / "proj", upstream, "v1",
+        [Change("demo: document add", {"pkg/calc.py": ADD_DOC}),
+         Change("demo: double mul", {"pkg/calc.py": edit(ADD_DOC, "    return a * b\n", "    return 2 * a * b\n")})],
+        **kwargs,
+    )  # fmt: skip
+
+
+def apply(rebaser, series, upstream, base, *extra):
+    return rebaser("apply", "--series", series, "--repo", upstream.path, "--base", base, "--test", "none", *extra)
+
+
+def worktree_of(result_json: Path) -> Path:
+    return Path(json.loads(result_json.read_text())["worktree"])
+
+
+def test_clean_apply_creates_a_branch_and_leaves_the_checkout_alone(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    head_before = git(upstream.path, "rev-parse", "HEAD")
+    report = tmp_path / "report.json"
+    result = apply(rebaser, series, upstream, "v1", "--json", report)
+    assert result.code == ExitCode.OK, result.err
+    data = json.loads(report.read_text())
+    assert [s["status"] for s in data["steps"]] == ["laid", "clean", "clean"]
+    assert data["branch"] == "forkkit/demo/v1" and data["exit_code"] == 0
+    assert all(check["ok"] for check in data["checks"])
+    assert git(upstream.path, "rev-parse", "HEAD") == head_before
+    assert git(upstream.path, "status", "--porcelain") == ""
+    tree = worktree_of(report)
+    assert "2 * a * b" in (tree / "pkg/calc.py").read_text()
+    subjects = git(tree, "log", "--format=%s", "v1..HEAD").splitlines()
+    assert subjects == ["demo: double mul", "demo: document add", "forkkit: overlay (0 files)"]
+    assert git(tree, "log", "-1", "--format=%an <%ae>|%aD") == "Test Author <test@example.com>|Mon, 2 Nov 2026 10:00:00 +0000"
+
+
+def test_offset_is_reported(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    upstream.commit({"pkg/calc.py": "import math\n\n" + CALC}, "v2: import at the top", tag="v2")
+    report = tmp_path / "r.json"
+    assert apply(rebaser, series, upstream, "v2", "--json", report).code == ExitCode.OK
+    steps = json.loads(report.read_text())["steps"]
+    assert steps[1]["status"] == "offset" and "offset +2" in steps[1]["detail"]
+
+
+def test_context_drift_is_merged_three_way(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    # v2 rewrites a line inside the first patch's context (not next to its change):
+    # the exact apply fails, a 3-way merge with the base blob succeeds.
+    drifted = edit(CALC, '"""A tiny upstream module."""\n\n', '"""A tiny upstream module."""\n# a - b\n')
+    upstream.commit({"pkg/calc.py": drifted}, "v2", tag="v2")
+    report = tmp_path / "r.json"
+    result = apply(rebaser, series, upstream, "v2", "--json", report)
+    assert result.code == ExitCode.OK, result.out
+    statuses = [s["status"] for s in json.loads(report.read_text())["steps"]]
+    assert "3-way" in statuses
+    text = (worktree_of(report) / "pkg/calc.py").read_text()
+    assert '"""Sum."""' in text and "# a - b" in text and "2 * a * b" in text
+
+
+def conflicting_upstream(upstream):
+    upstream.commit({"pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n")}, "v2", tag="v2")
+
+
+def test_conflict_stops_with_a_resumable_state_then_continue(rebaser, tmp_path, upstream, monkeypatch):
+    series = two_patch_series(tmp_path, upstream)
+    conflicting_upstream(upstream)
+    report = tmp_path / "r.json"
+    result = apply(rebaser, series, upstream, "v2", "--json", report)
+    assert result.code == ExitCode.NOT_APPLIED
+    data = json.loads(report.read_text())
+    assert data["stop"]["patch"] == "0002-change-2.patch"
+    assert data["stop"]["conflicts"] == ["pkg/calc.py"]
+    assert "stopped at 0002-change-2.patch" in result.out and "rebaser continue" in result.out
+    tree = worktree_of(report)
+    assert "<<<<<<<" in (tree / "pkg/calc.py").read_text()
+
+    status = rebaser("status", "--repo", upstream.path)
+    assert status.code == 0 and "stopped at 0002-change-2.patch" in status.out
+
+    early = rebaser("continue", "--repo", upstream.path)
+    assert early.code == ExitCode.USAGE and "conflicts are not resolved" in early.err
+
+    (tree / "pkg/calc.py").write_text(edit(ADD_DOC, "    return a * b\n", "    return 2 * b * a\n"))
+    git(tree, "add", "pkg/calc.py")
+    monkeypatch.chdir(tree)  # found from the current directory, no --repo needed
+    done = rebaser("continue", "--json", report)
+    assert done.code == ExitCode.OK, done.out + done.err
+    data = json.loads(report.read_text())
+    assert [s["status"] for s in data["steps"]] == ["laid", "clean", "manual"]
+    assert git(tree, "log", "-1", "--format=%s") == "demo: double mul"
+    assert rebaser("status", "--repo", upstream.path).out.strip() == "no apply in progress"
+
+
+def test_abort_restores_everything_and_keeps_the_work(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    conflicting_upstream(upstream)
+    report = tmp_path / "r.json"
+    assert apply(rebaser, series, upstream, "v2", "--json", report).code == ExitCode.NOT_APPLIED
+    tree = worktree_of(report)
+    (tree / "notes.txt").write_text("half-done fix\n")
+    result = rebaser("abort", "--repo", upstream.path)
+    assert result.code == 0 and "refs/forkkit/backups/forkkit/demo/v2/aborted-" in result.out
+    assert not tree.exists()
+    assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
+    backup = git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/")
+    assert git(upstream.path, "show", f"{backup}:notes.txt") == "half-done fix"
+    assert git(upstream.path, "log", "-1", "--format=%s", backup).startswith("forkkit: work in progress")
+    # Nothing is left in progress: a new apply starts cleanly.
+    assert rebaser("status", "--repo", upstream.path).out.strip() == "no apply in progress"
+    assert apply(rebaser, series, upstream, "v1").code == ExitCode.OK
+
+
+def test_an_apply_in_progress_blocks_a_second_one(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    conflicting_upstream(upstream)
+    assert apply(rebaser, series, upstream, "v2").code == ExitCode.NOT_APPLIED
+    again = apply(rebaser, series, upstream, "v1")
+    assert again.code == ExitCode.USAGE and "an apply is in progress" in again.err
+    assert "rebaser continue" in again.err
+
+
+def test_continue_without_a_fix_says_what_is_missing(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    conflicting_upstream(upstream)
+    report = tmp_path / "r.json"
+    apply(rebaser, series, upstream, "v2", "--json", report)
+    tree = worktree_of(report)
+    git(tree, "reset", "-q", "--hard", "HEAD")  # the user throws the conflict away
+    result = rebaser("continue", "--repo", upstream.path)
+    assert result.code == ExitCode.USAGE and "still not applied" in result.err
+
+
+def test_existing_branch_needs_force_and_is_backed_up(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    assert apply(rebaser, series, upstream, "v1").code == ExitCode.OK
+    again = apply(rebaser, series, upstream, "v1")
+    assert again.code == ExitCode.USAGE and "already exists" in again.err and "--force" in again.err
+    assert apply(rebaser, series, upstream, "v1", "--force").code == ExitCode.OK
+    assert git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/").count("replaced-") == 1
+
+
+def test_dirty_worktree_is_never_touched(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    report = tmp_path / "r.json"
+    assert apply(rebaser, series, upstream, "v1", "--json", report).code == ExitCode.OK
+    tree = worktree_of(report)
+    (tree / "pkg/calc.py").write_text("my local edit\n")
+    result = apply(rebaser, series, upstream, "v1", "--force")
+    assert result.code == ExitCode.USAGE and "uncommitted changes" in result.err
+    assert (tree / "pkg/calc.py").read_text() == "my local edit\n"
+
+
+def test_users_dirty_checkout_stays_as_it_was(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    (upstream.path / "pkg/calc.py").write_text("work in progress\n")
+    (upstream.path / "scratch.txt").write_text("untracked\n")
+    assert apply(rebaser, series, upstream, "v1").code == ExitCode.OK
+    assert (upstream.path / "pkg/calc.py").read_text() == "work in progress\n"
+    assert (upstream.path / "scratch.txt").read_text() == "untracked\n"
+    assert git(upstream.path, "rev-parse", "--abbrev-ref", "HEAD") == "main"
+
+
+def test_a_branch_checked_out_by_the_user_is_not_removed(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    report = tmp_path / "r.json"
+    assert apply(rebaser, series, upstream, "v1", "--json", report).code == ExitCode.OK
+    git(upstream.path, "worktree", "remove", str(worktree_of(report)))
+    git(upstream.path, "checkout", "-q", "forkkit/demo/v1")
+    result = apply(rebaser, series, upstream, "v1", "--force")
+    assert result.code == ExitCode.USAGE and "rebaser did not create" in result.err
+
+
+def test_unknown_base_suggests_close_names(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    result = apply(rebaser, series, upstream, "v11")
+    assert result.code == ExitCode.USAGE
+    assert "unknown base 'v11'" in result.err and "did you mean: v1" in result.err
+
+
+@pytest.mark.parametrize(
+    "series_text, message",
+    [
+        ("@name x\n@frobnicate 1\n0001-change-1.patch\n", "unknown series directive @frobnicate"),
+        ("@name x\n0009-missing.patch\n", "patch file 0009-missing.patch not found"),
+        ("0001-change-1.patch\n0001-change-1.patch\n", "listed twice"),
+        ("# nothing\n", "the series lists no patches"),
+        ("0001-change-1.patch -p1\n", "unexpected text in series line"),
+        ("0001-change-1.patch\n@name late\n", "@name after the first patch"),
+        ("not-a-patch.txt\n", "not a git-format patch"),
+    ],
+)
+def test_malformed_series_is_a_usage_error_with_a_location(rebaser, tmp_path, upstream, series_text, message):
+    series = two_patch_series(tmp_path, upstream)
+    (series.parent / "not-a-patch.txt").write_text("hello\n")
+    series.write_text(series_text)
+    result = apply(rebaser, series, upstream, "v1")
+    assert result.code == ExitCode.USAGE
+    assert message in result.err
+    assert "where:" in result.err
+
+
+def test_unknown_codemod_name_is_rejected_before_anything_happens(rebaser, tmp_path, upstream):
+    series = build_series(tmp_path / "p", upstream, "v1", [Change("x", {"pkg/calc.py": ADD_DOC}, codemod="no_such")])
+    result = apply(rebaser, series, upstream, "v1")
+    assert result.code == ExitCode.USAGE and "unknown codemod 'no_such'" in result.err
+    assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
+
+
+def test_a_patch_that_breaks_compilation_fails_verification(rebaser, tmp_path, upstream):
+    broken = edit(CALC, "def neg(a):", "def neg(a:")
+    series = build_series(tmp_path / "p", upstream, "v1", [Change("demo: typo", {"pkg/calc.py": broken})])
+    report = tmp_path / "r.json"
+    result = apply(rebaser, series, upstream, "v1", "--json", report)
+    assert result.code == ExitCode.VERIFY_FAILED
+    checks = {c["name"]: c for c in json.loads(report.read_text())["checks"]}
+    assert not checks["python compiles"]["ok"]
+    assert checks["python compiles"]["problems"][0].startswith("pkg/calc.py:20:")
+    # Fix it on the branch and continue: verification runs again.
+    tree = worktree_of(report)
+    (tree / "pkg/calc.py").write_text(CALC)
+    git(tree, "commit", "-qam", "fix the typo")
+    assert rebaser("continue", "--repo", upstream.path).code == ExitCode.OK
+
+
+def test_missing_promised_symbol_fails_verification(rebaser, tmp_path, upstream):
+    change = Change("demo: doc", {"pkg/calc.py": ADD_DOC},
+                    symbols=["pkg/calc.py::add(b)", "pkg/calc.py::add(c)", "pkg/calc.py::power", "pkg/calc.py::neg->abs"])  # fmt: skip
+    series = build_series(tmp_path / "p", upstream, "v1", [change])
+    report = tmp_path / "r.json"
+    assert apply(rebaser, series, upstream, "v1", "--json", report).code == ExitCode.VERIFY_FAILED
+    checks = {c["name"]: c for c in json.loads(report.read_text())["checks"]}
+    assert checks["promised symbols exist"]["problems"] == [
+        "pkg/calc.py::add(c): no parameter 'c'",
+        "pkg/calc.py::power: no 'power'",
+        "pkg/calc.py::neg->abs: does not call abs",
+    ]
+
+
+OVERLAY_TESTS = {
+    "pkg/extra.py": "def triple(x):\n    return 3 * x\n",
+    "tests/test_extra.py": """
+        from pkg.calc import mul
+        from pkg.extra import triple
+
+        def test_triple():
+            assert triple(2) == 6
+
+        def test_doubled_mul():
+            assert mul(2, 3) == 12
+
+        def test_skipped():
+            import pytest
+            pytest.skip("not here")
+    """,
+}
+
+
+def test_tests_run_in_the_patched_tree_with_counts(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream, overlay=OVERLAY_TESTS)
+    report = tmp_path / "r.json"
+    result = rebaser("apply", "--series", series, "--repo", upstream.path, "--base", "v1", "--json", report)
+    assert result.code == ExitCode.OK, result.out
+    (suite,) = json.loads(report.read_text())["suites"]
+    assert (suite["name"], suite["passed"], suite["failed"], suite["skipped"]) == ("overlay (cpu)", 2, 0, 1)
+    assert git(worktree_of(report), "status", "--porcelain") == ""  # no caches left in the tree
+
+
+def test_failing_tests_give_their_exit_code(rebaser, tmp_path, upstream):
+    overlay = dict(OVERLAY_TESTS, **{"tests/test_extra.py": "def test_fails():\n    assert 1 == 2\n"})
+    series = two_patch_series(tmp_path, upstream, overlay=overlay)
+    report = tmp_path / "r.json"
+    result = rebaser("apply", "--series", series, "--repo", upstream.path, "--base", "v1", "--json", report)
+    assert result.code == ExitCode.TESTS_FAILED
+    (suite,) = json.loads(report.read_text())["suites"]
+    assert suite["failed"] == 1 and "test_fails" in suite["failures"][0]
+    assert "tests failed" in result.out
+
+
+def test_overlay_clash_with_upstream_stops(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream, overlay={"pkg/calc.py": "clash\n"})
+    result = apply(rebaser, series, upstream, "v1")
+    assert result.code == ExitCode.NOT_APPLIED
+    assert "upstream now has files at overlay paths" in result.out
