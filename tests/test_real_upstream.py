@@ -1,0 +1,75 @@
+"""The real thing: megatron-core releases from PyPI, the real series, the real CPU suite."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import SERIES
+
+from rebaser.errors import ExitCode
+from rebaser.upstream import pypi_cache
+
+pytestmark = pytest.mark.network
+
+
+def test_pypi_releases_materialise_as_tagged_reproducible_commits(tmp_path, monkeypatch):
+    cache = pypi_cache("megatron-core")
+    releases = {version: cache.materialise(version) for version in ("0.19.1", "0.19.2")}
+    for version, release in releases.items():
+        assert cache.git.rev_parse(f"refs/tags/pypi/megatron-core/{version}") == release.sha
+        files = cache.git.out("ls-tree", "-r", "--name-only", release.sha).splitlines()
+        assert "megatron/core/transformer/experimental_attention_variant/dsa.py" in files
+        assert "megatron/training/arguments.py" in files
+        assert not [f for f in files if f.endswith(".so")]
+    assert releases["0.19.1"].sha != releases["0.19.2"].sha
+    assert cache.materialise("0.19.2") == releases["0.19.2"]  # reused from the tag
+    # Another cache, the same wheel: the same commit, byte for byte.
+    monkeypatch.setenv("DSA_FORKKIT_CACHE", str(tmp_path / "other-cache"))
+    assert pypi_cache("megatron-core").materialise("0.19.2").sha == releases["0.19.2"].sha
+
+
+def test_unknown_release_is_a_usage_error(rebaser):
+    result = rebaser("apply", "--upstream", "pypi:megatron-core==0.0.42", "--test", "none")
+    assert result.code == ExitCode.USAGE
+    assert "PyPI has no wheel megatron-core==0.0.42" in result.err
+
+
+@pytest.mark.parametrize("version", ["0.19.0", "0.19.1", "0.19.2"])
+def test_series_applies_cleanly_to_the_019_releases(rebaser, tmp_path, version):
+    report = tmp_path / "report.json"
+    result = rebaser("apply", "--upstream", f"pypi:megatron-core=={version}", "--test", "none", "--json", report)
+    assert result.code == ExitCode.OK, result.out + result.err
+    data = json.loads(report.read_text())
+    assert [step["status"] for step in data["steps"]] == ["laid", "clean", "clean", "clean", "clean"]
+    assert [check["name"] for check in data["checks"] if check["ok"]] == [
+        "everything committed", "no conflict markers", "python compiles", "git diff --check",
+        "promised symbols exist", "codemods are no-ops",
+    ]  # fmt: skip
+
+
+def test_embedded_default_applies_and_runs_the_cpu_suite(rebaser, tmp_path):
+    """What the README's first command does: the series' @base (PyPI 0.19.2) and CPU tests."""
+    report = tmp_path / "report.json"
+    result = rebaser("apply", "--series", SERIES, "--json", report)
+    assert result.code == ExitCode.OK, result.out + result.err
+    suites = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}
+    overlay = suites["overlay (cpu)"]
+    assert overlay["status"] == "passed" and overlay["failed"] == overlay["errors"] == 0
+    assert overlay["passed"] >= 130 and overlay["skipped"] == 0
+    assert suites["upstream"]["status"] == "not run"  # wheels ship no tests
+    assert "136 passed" in result.out or f"{overlay['passed']} passed" in result.out
+
+
+def test_older_design_stops_at_the_dispatch_patch_with_the_missing_anchor(rebaser, tmp_path):
+    """0.18.2 predates dsa_kernels: the config patches adapt, the dispatch codemod stops."""
+    report = tmp_path / "report.json"
+    result = rebaser("apply", "--upstream", "pypi:megatron-core==0.18.2", "--test", "none", "--json", report)
+    assert result.code == ExitCode.NOT_APPLIED
+    data = json.loads(report.read_text())
+    assert [step["status"] for step in data["steps"]][:3] == ["laid", "codemod", "offset"]
+    assert data["stop"]["patch"] == "0003-topk-dispatch.patch"
+    assert "codemod topk_dispatch" in data["stop"]["reason"]
+    assert "cannot find the `use_fused_kernels = ...` assignment in DSAttention.forward" in data["stop"]["reason"]
+    assert data["stop"]["hunks"], "each failing hunk is shown against upstream's text"
+    assert rebaser("abort").code == ExitCode.OK
