@@ -15,6 +15,7 @@ from rich.console import Console
 
 from rebaser import __version__, engine
 from rebaser.errors import ExitCode, RebaserError
+from rebaser.refresh import refresh
 from rebaser.report import render
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     abort = commands.add_parser("abort", help="drop a stopped apply (its work is kept in a ref)")
     abort.add_argument("--repo", type=Path, help="the repository of the apply (default: found)")
+
+    refresh = commands.add_parser(
+        "refresh", help="re-export the series and overlay from a resolved branch (stable output)"
+    )
+    refresh.add_argument("--series", type=Path, default=None,
+                         help="the series file to update (default: patches/series of this checkout)")  # fmt: skip
+    refresh.add_argument("--repo", type=Path, help="the repository or worktree holding the branch (default: .)")
+    refresh.add_argument("--branch", help="the branch made by `rebaser apply` (default: the checked-out one)")
+    refresh.add_argument("--check", action="store_true",
+                         help="write nothing; exit 4 if the series differs from the branch")  # fmt: skip
 
     status = commands.add_parser("status", help="show where an interrupted apply stands")
     status.add_argument("--repo", type=Path, help="the repository of the apply (default: found)")
@@ -119,7 +130,21 @@ def _dispatch(args: argparse.Namespace, out: Console, err: Console) -> int:
         return int(ExitCode.OK)
     if args.command == "status":
         return _status(args, out)
+    if args.command == "refresh":
+        return _refresh(args, out)
     raise AssertionError(args.command)
+
+
+def _refresh(args: argparse.Namespace, out: Console) -> int:
+    changes = refresh(
+        (args.series or default_series()).resolve(), args.repo, args.branch, write=not args.check
+    )
+    for change in changes:
+        out.print(f"  {change.status:9} {change.path}", style=None if change.status == "unchanged" else "bold")
+    changed = [c for c in changes if c.status != "unchanged"]
+    verb = "would change" if args.check else "changed"
+    out.print(f"refresh: {len(changed)} of {len(changes)} files {verb}")
+    return int(ExitCode.VERIFY_FAILED if args.check and changed else ExitCode.OK)
 
 
 def _status(args: argparse.Namespace, out: Console) -> int:
