@@ -13,7 +13,7 @@ from typing import Iterator, Optional, Sequence
 
 from rich.console import Console
 
-from rebaser import __version__, engine
+from rebaser import __version__, bisect, engine, matrix
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.refresh import refresh
 from rebaser.report import render
@@ -42,6 +42,27 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--force", action="store_true",
                        help="replace the branch of an earlier apply (kept under refs/forkkit/backups/)")  # fmt: skip
     apply.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
+
+    verify = commands.add_parser("verify", help="apply the series to several bases; one summary table")
+    verify.add_argument("--bases", nargs="+", required=True, metavar="BASE",
+                        help="pypi:megatron-core==X, or tags/shas/branches of --repo")  # fmt: skip
+    verify.add_argument("--series", type=Path, default=None, help="the series file")
+    verify.add_argument("--repo", type=Path, help="a Megatron-LM clone, for revision bases")
+    verify.add_argument("--test", choices=engine.TEST_MODES, default="cpu")
+    verify.add_argument("--keep", action="store_true", help="keep the throwaway branches")
+    verify.add_argument("--json", type=Path, metavar="FILE", help="write the matrix as JSON")
+    verify.add_argument("--markdown", type=Path, metavar="FILE", help="write a Markdown summary")
+
+    bisect_cmd = commands.add_parser("bisect", help="find the first upstream commit that breaks the series")
+    bisect_cmd.add_argument("--good", required=True, help="a revision (or release) where the series passes")
+    bisect_cmd.add_argument("--bad", required=True, help="a later revision (or release) where it fails")
+    bisect_cmd.add_argument("--series", type=Path, default=None, help="the series file")
+    bisect_cmd.add_argument("--repo", type=Path, help="a Megatron-LM clone")
+    bisect_cmd.add_argument("--upstream", metavar="pypi:megatron-core",
+                            help="bisect over PyPI releases (one commit each) instead of a clone")  # fmt: skip
+    bisect_cmd.add_argument("--test", choices=engine.TEST_MODES, default="none",
+                            help="also count failing tests as breaking (default: apply + verify only)")  # fmt: skip
+    bisect_cmd.add_argument("--json", type=Path, metavar="FILE", help="write the result as JSON")
 
     resume = commands.add_parser("continue", help="go on after fixing a stopped apply")
     resume.add_argument("--repo", type=Path, help="the repository of the apply (default: found)")
@@ -132,7 +153,41 @@ def _dispatch(args: argparse.Namespace, out: Console, err: Console) -> int:
         return _status(args, out)
     if args.command == "refresh":
         return _refresh(args, out)
+    if args.command == "bisect":
+        return _bisect(args, out, err)
+    if args.command == "verify":
+        with progress(err) as step:
+            results = matrix.verify_bases(
+                (args.series or default_series()).resolve(), args.bases, args.repo, args.test, step, keep=args.keep
+            )
+        matrix.write_outputs(results, args.json, args.markdown)
+        matrix.render_matrix(results, out)
+        return matrix.matrix_exit_code(results)
     raise AssertionError(args.command)
+
+
+def _bisect(args: argparse.Namespace, out: Console, err: Console) -> int:
+    with progress(err) as step:
+        found = bisect.bisect(
+            (args.series or default_series()).resolve(), repo=args.repo, upstream=args.upstream,
+            good=args.good, bad=args.bad, test=args.test, progress=step,
+        )  # fmt: skip
+    out.print(f"first bad commit: [bold]{found.culprit}[/bold] {found.subject}")
+    out.print(f"there: {found.report.outcome}")
+    if found.report.stop:
+        out.print(f"  {found.report.stop['patch']}: {found.report.stop['reason']}")
+        for line in found.report.stop.get("hunks", [])[:4]:
+            out.print("  " + line.replace("\n", "\n  "))
+    for check in found.report.checks:
+        if not check.ok:
+            out.print(f"  verify {check.name}: {'; '.join(check.problems[:3])}")
+    for suite in found.report.suites:
+        for failure in suite.failures[:5]:
+            out.print(f"  {suite.name}: {failure}")
+    if args.json:
+        args.json.write_text(json.dumps({"culprit": found.culprit, "subject": found.subject,
+                                         "report": found.report.to_json()}, indent=2) + "\n")  # fmt: skip
+    return int(ExitCode.OK)
 
 
 def _refresh(args: argparse.Namespace, out: Console) -> int:

@@ -27,7 +27,7 @@ from rebaser.state import ApplyState
 from rebaser.steps.patching import FAILED, IN_UPSTREAM, apply_patch
 from rebaser.steps.testrun import GPU_SUFFIX, SuiteResult, compare_with_base, run_pytest
 from rebaser.steps.verify import find_conflict_markers, verify
-from rebaser.upstream import PypiSpec, pypi_cache, resolve_target
+from rebaser.upstream import PypiSpec, Target, pypi_cache, resolve_target
 
 Progress = Callable[[str], None]
 OVERLAY_STEP = "overlay"
@@ -46,6 +46,7 @@ class ApplyOptions:
     json_report: Optional[Path] = None
     branch_prefix: str = "forkkit"
     python: str = sys.executable
+    ephemeral: bool = False  # a throwaway apply: no saved state, replaces its own branch
 
 
 def apply(options: ApplyOptions, progress: Progress) -> Report:
@@ -58,7 +59,12 @@ def apply(options: ApplyOptions, progress: Progress) -> Report:
     target = resolve_target(
         repo=options.repo, upstream=options.upstream, base=options.base, default_upstream=series.base
     )
-    if (existing := state_store.load(target.git)) is not None:
+    return apply_to(target, series, options, progress)
+
+
+def apply_to(target: Target, series: Series, options: ApplyOptions, progress: Progress) -> Report:
+    """Apply onto a resolved target (verify and bisect resolve their own bases)."""
+    if not options.ephemeral and (existing := state_store.load(target.git)) is not None:
         raise RebaserError(
             f"an apply is in progress in this repository (branch {existing.branch})",
             where=existing.worktree,
@@ -78,6 +84,7 @@ def apply(options: ApplyOptions, progress: Progress) -> Report:
         test=options.test,
         json_report=str(options.json_report) if options.json_report else None,
         python=options.python,
+        ephemeral=options.ephemeral,
     )
     state.save()
     return _drive(state, series, progress, "apply")

@@ -1,13 +1,13 @@
-"""A thin, explicit git runner over GitPython.
+"""A thin, explicit git runner (GitPython finds repositories).
 
-Every command runs with settings that keep results independent of the user's git
-configuration: no signing, no hooks, no colour, fixed diff options.
+Every command runs in a directory it names, with settings that keep results independent of
+the user's git configuration: no signing, no hooks, no colour, fixed diff options.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
@@ -33,6 +33,12 @@ _NEUTRAL_CONFIG = (
 )  # fmt: skip
 
 
+_LOCATION_VARIABLES = frozenset({
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX",
+    "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+})  # fmt: skip
+
+
 @dataclass(frozen=True)
 class GitResult:
     status: int
@@ -49,7 +55,6 @@ class Git:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self._runner = gitpython.Git(str(self.path))
 
     def run(
         self,
@@ -58,27 +63,28 @@ class Git:
         env: Optional[Mapping[str, str]] = None,
         stdin: Optional[bytes] = None,
     ) -> GitResult:
-        full_env = dict(os.environ)
+        # Repository-locating variables (set e.g. by `git bisect run` for its command) would
+        # redirect every command to that repository; each Git names its own directory.
+        full_env = {key: value for key, value in os.environ.items() if key not in _LOCATION_VARIABLES}
         full_env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
         if env:
             full_env.update(env)
         command = ["git", *_NEUTRAL_CONFIG, *args]
         try:
-            status, out, err = self._runner.execute(
-                command,
-                with_extended_output=True,
-                with_exceptions=False,
-                env=full_env,
-                istream=_as_stream(stdin),
-                strip_newline_in_stdout=False,
+            completed = subprocess.run(
+                command, cwd=self.path, env=full_env, input=stdin, capture_output=True
             )
-        except gitpython.exc.GitCommandNotFound as exc:
+        except FileNotFoundError as exc:
             raise RebaserError(
                 "git is not installed or not on PATH",
                 next_step="install git (2.30 or newer)",
                 code=ExitCode.ENVIRONMENT,
             ) from exc
-        result = GitResult(int(status), out, err)
+        result = GitResult(
+            completed.returncode,
+            completed.stdout.decode("utf-8", errors="replace"),
+            completed.stderr.decode("utf-8", errors="replace"),
+        )
         if check and not result.ok:
             raise RebaserError(
                 f"git {' '.join(args)} failed ({result.status}): {result.stderr.strip()}",
@@ -126,15 +132,6 @@ class Git:
             env=env, stdin=message.encode(),
         )  # fmt: skip
         return self.out("rev-parse", "HEAD")
-
-
-def _as_stream(data: Optional[bytes]):
-    if data is None:
-        return None
-    stream = tempfile.TemporaryFile()
-    stream.write(data)
-    stream.seek(0)
-    return stream
 
 
 def find_repo(path: Path) -> Optional[Git]:

@@ -42,12 +42,17 @@ class ApplyState:
     stopped: Optional[dict[str, Any]] = None  # why and where the apply stopped
     stopped_head: Optional[str] = None
     version: int = STATE_VERSION
+    # Throwaway applies (verify, bisect) keep their state in memory only, so they never
+    # disturb an apply the user has in progress in the same repository.
+    ephemeral: bool = False
 
     @property
     def repo_git(self) -> Git:
         return Git(self.repo)
 
     def save(self) -> None:
+        if self.ephemeral:
+            return
         path = state_path(self.repo_git)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -57,6 +62,8 @@ class ApplyState:
         _registry_file(self.repo).write_text(self.repo + "\n")
 
     def clear(self) -> None:
+        if self.ephemeral:
+            return
         state_path(self.repo_git).unlink(missing_ok=True)
         _registry_file(self.repo).unlink(missing_ok=True)
 

@@ -109,6 +109,18 @@ def remove(repo: Git, branch: str, *, reason: str) -> Optional[str]:
     return backup
 
 
+def discard(repo: Git, branch: str) -> None:
+    """Remove a throwaway branch (verify, bisect) and its worktree, whatever they hold."""
+    where = checked_out_at(repo, branch)
+    if where is not None:
+        if not _is_forkkit_worktree(where):
+            raise RebaserError(f"branch {branch} is checked out in {where}, which rebaser did not create")
+        repo.run("worktree", "remove", "--force", str(where))
+    if repo.ref_exists(f"refs/heads/{branch}"):
+        repo.run("branch", "--quiet", "-D", branch)
+    repo.run("worktree", "prune")
+
+
 def save_work_in_progress(workspace: Workspace) -> bool:
     """Commit everything uncommitted in the worktree (conflicts included) so nothing is lost."""
     git = workspace.git

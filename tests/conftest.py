@@ -11,6 +11,7 @@ import pytest
 from synthetic import CALC, SyntheticUpstream, git
 
 from rebaser.cli import main
+from rebaser.upstream import pypi_cache
 
 PROJECT = Path(__file__).resolve().parents[1]
 SERIES = PROJECT / "patches" / "series"
@@ -61,3 +62,19 @@ def upstream(tmp_path) -> SyntheticUpstream:
     repo = SyntheticUpstream(path)
     repo.commit({"pkg/calc.py": CALC, "pkg/__init__.py": ""}, "v1", tag="v1")
     return repo
+
+
+@pytest.fixture
+def release_clone(tmp_path):
+    """A non-bare clone of a PyPI release, as a user's Megatron-LM checkout would be."""
+
+    def _clone(version: str) -> SyntheticUpstream:
+        cache = pypi_cache("megatron-core")
+        cache.materialise(version)
+        path = tmp_path / f"megatron-{version}"
+        git(tmp_path, "init", "-q", "-b", "main", str(path))
+        git(path, "fetch", "-q", str(cache.repo_dir), f"refs/tags/{cache.tag(version)}:refs/tags/v{version}")
+        git(path, "checkout", "-q", "-B", "main", f"v{version}")
+        return SyntheticUpstream(path)
+
+    return _clone

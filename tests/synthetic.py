@@ -130,3 +130,14 @@ def build_series(
 def edit(text: str, old: str, new: str) -> str:
     assert old in text, old
     return text.replace(old, new, 1)
+
+
+def history(upstream: SyntheticUpstream, breaking_at: int, breaking_files: dict[str, str], count: int = 20) -> list[str]:
+    """`count` commits on main after v1; commit number `breaking_at` writes `breaking_files`."""
+    shas = []
+    for number in range(1, count + 1):
+        files = {"pkg/other.py": f"VERSION = {number}\n"}
+        if number == breaking_at:
+            files.update(breaking_files)
+        shas.append(upstream.commit(files, f"commit {number}"))
+    return shas

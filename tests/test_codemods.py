@@ -23,22 +23,6 @@ CONFIG = "megatron/core/transformer/transformer_config.py"
 DSA = "megatron/core/transformer/experimental_attention_variant/dsa.py"
 
 
-@pytest.fixture
-def release_clone(tmp_path):
-    """A non-bare clone of a PyPI release, as a user's Megatron-LM checkout would be."""
-
-    def _clone(version: str) -> SyntheticUpstream:
-        cache = pypi_cache("megatron-core")
-        cache.materialise(version)
-        path = tmp_path / f"megatron-{version}"
-        git(tmp_path, "init", "-q", "-b", "main", str(path))
-        git(path, "fetch", "-q", str(cache.repo_dir), f"refs/tags/{cache.tag(version)}:refs/tags/v{version}")
-        git(path, "checkout", "-q", "-B", "main", f"v{version}")
-        return SyntheticUpstream(path)
-
-    return _clone
-
-
 def sources(repo: SyntheticUpstream, rev: str = "HEAD") -> dict[str, str]:
     return {path: repo.read(path, rev) for path in (CONFIG, DSA)}
 

@@ -176,16 +176,19 @@ def _data(payload: bytes) -> bytes:
 
 
 def _download_error(requirement: str, stderr: str) -> RebaserError:
-    lines = [line for line in stderr.splitlines() if line.strip() and "WARNING" not in line]
-    detail = "\n".join(lines[-3:])
     if "No matching distribution" in stderr or "Could not find a version" in stderr:
+        found = re.search(r"\(from versions: ([^)]*)\)", stderr)
+        releases = [v.strip() for v in found.group(1).split(",")] if found else []
+        recent = [v for v in releases if re.fullmatch(r"[\d.]+(post\d+)?", v)][-8:]
         return RebaserError(
-            f"PyPI has no wheel {requirement} for Python {WHEEL_PYTHON_VERSION}: {detail}",
-            next_step="check the version (pip prints the ones it found above)",
+            f"PyPI has no wheel {requirement} for Python {WHEEL_PYTHON_VERSION}"
+            + (f"; recent releases: {', '.join(recent)}" if recent else ""),
+            next_step="check the version",
             code=ExitCode.USAGE,
         )
+    lines = [line for line in stderr.splitlines() if line.strip() and "WARNING" not in line]
     return RebaserError(
-        f"could not download {requirement} from PyPI: {detail}",
+        f"could not download {requirement} from PyPI: {' '.join(lines[-2:])[:400]}",
         next_step="check the network or pip's index settings, then run again",
         code=ExitCode.ENVIRONMENT,
     )
