@@ -1,0 +1,109 @@
+"""Benchmark (GPU): top-k selection for DSA shapes.
+
+For each shape: torch.topk, the overlay's torch backend per tie policy, FlashInfer's top_k
+per mode (raw) and through the overlay's wrapper. Prints milliseconds (median of CUDA-event
+timings), the ratio to torch.topk, and the ratio to the memory-bandwidth bound: the bytes of
+the score matrix read once over the device's measured copy bandwidth.
+
+Targets on an H200: torch backend with a tie policy within 1.5x of torch.topk; FlashInfer
+deterministic within 2x of the bandwidth bound.
+
+    python ci/bench_topk.py [--reps 20] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "megatron_overlay"))
+from megatron.core.transformer.experimental_attention_variant.dsa_topk import select_topk  # noqa: E402
+
+SHAPES = [(4096, 131072, 2048, torch.float32), (4096, 131072, 2048, torch.bfloat16), (16, 1 << 20, 2048, torch.float32)]
+
+
+def time_ms(fn: Callable[[], object], reps: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def copy_bandwidth(reps: int) -> float:
+    """Bytes per millisecond of a large device-to-device copy (read + write counted)."""
+    source = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_()
+    target = torch.empty_like(source)
+    ms = time_ms(lambda: target.copy_(source), reps)
+    return 2 * source.numel() / ms
+
+
+def scores_like(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
+    """ReLU-sum-like scores: about half exact 0.0 ties, the rest continuous."""
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    return torch.randn(rows, cols, device="cuda", generator=generator).relu_().to(dtype)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    try:
+        import flashinfer
+    except ImportError:
+        flashinfer = None
+    bandwidth = copy_bandwidth(args.reps)
+    device = torch.cuda.get_device_name()
+    print(f"device: {device}; measured copy bandwidth {bandwidth / 1e9:.2f} TB/s; torch {torch.__version__}; "
+          f"flashinfer {getattr(flashinfer, '__version__', 'not installed')}")  # fmt: skip
+    rows_out = []
+    for rows, cols, k, dtype in SHAPES:
+        scores = scores_like(rows, cols, dtype)
+        bound_ms = scores.numel() * scores.element_size() / bandwidth
+        methods: dict[str, Callable[[], object]] = {
+            "torch.topk": lambda: torch.topk(scores, k, dim=-1, sorted=False),
+            "torch backend, tie 1": lambda: select_topk(scores, k, backend="torch", tie_break=1),
+            "torch backend, tie 2": lambda: select_topk(scores, k, backend="torch", tie_break=2),
+        }
+        if flashinfer is not None:
+            for label, det, tie in (("default", False, 0), ("deterministic", True, 0),
+                                    ("det, tie 1", True, 1), ("det, tie 2", True, 2)):  # fmt: skip
+                methods[f"flashinfer {label}"] = (
+                    lambda det=det, tie=tie: flashinfer.top_k(
+                        scores, k, sorted=False, deterministic=det, tie_break=tie, dsa_graph_safe=True
+                    )
+                )
+            methods["flashinfer via select_topk, det, tie 1"] = lambda: select_topk(
+                scores, k, backend="flashinfer", deterministic=True, tie_break=1
+            )
+        reference = None
+        for name, fn in methods.items():
+            ms = time_ms(fn, args.reps)
+            reference = reference or ms
+            row = dict(shape=f"{rows}x{cols} {str(dtype).removeprefix('torch.')} k={k}", method=name,
+                       ms=round(ms, 3), vs_topk=round(ms / reference, 2), vs_bound=round(ms / bound_ms, 2))  # fmt: skip
+            rows_out.append(row)
+            print(f"{row['shape']:28} {name:40} {ms:9.3f} ms  {row['vs_topk']:5.2f}x topk  "
+                  f"{row['vs_bound']:6.2f}x bound ({bound_ms:.3f} ms)", flush=True)  # fmt: skip
+        del scores
+        torch.cuda.empty_cache()
+    if args.json:
+        args.json.write_text(json.dumps(dict(device=device, bandwidth_tb_s=bandwidth / 1e9, rows=rows_out), indent=2))
+
+
+if __name__ == "__main__":
+    main()
