@@ -25,7 +25,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "megatron_overlay"))
 from megatron.core.transformer.experimental_attention_variant.dsa_topk import select_topk  # noqa: E402
 
-SHAPES = [(4096, 131072, 2048, torch.float32), (4096, 131072, 2048, torch.bfloat16), (16, 1 << 20, 2048, torch.float32)]
+# rows, keys, k, dtype, scores: "relu" (half exact 0.0, a unique k-th score: the usual case)
+# or "plateau" (small integers: ties at the k-th score in every row, the torch backend's worst case)
+SHAPES = [
+    (4096, 131072, 2048, torch.float32, "relu"),
+    (4096, 131072, 2048, torch.bfloat16, "relu"),
+    (16, 1 << 20, 2048, torch.float32, "relu"),
+    (4096, 131072, 2048, torch.float32, "plateau"),
+]
 
 
 def time_ms(fn: Callable[[], object], reps: int, warmup: int = 3) -> float:
@@ -51,9 +58,11 @@ def copy_bandwidth(reps: int) -> float:
     return 2 * source.numel() / ms
 
 
-def scores_like(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
-    """ReLU-sum-like scores: about half exact 0.0 ties, the rest continuous."""
+def scores_like(rows: int, cols: int, dtype: torch.dtype, kind: str) -> torch.Tensor:
     generator = torch.Generator(device="cuda").manual_seed(0)
+    if kind == "plateau":
+        scores = torch.randint(-64, 64, (rows, cols), device="cuda", generator=generator).float()
+        return scores.clamp_min_(0.0).to(dtype)
     return torch.randn(rows, cols, device="cuda", generator=generator).relu_().to(dtype)
 
 
@@ -71,8 +80,8 @@ def main() -> None:
     print(f"device: {device}; measured copy bandwidth {bandwidth / 1e9:.2f} TB/s; torch {torch.__version__}; "
           f"flashinfer {getattr(flashinfer, '__version__', 'not installed')}")  # fmt: skip
     rows_out = []
-    for rows, cols, k, dtype in SHAPES:
-        scores = scores_like(rows, cols, dtype)
+    for rows, cols, k, dtype, kind in SHAPES:
+        scores = scores_like(rows, cols, dtype, kind)
         bound_ms = scores.numel() * scores.element_size() / bandwidth
         methods: dict[str, Callable[[], object]] = {
             "torch.topk": lambda: torch.topk(scores, k, dim=-1, sorted=False),
@@ -94,10 +103,10 @@ def main() -> None:
         for name, fn in methods.items():
             ms = time_ms(fn, args.reps)
             reference = reference or ms
-            row = dict(shape=f"{rows}x{cols} {str(dtype).removeprefix('torch.')} k={k}", method=name,
+            row = dict(shape=f"{rows}x{cols} {str(dtype).removeprefix('torch.')} {kind} k={k}", method=name,
                        ms=round(ms, 3), vs_topk=round(ms / reference, 2), vs_bound=round(ms / bound_ms, 2))  # fmt: skip
             rows_out.append(row)
-            print(f"{row['shape']:28} {name:40} {ms:9.3f} ms  {row['vs_topk']:5.2f}x topk  "
+            print(f"{row['shape']:36} {name:40} {ms:9.3f} ms  {row['vs_topk']:5.2f}x topk  "
                   f"{row['vs_bound']:6.2f}x bound ({bound_ms:.3f} ms)", flush=True)  # fmt: skip
         del scores
         torch.cuda.empty_cache()

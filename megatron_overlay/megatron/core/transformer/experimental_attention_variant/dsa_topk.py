@@ -16,8 +16,10 @@ policy decides the selected set. This module makes the selection explicit:
     columns; 2 ("large") the largest; 0 leaves it to the backend. Scores compare by their
     bit patterns, as FlashInfer does: ``-0.0`` ranks below ``+0.0``.
 * ``torch`` backend: exact for every policy on CPU and GPU (policy 0 behaves as 1), and
-  deterministic by construction. One ``topk`` over order-preserving integer keys finds the
-  k-th value; the remaining slots are filled with ties in column order. No full sort.
+  deterministic by construction. A float ``topk`` of width k+1 settles every row without a
+  tie at the k-th score; rows with boundary ties take one ``topk`` over order-preserving
+  integer keys to find the k-th value and fill the remaining slots with ties in column
+  order. No full sort of a row.
 * ``flashinfer`` backend: ``flashinfer.top_k(..., sorted=False, deterministic=...,
   tie_break=..., dsa_graph_safe=True)`` on CUDA, with the keywords detected at run time.
 
@@ -211,14 +213,13 @@ def warn_dense_indexer_loss_once() -> None:
 def _finalize(rows: torch.Tensor, indices: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """Gather values, mark -inf slots -1, order by column with the -1 padding last."""
     n = rows.size(-1)
-    indices = indices.to(torch.int64)
-    values = rows.gather(-1, indices)
-    masked = values == float("-inf")
-    order_key = torch.where(masked, torch.full_like(indices, n), indices)
+    values = rows.gather(-1, indices.long())
+    column = indices.to(torch.int32)
+    order_key = torch.where(values == float("-inf"), torch.full_like(column, n), column)
     order_key, order = order_key.sort(dim=-1)
     values = values.gather(-1, order)
     indices = torch.where(order_key == n, torch.full_like(order_key, -1), order_key)
-    return values, indices.to(torch.int32)
+    return values, indices
 
 
 def _order_key(rows: torch.Tensor) -> torch.Tensor:
@@ -236,17 +237,41 @@ def _order_key(rows: torch.Tensor) -> torch.Tensor:
 
 
 def _torch_select(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.Tensor:
-    """Exact tie-policy top-k, a chunk of rows at a time to bound the temporaries."""
+    """Exact tie-policy top-k.
+
+    One float topk of width k+1 settles every row whose k-th score is strictly above the
+    next one and is not a signed zero (where float comparison and bit order disagree): its
+    top k+1 minus the smallest is the answer under every policy. Rows whose k-th score is
+    -inf are settled too (the rest of the row is padding). Only rows with ties at the
+    boundary take the exact integer-key path.
+    """
+    rows_count, n = rows.shape
+    if width == n:
+        return torch.arange(n, device=rows.device).expand(rows_count, n)
+    values, indices = rows.topk(width + 1, dim=-1, sorted=False)
+    lowest = values.topk(2, dim=-1, largest=False, sorted=True)
+    below, kth = lowest.values[:, 0], lowest.values[:, 1]
+    settled = ((kth > below) & (kth != 0)) | torch.isneginf(kth)
+    slot = torch.arange(width, device=rows.device)
+    chosen = indices.gather(-1, slot + (slot >= lowest.indices[:, :1]))  # drop the (k+1)-th
+    unsettled = (~settled).nonzero().squeeze(1)
+    if unsettled.numel():
+        chosen[unsettled] = _exact_select(rows.index_select(0, unsettled), width, prefer_large)
+    return chosen
+
+
+def _exact_select(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.Tensor:
+    """The integer-key path, a chunk of rows at a time to bound the temporaries."""
     chunk = max(1, _CHUNK_ELEMENTS // rows.size(-1))
     return torch.cat(
         [
-            _torch_select_chunk(rows[start : start + chunk], width, prefer_large)
+            _exact_select_chunk(rows[start : start + chunk], width, prefer_large)
             for start in range(0, rows.size(0), chunk)
         ]
     )
 
 
-def _torch_select_chunk(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.Tensor:
+def _exact_select_chunk(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.Tensor:
     """k-th value threshold: take every key strictly above it, fill the rest with its ties."""
     n = rows.size(-1)
     key = _order_key(rows)

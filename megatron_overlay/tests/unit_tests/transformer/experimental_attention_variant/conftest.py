@@ -107,18 +107,11 @@ def make_config():
 
 
 @pytest.fixture
-def cpu_rotary(monkeypatch):
-    """DSAIndexer builds its RotaryEmbedding on torch.cuda.current_device(); use the CPU."""
+def build_attention(monkeypatch):
+    """DSAttention (with a real DSAIndexer) built from a config, on the CPU or on CUDA."""
     from megatron.core.models.common.embeddings import rotary_pos_embedding
 
-    monkeypatch.setattr(rotary_pos_embedding.torch.cuda, "current_device", lambda: torch.device("cpu"))
-
-
-@pytest.fixture
-def build_attention(cpu_rotary):
-    """DSAttention (with a real DSAIndexer) built from a config, runnable on the CPU."""
-
-    def _build(config, layer_number=1, module=dsa, seed=1234):
+    def _build(config, layer_number=1, module=dsa, seed=1234, device="cpu"):
         torch.manual_seed(seed)
         linear = ModuleSpec(module=DuplicatedLinear)
         indexer = ModuleSpec(
@@ -130,7 +123,12 @@ def build_attention(cpu_rotary):
                 linear_weights_proj=linear,
             ),
         )
-        return module.DSAttention(
+        if device == "cpu":
+            # RotaryEmbedding asks torch.cuda.current_device() (building and running): the CPU.
+            monkeypatch.setattr(
+                rotary_pos_embedding.torch.cuda, "current_device", lambda: torch.device("cpu")
+            )
+        attention = module.DSAttention(
             config=config,
             submodules=module.DSAttentionSubmodules(indexer=indexer),
             layer_number=layer_number,
@@ -138,6 +136,7 @@ def build_attention(cpu_rotary):
             attention_type="self",
             pg_collection=SimpleNamespace(tp=SingleRankGroup(), cp=SingleRankGroup()),
         )
+        return attention.to(device)
 
     return _build
 

@@ -49,6 +49,19 @@ def test_torch_backend_matches_brute_force(tie_break, dtype, k, reference_topk):
     assert torch.equal(values, expected_values)
 
 
+@pytest.mark.parametrize("tie_break", [1, 2])
+def test_rows_with_and_without_boundary_ties_mixed(tie_break, reference_topk):
+    """Continuous rows settle from one float topk; tie rows take the exact path; both exact."""
+    generator = torch.Generator().manual_seed(tie_break)
+    scores = torch.rand(12, 500, generator=generator)
+    scores[::3] = scores[::3].mul(4).floor()  # plateaus at the boundary
+    scores[1::3] = scores[1::3].sub(0.5).relu()  # a 0.0 plateau below the k-th score
+    scores[2, :300] = -0.0
+    scores[5, 250:] = NEG_INF
+    _, indices = select_topk(scores, 200, backend="torch", tie_break=tie_break)
+    torch.testing.assert_close(indices, reference_topk(scores, 200, tie_break), rtol=0, atol=0)
+
+
 def test_ties_at_the_kth_value_follow_the_policy():
     scores = torch.tensor([[5.0, 1.0, 1.0, 3.0, 1.0, 1.0, 0.0]])
     _, small = select_topk(scores, 4, backend="torch", tie_break=1)
