@@ -242,8 +242,9 @@ def _torch_select(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.T
     One float topk of width k+1 settles every row whose k-th score is strictly above the
     next one and is not a signed zero (where float comparison and bit order disagree): its
     top k+1 minus the smallest is the answer under every policy. Rows whose k-th score is
-    -inf are settled too (the rest of the row is padding). Only rows with ties at the
-    boundary take the exact integer-key path.
+    -inf are settled too (the rest of the row is padding). Rows with ties at the boundary
+    are completed on CUDA by one pass that collects the policy's ties (Triton), elsewhere by
+    the exact integer-key path.
     """
     rows_count, n = rows.shape
     if width == n:
@@ -255,9 +256,111 @@ def _torch_select(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.T
     slot = torch.arange(width, device=rows.device)
     chosen = indices.gather(-1, slot + (slot >= lowest.indices[:, :1]))  # drop the (k+1)-th
     unsettled = (~settled).nonzero().squeeze(1)
-    if unsettled.numel():
+    if unsettled.numel() == 0:
+        return chosen
+    if rows.is_cuda and _tie_fill_kernel() is not None:
+        chosen[unsettled] = _fill_boundary_ties(
+            rows, unsettled, values[unsettled], indices[unsettled], kth[unsettled], width, prefer_large
+        )
+    else:
         chosen[unsettled] = _exact_select(rows.index_select(0, unsettled), width, prefer_large)
     return chosen
+
+
+def _fill_boundary_ties(
+    rows: torch.Tensor,
+    row_ids: torch.Tensor,
+    values: torch.Tensor,
+    indices: torch.Tensor,
+    kth: torch.Tensor,
+    width: int,
+    prefer_large: bool,
+) -> torch.Tensor:
+    """Rows with ties at the k-th score: everything above it, then the policy's ties.
+
+    Ties are scores with the k-th score's bit pattern. At a zero boundary +0.0 ranks above
+    -0.0, so the +0.0 ties come first and -0.0 ties fill what is left.
+    """
+    n = rows.size(-1)
+    bits = rows.view(_BITS_DTYPE[rows.dtype])
+    zero = kth == 0
+    boundary = torch.where(zero, torch.zeros_like(kth), kth)  # +0.0 first at a zero boundary
+    greater = values > boundary.unsqueeze(-1)
+    slots = width - greater.sum(dim=-1)
+    ties = _tie_fill(bits, row_ids, boundary.view(bits.dtype), slots, width, prefer_large)
+    taken = (ties < n).sum(dim=-1)
+    negative_zero = torch.tensor(-0.0, dtype=rows.dtype, device=rows.device).view(bits.dtype)
+    more = torch.where(zero, slots - taken, torch.zeros_like(slots))
+    negative_ties = _tie_fill(bits, row_ids, negative_zero.expand_as(taken), more, width, prefer_large)
+    candidates = torch.cat([torch.where(greater, indices, torch.full_like(indices, n)), ties, negative_ties], dim=-1)
+    # Exactly `width` entries are real columns; sorting puts them first.
+    return candidates.sort(dim=-1).values[:, :width]
+
+
+def _tie_fill(
+    bits: torch.Tensor,
+    row_ids: torch.Tensor,
+    target: torch.Tensor,
+    need: torch.Tensor,
+    width: int,
+    prefer_large: bool,
+) -> torch.Tensor:
+    """For each row, the columns of its first `need` entries equal to `target` (bitwise), in
+    column order (from the end with prefer_large); unused slots hold n."""
+    n = bits.size(-1)
+    out = torch.full((row_ids.numel(), width), n, dtype=torch.int64, device=bits.device)
+    _tie_fill_kernel()[(row_ids.numel(),)](
+        bits, bits.stride(0), n, row_ids, target.contiguous(), need.to(torch.int32).contiguous(),
+        out, width, BLOCK=1024, FROM_END=prefer_large,
+    )  # fmt: skip
+    return out
+
+
+_BITS_DTYPE = {
+    torch.float32: torch.int32,
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+    torch.float64: torch.int64,
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _tie_fill_kernel():
+    """The Triton kernel behind _tie_fill, or None without Triton (then the torch path runs)."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def tie_fill(bits_ptr, row_stride, n, rows_ptr, target_ptr, need_ptr, out_ptr, out_stride,
+                 BLOCK: tl.constexpr, FROM_END: tl.constexpr):  # fmt: skip
+        # One program per row: walk the row a block at a time, numbering the matches with a
+        # running count, until `need` of them are stored.
+        pid = tl.program_id(0)
+        row = tl.load(rows_ptr + pid).to(tl.int64)
+        target = tl.load(target_ptr + pid)
+        need = tl.load(need_ptr + pid)
+        offsets = tl.arange(0, BLOCK).to(tl.int64)
+        out_row = out_ptr + pid.to(tl.int64) * out_stride
+        found = need * 0
+        start = need.to(tl.int64) * 0
+        while (found < need) & (start < n):
+            step = start + offsets
+            if FROM_END:
+                columns = n - 1 - step
+            else:
+                columns = step
+            inside = step < n
+            loaded = tl.load(bits_ptr + row * row_stride + columns, mask=inside, other=0)
+            match = (loaded == target) & inside
+            rank = found + tl.cumsum(match.to(tl.int32), axis=0)
+            tl.store(out_row + rank - 1, columns, mask=match & (rank <= need))
+            found += tl.sum(match.to(tl.int32), axis=0)
+            start += BLOCK
+
+    return tie_fill
 
 
 def _exact_select(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.Tensor:

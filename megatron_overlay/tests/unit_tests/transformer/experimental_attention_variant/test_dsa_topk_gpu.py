@@ -25,6 +25,20 @@ def tie_heavy(rows, cols, dtype, seed=0, masked=0.2):
     return scores.to(dtype)
 
 
+@pytest.mark.parametrize("tie_break", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_tie_path_matches_cpu_on_signed_zero_plateaus(tie_break, dtype):
+    """Rows of mostly +0.0/-0.0 with a few positives: the CUDA boundary-tie kernel vs the CPU."""
+    generator = torch.Generator(device="cuda").manual_seed(3)
+    scores = torch.randint(0, 2, (64, 65536), generator=generator, device="cuda").float()
+    scores = scores * torch.rand(64, 65536, generator=generator, device="cuda").lt(0.01)
+    signs = torch.rand(64, 65536, generator=generator, device="cuda") < 0.5
+    scores = torch.where((scores == 0) & signs, torch.full_like(scores, -0.0), scores).to(dtype)
+    on_gpu = select_topk(scores, 2048, backend="torch", tie_break=tie_break)[1]
+    on_cpu = select_topk(scores.cpu(), 2048, backend="torch", tie_break=tie_break)[1]
+    assert torch.equal(on_gpu.cpu(), on_cpu)
+
+
 @pytest.fixture(scope="module")
 def flashinfer():
     module = pytest.importorskip("flashinfer", reason="flashinfer-python is not installed")

@@ -3,8 +3,12 @@
 """The select_topk contract on the CPU: exact tie policies against a brute-force reference
 on tie-heavy inputs, the int32 / -1 padding contract, determinism, and clear errors."""
 
+import json
+import os
+import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -130,6 +134,42 @@ def test_no_full_sort_of_the_row(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "argsort", lambda *a, **kw: pytest.fail("argsort used"))
     select_topk(tie_heavy_rows(4, n, seed=1).float(), k, backend="torch", tie_break=1)
     assert widths and max(widths) <= 2 * k
+
+
+TIE_FILL_ON_CPU = """
+import json, sys, torch
+from megatron.core.transformer.experimental_attention_variant import dsa_topk
+scores = torch.load(sys.argv[1])
+width, prefer_large = int(sys.argv[2]), sys.argv[3] == "large"
+values, indices = scores.topk(width + 1, dim=-1, sorted=False)
+kth = values.topk(2, dim=-1, largest=False, sorted=True).values[:, 1]
+rows = torch.arange(scores.size(0))
+chosen = dsa_topk._fill_boundary_ties(scores, rows, values, indices, kth, width, prefer_large)
+print(json.dumps(dsa_topk._finalize(scores, chosen)[1].tolist()))
+"""
+
+
+@pytest.mark.parametrize("tie_break", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_tie_fill_kernel_logic_is_exact(tmp_path, tie_break, dtype, reference_topk):
+    """The boundary-tie path CUDA takes (a Triton kernel), run on the CPU by Triton's
+    interpreter, which must be switched on before Triton is imported: a fresh process."""
+    pytest.importorskip("triton")
+    generator = torch.Generator().manual_seed(tie_break)
+    scores = torch.randint(-2, 3, (8, 70), generator=generator).float().clamp_min(0.0)
+    scores[torch.rand(8, 70, generator=generator) < 0.3] = -0.0  # signed zeros at the boundary
+    scores[1, :50] = NEG_INF
+    scores[2] = torch.where(torch.rand(70, generator=generator) < 0.5, -0.0, 0.0)
+    scores = scores.to(dtype)
+    torch.save(scores, tmp_path / "scores.pt")
+    tree = str(Path(dsa_topk.__file__).resolve().parents[4])
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]))
+    policy = "large" if tie_break == 2 else "small"
+    result = subprocess.run([sys.executable, "-c", TIE_FILL_ON_CPU, str(tmp_path / "scores.pt"), "30", policy],
+                            capture_output=True, text=True, env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    expected = reference_topk(scores, 30, tie_break)
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == expected.tolist()
 
 
 def test_preselected_indices_pass_through_as_int32():
