@@ -61,7 +61,8 @@ def run_pytest(
         command = [
             python, "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider",
             f"--junitxml={junit}", "-o", "junit_family=xunit2", "-q", "-rfE",
-            "--rootdir", str(tree), *extra_args, *paths,
+            # Upstream's addopts may say -x; every test must run for counts and regressions.
+            "--maxfail=0", "--rootdir", str(tree), *extra_args, *paths,
         ]  # fmt: skip
         started = time.monotonic()
         try:
@@ -87,7 +88,16 @@ def run_pytest(
 
 
 def compare_with_base(patched: SuiteResult, base: SuiteResult) -> SuiteResult:
-    """Judge upstream tests by regressions: passed on the base, not passed after the series."""
+    """Judge upstream tests by regressions: passed on the base, not passed after the series.
+
+    Without results from both runs nothing can be told apart, and that is a failure.
+    """
+    if not patched.outcomes or not base.outcomes:
+        broken = patched if not patched.outcomes else base
+        patched.status = "failed"
+        patched.note = f"{'patched' if broken is patched else 'base'} run gave no results: {broken.note}"
+        patched.failures = patched.failures or base.failures
+        return patched
     regressions = [
         test
         for test, outcome in base.outcomes.items()
@@ -95,11 +105,7 @@ def compare_with_base(patched: SuiteResult, base: SuiteResult) -> SuiteResult:
     ]
     patched.failures = [f"regression: {test} ({patched.outcomes.get(test, 'missing')})" for test in regressions]
     patched.status = "failed" if regressions else "passed"
-    patched.note = (
-        f"base: {base.counts}; {len(regressions)} regressions"
-        if base.outcomes
-        else f"base run: {base.note or base.counts}"
-    )
+    patched.note = f"base: {base.counts}; {len(regressions)} regressions"
     return patched
 
 

@@ -54,12 +54,16 @@ def chosen_indices(seed=1):
 
 
 def fused_loss(inputs, topk_indices, sparse_loss=True):
-    """FusedDSAIndexerLoss with the externally selected indices as its last input."""
-    return dsa.FusedDSAIndexerLoss.apply(
-        inputs["q"], inputs["weights"], inputs["k"], inputs["query"], inputs["key"],
-        SCALE, TOPK, COEFF, inputs["mask"], sparse_loss, single_rank(),
-        None, None, None, None, False, True, topk_indices,
+    """FusedDSAIndexerLoss with the externally selected indices, inputs placed by name (as
+    upstream maps them), so inputs added upstream keep their defaults."""
+    given = dict(
+        q=inputs["q"], weights=inputs["weights"], k=inputs["k"], query=inputs["query"],
+        key=inputs["key"], softmax_scale=SCALE, topk=TOPK, loss_coeff=COEFF, mask=inputs["mask"],
+        sparse_loss=sparse_loss, pg_collection=single_rank(), topk_indices=topk_indices,
     )  # fmt: skip
+    defaults = inspect.signature(dsa.FusedDSAIndexerLoss.forward).parameters
+    args = [given.get(name, defaults[name].default) for name in dsa._FUSED_DSA_INDEXER_LOSS_INPUT_NAMES]
+    return dsa.FusedDSAIndexerLoss.apply(*args)
 
 
 def dense_reference_loss(inputs, topk_indices, sparse_loss=True):
