@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rebaser import engine, matrix
+from rebaser import matrix
 from rebaser.upstream import PypiSpec, resolve_pypi
 
 SERIES = Path(__file__).resolve().parents[1] / "patches" / "series"
@@ -37,8 +37,10 @@ def main() -> None:
             statuses = ", ".join(step.status for step in report.steps)
             print(f"run {run}: {seconds[-1]:.2f} s  exit {report.exit_code}  [{statuses}]")
             assert report.exit_code == 0, report.outcome
-    print(f"apply + verify, megatron-core {args.version}, {os.cpu_count()} cores: "
-          f"median {statistics.median(seconds):.2f} s, min {min(seconds):.2f} s (target < 10 s)")  # fmt: skip
+    print(
+        f"apply + verify, megatron-core {args.version}, {os.cpu_count()} cores: "
+        f"median {statistics.median(seconds):.2f} s, min {min(seconds):.2f} s (target < 10 s)"
+    )
 
 
 if __name__ == "__main__":

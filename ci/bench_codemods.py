@@ -46,9 +46,13 @@ def main() -> None:
         result = transform_sources(names, sources)
         seconds.append(time.perf_counter() - started)
         changed = sum(result[p] != sources[p] for p in paths)
-        print(f"run {run}: {seconds[-1]:.2f} s, {len(names)} codemods, {changed}/{len(paths)} files changed")
-    print(f"codemod pass, megatron-core {args.version}, {os.cpu_count()} cores: "
-          f"median {statistics.median(seconds):.2f} s (target < 15 s)")  # fmt: skip
+        print(
+            f"run {run}: {seconds[-1]:.2f} s, {len(names)} codemods, {changed}/{len(paths)} files changed"
+        )
+    print(
+        f"codemod pass, megatron-core {args.version}, {os.cpu_count()} cores: "
+        f"median {statistics.median(seconds):.2f} s (target < 15 s)"
+    )
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "megatron_overlay"))
-from megatron.core.transformer.experimental_attention_variant.dsa_topk import select_topk  # noqa: E402
+from megatron.core.transformer.experimental_attention_variant.dsa_topk import (
+    select_topk,
+)  # noqa: E402
 
 # rows, keys, k, dtype, scores: "relu" (half exact 0.0, a unique k-th score: the usual case)
 # or "plateau" (small integers: ties at the k-th score in every row, the torch backend's worst case)
@@ -66,6 +68,52 @@ def scores_like(rows: int, cols: int, dtype: torch.dtype, kind: str) -> torch.Te
     return torch.randn(rows, cols, device="cuda", generator=generator).relu_().to(dtype)
 
 
+def bench_shape(
+    rows, cols, k, dtype, kind, *, flashinfer, bandwidth: float, reps: int
+) -> list[dict]:
+    """Time every method on one score matrix; print a line per method."""
+    scores = scores_like(rows, cols, dtype, kind)
+    bound_ms = scores.numel() * scores.element_size() / bandwidth
+    methods: dict[str, Callable[[], object]] = {
+        "torch.topk": lambda: torch.topk(scores, k, dim=-1, sorted=False),
+        "torch backend, tie 1": lambda: select_topk(scores, k, backend="torch", tie_break=1),
+        "torch backend, tie 2": lambda: select_topk(scores, k, backend="torch", tie_break=2),
+    }
+    if flashinfer is not None:
+        for label, det, tie in (
+            ("default", False, 0),
+            ("deterministic", True, 0),
+            ("det, tie 1", True, 1),
+            ("det, tie 2", True, 2),
+        ):
+            methods[f"flashinfer {label}"] = lambda det=det, tie=tie: flashinfer.top_k(
+                scores, k, sorted=False, deterministic=det, tie_break=tie, dsa_graph_safe=True
+            )
+        methods["flashinfer via select_topk, det, tie 1"] = lambda: select_topk(
+            scores, k, backend="flashinfer", deterministic=True, tie_break=1
+        )
+    label = f"{rows}x{cols} {str(dtype).removeprefix('torch.')} {kind} k={k}"
+    results, reference = [], None
+    for name, fn in methods.items():
+        ms = time_ms(fn, reps)
+        reference = reference or ms
+        results.append(
+            dict(
+                shape=label,
+                method=name,
+                ms=round(ms, 3),
+                vs_topk=round(ms / reference, 2),
+                vs_bound=round(ms / bound_ms, 2),
+            )
+        )
+        print(
+            f"{label:36} {name:40} {ms:9.3f} ms  {ms / reference:5.2f}x topk  "
+            f"{ms / bound_ms:6.2f}x bound ({bound_ms:.3f} ms)",
+            flush=True,
+        )
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=20)
@@ -77,41 +125,18 @@ def main() -> None:
         flashinfer = None
     bandwidth = copy_bandwidth(args.reps)
     device = torch.cuda.get_device_name()
-    print(f"device: {device}; measured copy bandwidth {bandwidth / 1e9:.2f} TB/s; torch {torch.__version__}; "
-          f"flashinfer {getattr(flashinfer, '__version__', 'not installed')}")  # fmt: skip
+    print(
+        f"device: {device}; measured copy bandwidth {bandwidth / 1e9:.2f} TB/s; torch {torch.__version__}; "
+        f"flashinfer {getattr(flashinfer, '__version__', 'not installed')}"
+    )
     rows_out = []
-    for rows, cols, k, dtype, kind in SHAPES:
-        scores = scores_like(rows, cols, dtype, kind)
-        bound_ms = scores.numel() * scores.element_size() / bandwidth
-        methods: dict[str, Callable[[], object]] = {
-            "torch.topk": lambda: torch.topk(scores, k, dim=-1, sorted=False),
-            "torch backend, tie 1": lambda: select_topk(scores, k, backend="torch", tie_break=1),
-            "torch backend, tie 2": lambda: select_topk(scores, k, backend="torch", tie_break=2),
-        }
-        if flashinfer is not None:
-            for label, det, tie in (("default", False, 0), ("deterministic", True, 0),
-                                    ("det, tie 1", True, 1), ("det, tie 2", True, 2)):  # fmt: skip
-                methods[f"flashinfer {label}"] = (
-                    lambda det=det, tie=tie: flashinfer.top_k(
-                        scores, k, sorted=False, deterministic=det, tie_break=tie, dsa_graph_safe=True
-                    )
-                )
-            methods["flashinfer via select_topk, det, tie 1"] = lambda: select_topk(
-                scores, k, backend="flashinfer", deterministic=True, tie_break=1
-            )
-        reference = None
-        for name, fn in methods.items():
-            ms = time_ms(fn, args.reps)
-            reference = reference or ms
-            row = dict(shape=f"{rows}x{cols} {str(dtype).removeprefix('torch.')} {kind} k={k}", method=name,
-                       ms=round(ms, 3), vs_topk=round(ms / reference, 2), vs_bound=round(ms / bound_ms, 2))  # fmt: skip
-            rows_out.append(row)
-            print(f"{row['shape']:36} {name:40} {ms:9.3f} ms  {row['vs_topk']:5.2f}x topk  "
-                  f"{row['vs_bound']:6.2f}x bound ({bound_ms:.3f} ms)", flush=True)  # fmt: skip
-        del scores
+    for shape in SHAPES:
+        rows_out += bench_shape(*shape, flashinfer=flashinfer, bandwidth=bandwidth, reps=args.reps)
         torch.cuda.empty_cache()
     if args.json:
-        args.json.write_text(json.dumps(dict(device=device, bandwidth_tb_s=bandwidth / 1e9, rows=rows_out), indent=2))
+        args.json.write_text(
+            json.dumps(dict(device=device, bandwidth_tb_s=bandwidth / 1e9, rows=rows_out), indent=2)
+        )
 
 
 if __name__ == "__main__":

@@ -57,7 +57,9 @@ def bisect(
         git = resolve_target(repo=repo, upstream=None, base=good, default_upstream=None).git
         good_sha, bad_sha = git.rev_parse(good), git.rev_parse(bad)
         if good_sha is None or bad_sha is None:
-            raise RebaserError(f"unknown revision {good if good_sha is None else bad!r}", where=str(git.path))
+            raise RebaserError(
+                f"unknown revision {good if good_sha is None else bad!r}", where=str(git.path)
+            )
     if not git.run("merge-base", "--is-ancestor", good_sha, bad_sha, check=False).ok:
         raise RebaserError(f"{good} is not an ancestor of {bad}", next_step="give an older --good")
 
@@ -78,14 +80,25 @@ def bisect(
         walker = Git(tree)
         walker.run("bisect", "start", "--first-parent", bad_sha, good_sha)
         progress("git bisect run (each step applies the series in a throwaway worktree)")
-        command = [sys.executable, "-m", "rebaser.bisect", "--series", str(series_file),
-                   "--repo", str(git.path), "--test", test]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "rebaser.bisect",
+            "--series",
+            str(series_file),
+            "--repo",
+            str(git.path),
+            "--test",
+            test,
+        ]
         result = walker.run("bisect", "run", *command, check=False)
         found = re.search(r"^([0-9a-f]{40}) is the first bad commit", result.stdout, re.MULTILINE)
         if not found:
             tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
-            raise RebaserError("git bisect did not find a first bad commit: " + " | ".join(tail),
-                               code=ExitCode.ENVIRONMENT)  # fmt: skip
+            raise RebaserError(
+                "git bisect did not find a first bad commit: " + " | ".join(tail),
+                code=ExitCode.ENVIRONMENT,
+            )
         steps = result.stdout.count("running ")
         walker.run("bisect", "reset", "--quiet", check=False)
     finally:
@@ -93,7 +106,12 @@ def bisect(
         shutil.rmtree(tmp, ignore_errors=True)
     culprit = found.group(1)
     progress(f"culprit {culprit[:12]}: collecting what broke")
-    return BisectResult(culprit, git.out("log", "-1", "--format=%s", culprit), probe(series_file, git, culprit, test), steps)
+    return BisectResult(
+        culprit,
+        git.out("log", "-1", "--format=%s", culprit),
+        probe(series_file, git, culprit, test),
+        steps,
+    )
 
 
 def probe(series_file: Path, git: Git, sha: str, test: str) -> Report:
@@ -102,19 +120,27 @@ def probe(series_file: Path, git: Git, sha: str, test: str) -> Report:
     return matrix.throwaway_apply(target, series_file, test, lambda _message: None)
 
 
-def _pypi_history(upstream: str, good: str, bad: str, progress: engine.Progress) -> tuple[Git, str, str]:
+def _pypi_history(
+    upstream: str, good: str, bad: str, progress: engine.Progress
+) -> tuple[Git, str, str]:
     """Releases good..bad as a linear chain of commits (one per release) in the cache."""
     spec = PypiSpec.parse(upstream)
     if spec is None or spec.version is not None:
-        raise RebaserError("bisect over PyPI takes --upstream pypi:PACKAGE (no version) and versions as --good/--bad")
+        raise RebaserError(
+            "bisect over PyPI takes --upstream pypi:PACKAGE (no version) and versions as --good/--bad"
+        )
     try:
         low, high = Version(good), Version(bad)
     except InvalidVersion as exc:
-        raise RebaserError(f"--good/--bad must be release versions with --upstream: {exc}") from None
+        raise RebaserError(
+            f"--good/--bad must be release versions with --upstream: {exc}"
+        ) from None
     cache = pypi_cache(spec.package)
     versions = [v for v in _release_versions(spec.package) if low <= Version(v) <= high]
     if good not in versions or bad not in versions:
-        raise RebaserError(f"{spec.package} {good} or {bad} is not a release on PyPI; releases: {', '.join(versions)}")
+        raise RebaserError(
+            f"{spec.package} {good} or {bad} is not a release on PyPI; releases: {', '.join(versions)}"
+        )
     parent: Optional[str] = None
     chain = {}
     for version in versions:
@@ -122,9 +148,20 @@ def _pypi_history(upstream: str, good: str, bad: str, progress: engine.Progress)
         release = cache.materialise(version)
         name, email = FORKKIT_IDENTITY
         date = cache.git.out("log", "-1", "--format=%cd", "--date=raw", release.sha)
-        env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date,
-               "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email, "GIT_COMMITTER_DATE": date}  # fmt: skip
-        args = ["commit-tree", f"{release.sha}^{{tree}}", "-m", f"{spec.package} {version} from PyPI"]
+        env = {
+            "GIT_AUTHOR_NAME": name,
+            "GIT_AUTHOR_EMAIL": email,
+            "GIT_AUTHOR_DATE": date,
+            "GIT_COMMITTER_NAME": name,
+            "GIT_COMMITTER_EMAIL": email,
+            "GIT_COMMITTER_DATE": date,
+        }
+        args = [
+            "commit-tree",
+            f"{release.sha}^{{tree}}",
+            "-m",
+            f"{spec.package} {version} from PyPI",
+        ]
         parent = cache.git.out(*args, *(["-p", parent] if parent else []), env=env)
         chain[version] = parent
     assert parent is not None
@@ -139,13 +176,25 @@ def _release_versions(package: str) -> list[str]:
     from rebaser.upstream.pypi import WHEEL_PYTHON_VERSION
 
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "index", "versions", "--python-version", WHEEL_PYTHON_VERSION, package],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "index",
+            "versions",
+            "--python-version",
+            WHEEL_PYTHON_VERSION,
+            package,
+        ],
+        capture_output=True,
+        text=True,
+    )
     found = re.search(r"Available versions: (.*)", result.stdout)
     if result.returncode != 0 or not found:
-        raise RebaserError(f"cannot list {package} releases on PyPI: {result.stderr.strip()[-300:]}",
-                           code=ExitCode.ENVIRONMENT)  # fmt: skip
+        raise RebaserError(
+            f"cannot list {package} releases on PyPI: {result.stderr.strip()[-300:]}",
+            code=ExitCode.ENVIRONMENT,
+        )
     versions = [v.strip() for v in found.group(1).split(",")]
     return sorted((v for v in versions if not Version(v).is_prerelease), key=Version)
 

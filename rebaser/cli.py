@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
@@ -37,15 +36,29 @@ def build_parser() -> argparse.ArgumentParser:
     apply = commands.add_parser("apply", help="apply the overlay and the series onto a base")
     _add_upstream_args(apply)
     apply.add_argument("--worktree", type=Path, help="where to check the new branch out")
-    apply.add_argument("--test", choices=engine.TEST_MODES, default="cpu",
-                       help="which tests to run in the patched tree (default: cpu)")  # fmt: skip
-    apply.add_argument("--force", action="store_true",
-                       help="replace the branch of an earlier apply (kept under refs/forkkit/backups/)")  # fmt: skip
+    apply.add_argument(
+        "--test",
+        choices=engine.TEST_MODES,
+        default="cpu",
+        help="which tests to run in the patched tree (default: cpu)",
+    )
+    apply.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the branch of an earlier apply (kept under refs/forkkit/backups/)",
+    )
     apply.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
 
-    verify = commands.add_parser("verify", help="apply the series to several bases; one summary table")
-    verify.add_argument("--bases", nargs="+", required=True, metavar="BASE",
-                        help="pypi:megatron-core==X, or tags/shas/branches of --repo")  # fmt: skip
+    verify = commands.add_parser(
+        "verify", help="apply the series to several bases; one summary table"
+    )
+    verify.add_argument(
+        "--bases",
+        nargs="+",
+        required=True,
+        metavar="BASE",
+        help="pypi:megatron-core==X, or tags/shas/branches of --repo",
+    )
     verify.add_argument("--series", type=Path, default=None, help="the series file")
     verify.add_argument("--repo", type=Path, help="a Megatron-LM clone, for revision bases")
     verify.add_argument("--test", choices=engine.TEST_MODES, default="cpu")
@@ -53,15 +66,28 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--json", type=Path, metavar="FILE", help="write the matrix as JSON")
     verify.add_argument("--markdown", type=Path, metavar="FILE", help="write a Markdown summary")
 
-    bisect_cmd = commands.add_parser("bisect", help="find the first upstream commit that breaks the series")
-    bisect_cmd.add_argument("--good", required=True, help="a revision (or release) where the series passes")
-    bisect_cmd.add_argument("--bad", required=True, help="a later revision (or release) where it fails")
+    bisect_cmd = commands.add_parser(
+        "bisect", help="find the first upstream commit that breaks the series"
+    )
+    bisect_cmd.add_argument(
+        "--good", required=True, help="a revision (or release) where the series passes"
+    )
+    bisect_cmd.add_argument(
+        "--bad", required=True, help="a later revision (or release) where it fails"
+    )
     bisect_cmd.add_argument("--series", type=Path, default=None, help="the series file")
     bisect_cmd.add_argument("--repo", type=Path, help="a Megatron-LM clone")
-    bisect_cmd.add_argument("--upstream", metavar="pypi:megatron-core",
-                            help="bisect over PyPI releases (one commit each) instead of a clone")  # fmt: skip
-    bisect_cmd.add_argument("--test", choices=engine.TEST_MODES, default="none",
-                            help="also count failing tests as breaking (default: apply + verify only)")  # fmt: skip
+    bisect_cmd.add_argument(
+        "--upstream",
+        metavar="pypi:megatron-core",
+        help="bisect over PyPI releases (one commit each) instead of a clone",
+    )
+    bisect_cmd.add_argument(
+        "--test",
+        choices=engine.TEST_MODES,
+        default="none",
+        help="also count failing tests as breaking (default: apply + verify only)",
+    )
     bisect_cmd.add_argument("--json", type=Path, metavar="FILE", help="write the result as JSON")
 
     resume = commands.add_parser("continue", help="go on after fixing a stopped apply")
@@ -74,12 +100,23 @@ def build_parser() -> argparse.ArgumentParser:
     refresh = commands.add_parser(
         "refresh", help="re-export the series and overlay from a resolved branch (stable output)"
     )
-    refresh.add_argument("--series", type=Path, default=None,
-                         help="the series file to update (default: patches/series of this checkout)")  # fmt: skip
-    refresh.add_argument("--repo", type=Path, help="the repository or worktree holding the branch (default: .)")
-    refresh.add_argument("--branch", help="the branch made by `rebaser apply` (default: the checked-out one)")
-    refresh.add_argument("--check", action="store_true",
-                         help="write nothing; exit 4 if the series differs from the branch")  # fmt: skip
+    refresh.add_argument(
+        "--series",
+        type=Path,
+        default=None,
+        help="the series file to update (default: patches/series of this checkout)",
+    )
+    refresh.add_argument(
+        "--repo", type=Path, help="the repository or worktree holding the branch (default: .)"
+    )
+    refresh.add_argument(
+        "--branch", help="the branch made by `rebaser apply` (default: the checked-out one)"
+    )
+    refresh.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 4 if the series differs from the branch",
+    )
 
     status = commands.add_parser("status", help="show where an interrupted apply stands")
     status.add_argument("--repo", type=Path, help="the repository of the apply (default: found)")
@@ -88,13 +125,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_upstream_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--series", type=Path, default=None,
-                        help="the series file (default: patches/series of this checkout)")  # fmt: skip
+    parser.add_argument(
+        "--series",
+        type=Path,
+        default=None,
+        help="the series file (default: patches/series of this checkout)",
+    )
     parser.add_argument("--repo", type=Path, help="a Megatron-LM git clone to apply in")
-    parser.add_argument("--upstream", metavar="pypi:megatron-core==X",
-                        help="materialise upstream from a PyPI release (default: the series' @base)")  # fmt: skip
-    parser.add_argument("--base", help="the base revision: a sha, tag or branch of --repo, "
-                        "or a release version with --upstream")  # fmt: skip
+    parser.add_argument(
+        "--upstream",
+        metavar="pypi:megatron-core==X",
+        help="materialise upstream from a PyPI release (default: the series' @base)",
+    )
+    parser.add_argument(
+        "--base",
+        help="the base revision: a sha, tag or branch of --repo, "
+        "or a release version with --upstream",
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -158,7 +205,12 @@ def _dispatch(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.command == "verify":
         with progress(err) as step:
             results = matrix.verify_bases(
-                (args.series or default_series()).resolve(), args.bases, args.repo, args.test, step, keep=args.keep
+                (args.series or default_series()).resolve(),
+                args.bases,
+                args.repo,
+                args.test,
+                step,
+                keep=args.keep,
             )
         matrix.write_outputs(results, args.json, args.markdown)
         matrix.render_matrix(results, out)
@@ -169,9 +221,14 @@ def _dispatch(args: argparse.Namespace, out: Console, err: Console) -> int:
 def _bisect(args: argparse.Namespace, out: Console, err: Console) -> int:
     with progress(err) as step:
         found = bisect.bisect(
-            (args.series or default_series()).resolve(), repo=args.repo, upstream=args.upstream,
-            good=args.good, bad=args.bad, test=args.test, progress=step,
-        )  # fmt: skip
+            (args.series or default_series()).resolve(),
+            repo=args.repo,
+            upstream=args.upstream,
+            good=args.good,
+            bad=args.bad,
+            test=args.test,
+            progress=step,
+        )
     out.print(f"first bad commit: [bold]{found.culprit}[/bold] {found.subject}")
     out.print(f"there: {found.report.outcome}")
     if found.report.stop:
@@ -185,8 +242,17 @@ def _bisect(args: argparse.Namespace, out: Console, err: Console) -> int:
         for failure in suite.failures[:5]:
             out.print(f"  {suite.name}: {failure}")
     if args.json:
-        args.json.write_text(json.dumps({"culprit": found.culprit, "subject": found.subject,
-                                         "report": found.report.to_json()}, indent=2) + "\n")  # fmt: skip
+        args.json.write_text(
+            json.dumps(
+                {
+                    "culprit": found.culprit,
+                    "subject": found.subject,
+                    "report": found.report.to_json(),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return int(ExitCode.OK)
 
 
@@ -195,7 +261,10 @@ def _refresh(args: argparse.Namespace, out: Console) -> int:
         (args.series or default_series()).resolve(), args.repo, args.branch, write=not args.check
     )
     for change in changes:
-        out.print(f"  {change.status:9} {change.path}", style=None if change.status == "unchanged" else "bold")
+        out.print(
+            f"  {change.status:9} {change.path}",
+            style=None if change.status == "unchanged" else "bold",
+        )
     changed = [c for c in changes if c.status != "unchanged"]
     verb = "would change" if args.check else "changed"
     out.print(f"refresh: {len(changed)} of {len(changes)} files {verb}")
@@ -205,7 +274,9 @@ def _refresh(args: argparse.Namespace, out: Console) -> int:
 def _status(args: argparse.Namespace, out: Console) -> int:
     state = engine.status(args.repo)
     if args.json:
-        args.json.write_text(json.dumps(state.__dict__ if state else {"in_progress": False}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(state.__dict__ if state else {"in_progress": False}, indent=2) + "\n"
+        )
     if state is None:
         out.print("no apply in progress")
         return int(ExitCode.OK)

@@ -57,7 +57,10 @@ def apply(options: ApplyOptions, progress: Progress) -> Report:
     check_test_interpreter(options.python, options.test)
     progress(f"resolving upstream {options.upstream or options.repo or series.base}")
     target = resolve_target(
-        repo=options.repo, upstream=options.upstream, base=options.base, default_upstream=series.base
+        repo=options.repo,
+        upstream=options.upstream,
+        base=options.base,
+        default_upstream=series.base,
     )
     return apply_to(target, series, options, progress)
 
@@ -72,7 +75,9 @@ def apply_to(target: Target, series: Series, options: ApplyOptions, progress: Pr
         )
     branch = workspace.branch_name(series.name, target.label, options.branch_prefix)
     progress(f"creating branch {branch}")
-    space = workspace.create(target.git, branch, target.base_sha, options.worktree, force=options.force)
+    space = workspace.create(
+        target.git, branch, target.base_sha, options.worktree, force=options.force
+    )
     state = ApplyState(
         series_file=str(series.file),
         repo=str(target.git.path),
@@ -109,7 +114,11 @@ def abort(repo_hint: Optional[Path]) -> str:
     saved = space.path.exists() and workspace.save_work_in_progress(space)
     backup = workspace.remove(state.repo_git, state.branch, reason="aborted")
     state.clear()
-    kept = f"; its commits{' and your uncommitted work' if saved else ''} are kept at {backup}" if backup else ""
+    kept = (
+        f"; its commits{' and your uncommitted work' if saved else ''} are kept at {backup}"
+        if backup
+        else ""
+    )
     return f"aborted: removed branch {state.branch} and worktree {state.worktree}{kept}"
 
 
@@ -160,8 +169,13 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
         else:
             patch = series.patches[state.next_step - 1]
             outcome = apply_patch(worktree, patch, base_objects=base_objects)
-            row = StepRow(patch.name, outcome.status, outcome.detail, patch.touched_paths,
-                          sum(change.hunks for change in patch.files))  # fmt: skip
+            row = StepRow(
+                patch.name,
+                outcome.status,
+                outcome.detail,
+                patch.touched_paths,
+                sum(change.hunks for change in patch.files),
+            )
             stop = None
             if not outcome.applied:
                 stop = {
@@ -175,7 +189,9 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
             state.stopped = {"phase": "apply", "patch": name, **stop}
             state.stopped_head = worktree.out("rev-parse", "HEAD")
             state.save()
-            return _finish(state, series, [*_rows(state), row], [], [], command, ExitCode.NOT_APPLIED)
+            return _finish(
+                state, series, [*_rows(state), row], [], [], command, ExitCode.NOT_APPLIED
+            )
         state.steps.append(asdict(row))
         state.next_step += 1
         state.save()
@@ -183,12 +199,18 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
     progress("verifying")
     checks = verify(worktree, state.base_sha, series)
     if not all(check.ok for check in checks):
-        state.stopped = {"phase": "verify", "patch": "verification", "reason": "verification failed"}
+        state.stopped = {
+            "phase": "verify",
+            "patch": "verification",
+            "reason": "verification failed",
+        }
         state.save()
         return _finish(state, series, _rows(state), checks, [], command, ExitCode.VERIFY_FAILED)
     state.clear()
     suites = _run_tests(state, series, progress) if state.test != "none" else []
-    code = ExitCode.TESTS_FAILED if any(suite.status == "failed" for suite in suites) else ExitCode.OK
+    code = (
+        ExitCode.TESTS_FAILED if any(suite.status == "failed" for suite in suites) else ExitCode.OK
+    )
     return _finish(state, series, _rows(state), checks, suites, command, code)
 
 
@@ -203,11 +225,12 @@ def _lay_overlay(series: Series, worktree: Git) -> StepRow:
     clashes = [path for path in files if (worktree.path / path).exists()]
     if clashes:
         return StepRow(
-            OVERLAY_STEP, FAILED,
+            OVERLAY_STEP,
+            FAILED,
             "upstream now has files at overlay paths (compare them with the overlay's, merge "
             "by hand and commit): " + ", ".join(clashes),
             clashes,
-        )  # fmt: skip
+        )
     for path in files:
         target = worktree.path / path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -242,10 +265,15 @@ def _take_manual_fix(state: ApplyState, series: Series, worktree: Git) -> None:
             next_step="apply them by hand, delete the .rej files, `git add` your changes, then continue",
         )
     staged = worktree.out("diff", "--cached", "--name-only").split()
-    markers = find_conflict_markers(worktree.path, [p for p in staged if (worktree.path / p).is_file()])
+    markers = find_conflict_markers(
+        worktree.path, [p for p in staged if (worktree.path / p).is_file()]
+    )
     if not markers.ok:
-        raise RebaserError(f"{name}: conflict markers left in {'; '.join(markers.problems[:3])}",
-                           where=state.worktree, next_step="resolve them, `git add`, then continue")  # fmt: skip
+        raise RebaserError(
+            f"{name}: conflict markers left in {'; '.join(markers.problems[:3])}",
+            where=state.worktree,
+            next_step="resolve them, `git add`, then continue",
+        )
     unstaged = worktree.out("diff", "--name-only").split()
     if unstaged:
         raise RebaserError(
@@ -264,8 +292,13 @@ def _take_manual_fix(state: ApplyState, series: Series, worktree: Git) -> None:
             "or `rebaser abort`",
         )
     subject = worktree.out("log", "-1", "--format=%s")
-    state.steps.append(asdict(StepRow(name, "manual", f"fixed by hand: {subject}",
-                                      patch.touched_paths if patch else [])))  # fmt: skip
+    state.steps.append(
+        asdict(
+            StepRow(
+                name, "manual", f"fixed by hand: {subject}", patch.touched_paths if patch else []
+            )
+        )
+    )
     state.next_step += 1
 
 
@@ -303,7 +336,13 @@ def _run_tests(state: ApplyState, series: Series, progress: Progress) -> list[Su
             base = run_pytest(base_tree, upstream, "upstream (base)", python=state.python)
         suites.append(compare_with_base(patched, base))
     elif series.upstream_tests:
-        suites.append(SuiteResult("upstream", "not run", note="the base has none of the listed upstream tests (PyPI wheels ship no tests)"))
+        suites.append(
+            SuiteResult(
+                "upstream",
+                "not run",
+                note="the base has none of the listed upstream tests (PyPI wheels ship no tests)",
+            )
+        )
     return suites
 
 
@@ -370,5 +409,9 @@ def _outcome(state: ApplyState, code: ExitCode, suites: list[SuiteResult]) -> tu
             f"the patched tree is on branch {state.branch} in {where}; rerun there with "
             f"`PYTHONPATH=. python -m pytest -p rebaser.testing.pytest_plugin <test>`",
         ]
-    tested = "tests passed" if any(suite.status == "passed" for suite in suites) else "tests not run"
-    return f"applied, verified, {tested}", [f"the patched tree is on branch {state.branch} in {where}"]
+    tested = (
+        "tests passed" if any(suite.status == "passed" for suite in suites) else "tests not run"
+    )
+    return f"applied, verified, {tested}", [
+        f"the patched tree is on branch {state.branch} in {where}"
+    ]

@@ -20,23 +20,40 @@ from rebaser.errors import ExitCode, RebaserError
 FORKKIT_IDENTITY = ("dsa-forkkit", "dsa-forkkit@localhost")
 
 _NEUTRAL_CONFIG = (
-    "-c", "commit.gpgsign=false",
-    "-c", "tag.gpgsign=false",
-    "-c", "core.hooksPath=/dev/null",
-    "-c", "core.autocrlf=false",
-    "-c", "color.ui=false",
-    "-c", "diff.noprefix=false",
-    "-c", "diff.mnemonicPrefix=false",
-    "-c", "diff.renames=false",
-    "-c", "advice.detachedHead=false",
-    "-c", "init.defaultBranch=main",
-)  # fmt: skip
+    "-c",
+    "commit.gpgsign=false",
+    "-c",
+    "tag.gpgsign=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    "color.ui=false",
+    "-c",
+    "diff.noprefix=false",
+    "-c",
+    "diff.mnemonicPrefix=false",
+    "-c",
+    "diff.renames=false",
+    "-c",
+    "advice.detachedHead=false",
+    "-c",
+    "init.defaultBranch=main",
+)
 
 
-_LOCATION_VARIABLES = frozenset({
-    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX",
-    "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-})  # fmt: skip
+_LOCATION_VARIABLES = frozenset(
+    {
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_COMMON_DIR",
+        "GIT_PREFIX",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -65,7 +82,9 @@ class Git:
     ) -> GitResult:
         # Repository-locating variables (set e.g. by `git bisect run` for its command) would
         # redirect every command to that repository; each Git names its own directory.
-        full_env = {key: value for key, value in os.environ.items() if key not in _LOCATION_VARIABLES}
+        full_env = {
+            key: value for key, value in os.environ.items() if key not in _LOCATION_VARIABLES
+        }
         full_env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
         if env:
             full_env.update(env)
@@ -126,11 +145,18 @@ class Git:
             "GIT_AUTHOR_DATE": date,
         }
         self.run(
-            "commit", "--quiet", "--no-verify", "--allow-empty-message",
+            "commit",
+            "--quiet",
+            "--no-verify",
+            "--allow-empty-message",
             *(["--allow-empty"] if allow_empty else []),
-            f"--author={author}", "--cleanup=verbatim", "-F", "-",
-            env=env, stdin=message.encode(),
-        )  # fmt: skip
+            f"--author={author}",
+            "--cleanup=verbatim",
+            "-F",
+            "-",
+            env=env,
+            stdin=message.encode(),
+        )
         return self.out("rev-parse", "HEAD")
 
 

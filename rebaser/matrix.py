@@ -23,8 +23,13 @@ from rebaser.upstream import PypiSpec, Target, resolve_pypi, resolve_target
 
 VERIFY_PREFIX = "forkkit-verify"
 # The exit code of a matrix is its most serious row's.
-_SEVERITY = (ExitCode.NOT_APPLIED, ExitCode.VERIFY_FAILED, ExitCode.TESTS_FAILED,
-             ExitCode.ENVIRONMENT, ExitCode.USAGE)  # fmt: skip
+_SEVERITY = (
+    ExitCode.NOT_APPLIED,
+    ExitCode.VERIFY_FAILED,
+    ExitCode.TESTS_FAILED,
+    ExitCode.ENVIRONMENT,
+    ExitCode.USAGE,
+)
 
 
 @dataclass
@@ -41,19 +46,23 @@ def resolve_base(base: str, repo: Optional[Path]) -> Target:
     if spec is not None:
         return resolve_pypi(spec)
     if repo is None:
-        raise RebaserError(f"base {base!r} is a revision, so --repo is needed",
-                           next_step="pass --repo PATH, or write the base as pypi:megatron-core==X")  # fmt: skip
+        raise RebaserError(
+            f"base {base!r} is a revision, so --repo is needed",
+            next_step="pass --repo PATH, or write the base as pypi:megatron-core==X",
+        )
     return resolve_target(repo=repo, upstream=None, base=base, default_upstream=None)
 
 
-def throwaway_apply(target: Target, series_file: Path, test: str, progress: engine.Progress,
-                    *, keep: bool = False) -> Report:  # fmt: skip
+def throwaway_apply(
+    target: Target, series_file: Path, test: str, progress: engine.Progress, *, keep: bool = False
+) -> Report:
     """Apply onto `target` on a throwaway branch, removed afterwards unless `keep`."""
     series = load_series(series_file)
     branch = workspace.branch_name(series.name, target.label, VERIFY_PREFIX)
     workspace.discard(target.git, branch)  # the leftovers of an interrupted run
-    options = engine.ApplyOptions(series_file=series_file, test=test, ephemeral=True,
-                                  branch_prefix=VERIFY_PREFIX)  # fmt: skip
+    options = engine.ApplyOptions(
+        series_file=series_file, test=test, ephemeral=True, branch_prefix=VERIFY_PREFIX
+    )
     try:
         return engine.apply_to(target, series, options, progress)
     finally:
@@ -61,15 +70,27 @@ def throwaway_apply(target: Target, series_file: Path, test: str, progress: engi
             workspace.discard(target.git, branch)
 
 
-def verify_bases(series_file: Path, bases: Sequence[str], repo: Optional[Path], test: str,
-                 progress: engine.Progress, *, keep: bool = False) -> list[BaseResult]:  # fmt: skip
+def verify_bases(
+    series_file: Path,
+    bases: Sequence[str],
+    repo: Optional[Path],
+    test: str,
+    progress: engine.Progress,
+    *,
+    keep: bool = False,
+) -> list[BaseResult]:
     engine.check_test_interpreter(engine.ApplyOptions(series_file).python, test)
     results = []
     for base in bases:
         progress(f"base {base}")
         try:
-            report = throwaway_apply(resolve_base(base, repo), series_file, test,
-                                     lambda message, base=base: progress(f"{base}: {message}"), keep=keep)  # fmt: skip
+            report = throwaway_apply(
+                resolve_base(base, repo),
+                series_file,
+                test,
+                lambda message, base=base: progress(f"{base}: {message}"),
+                keep=keep,
+            )
             results.append(BaseResult(base, report.exit_code, report))
         except RebaserError as error:
             results.append(BaseResult(base, int(error.code), error=str(error).replace("\n", "; ")))
@@ -94,9 +115,18 @@ def _row(result: BaseResult, steps: list[str]) -> tuple[list[str], str, str, str
     if result.report is None:
         return ["-"] * len(steps), "-", "-", f"error: {result.error}"
     by_name = {step.name: step.status for step in result.report.steps}
-    verify = "-" if not result.report.checks else ("ok" if all(c.ok for c in result.report.checks) else "failed")
-    tests = "; ".join(f"{s.name}: {s.status} ({s.passed}/{s.failed + s.errors}/{s.skipped})"
-                      for s in result.report.suites) or "-"  # fmt: skip
+    verify = (
+        "-"
+        if not result.report.checks
+        else ("ok" if all(c.ok for c in result.report.checks) else "failed")
+    )
+    tests = (
+        "; ".join(
+            f"{s.name}: {s.status} ({s.passed}/{s.failed + s.errors}/{s.skipped})"
+            for s in result.report.suites
+        )
+        or "-"
+    )
     return [by_name.get(name, "-") for name in steps], verify, tests, result.report.outcome
 
 
@@ -115,7 +145,10 @@ def render_matrix(results: Sequence[BaseResult], console: Console) -> None:
     for result in results:
         if result.report is not None and result.report.stop:
             stop = result.report.stop
-            console.print(f"[bold]{result.base}[/bold] stopped at {stop['patch']}: {stop['reason']}", highlight=False)
+            console.print(
+                f"[bold]{result.base}[/bold] stopped at {stop['patch']}: {stop['reason']}",
+                highlight=False,
+            )
 
 
 def matrix_markdown(results: Sequence[BaseResult]) -> str:
@@ -138,14 +171,20 @@ def matrix_json(results: Sequence[BaseResult]) -> dict:
     return {
         "exit_code": matrix_exit_code(results),
         "bases": [
-            {"base": r.base, "exit_code": r.exit_code, "error": r.error,
-             "report": r.report.to_json() if r.report else None}
+            {
+                "base": r.base,
+                "exit_code": r.exit_code,
+                "error": r.error,
+                "report": r.report.to_json() if r.report else None,
+            }
             for r in results
-        ],  # fmt: skip
+        ],
     }
 
 
-def write_outputs(results: Sequence[BaseResult], json_path: Optional[Path], markdown_path: Optional[Path]) -> None:
+def write_outputs(
+    results: Sequence[BaseResult], json_path: Optional[Path], markdown_path: Optional[Path]
+) -> None:
     if json_path:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(matrix_json(results), indent=2) + "\n")

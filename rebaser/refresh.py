@@ -20,10 +20,20 @@ from rebaser.series import Series, load_series
 
 OVERLAY_SUBJECT = "forkkit: overlay"
 _EXPORT_FLAGS = (
-    "--stdout", "--zero-commit", "--full-index", "--no-signature", "--no-stat", "--keep-subject",
-    "--no-numbered", "--no-renames", "--no-color", "--diff-algorithm=myers", "--unified=3",
-    "--no-thread", "--encoding=UTF-8",
-)  # fmt: skip
+    "--stdout",
+    "--zero-commit",
+    "--full-index",
+    "--no-signature",
+    "--no-stat",
+    "--keep-subject",
+    "--no-numbered",
+    "--no-renames",
+    "--no-color",
+    "--diff-algorithm=myers",
+    "--unified=3",
+    "--no-thread",
+    "--encoding=UTF-8",
+)
 _EXPORT_CONFIG = ("-c", "format.signOff=false", "-c", "core.quotePath=true")
 
 
@@ -52,11 +62,15 @@ def branch_commits(git: Git, branch: str) -> tuple[Optional[str], list[str]]:
     return lines[start][0], [sha for sha, _ in lines[start + 1 :]]
 
 
-def refresh(series_file: Path, repo: Optional[Path], branch: Optional[str], *, write: bool) -> list[FileChange]:
+def refresh(
+    series_file: Path, repo: Optional[Path], branch: Optional[str], *, write: bool
+) -> list[FileChange]:
     series = load_series(series_file)
     git = find_repo(repo or Path.cwd())
     if git is None:
-        raise RebaserError(f"{repo or Path.cwd()} is not in a git repository", next_step="pass --repo")
+        raise RebaserError(
+            f"{repo or Path.cwd()} is not in a git repository", next_step="pass --repo"
+        )
     if branch is None:
         branch = git.out("rev-parse", "--abbrev-ref", "HEAD")
         if branch == "HEAD":
@@ -75,16 +89,22 @@ def refresh(series_file: Path, repo: Optional[Path], branch: Optional[str], *, w
     return changes
 
 
-def _refresh_overlay(series: Series, git: Git, overlay_sha: Optional[str], branch: str, *, write: bool) -> list[FileChange]:
+def _refresh_overlay(
+    series: Series, git: Git, overlay_sha: Optional[str], branch: str, *, write: bool
+) -> list[FileChange]:
     if series.overlay_dir is None or overlay_sha is None:
         return []
-    laid = git.out("diff-tree", "--no-commit-id", "--name-only", "-r", "--root", overlay_sha).splitlines()
+    laid = git.out(
+        "diff-tree", "--no-commit-id", "--name-only", "-r", "--root", overlay_sha
+    ).splitlines()
     changes = []
     for path in laid:
         shown = git.run("show", f"{branch}:{path}", check=False)
         if not shown.ok:
             continue
-        changes.append(_write(series.overlay_dir / path, shown.stdout, write=write, label=f"overlay/{path}"))
+        changes.append(
+            _write(series.overlay_dir / path, shown.stdout, write=write, label=f"overlay/{path}")
+        )
     return changes
 
 

@@ -16,10 +16,19 @@ from rebaser.steps.testrun import SuiteResult
 from rebaser.steps.verify import Check
 
 _STYLES = {
-    "clean": "green", "offset": "green", "laid": "green", "ok": "green", "passed": "green",
-    "3-way": "yellow", "codemod": "yellow", "in upstream": "yellow", "manual": "yellow",
-    "failed": "bold red", "not run": "dim", "pending": "dim",
-}  # fmt: skip
+    "clean": "green",
+    "offset": "green",
+    "laid": "green",
+    "ok": "green",
+    "passed": "green",
+    "3-way": "yellow",
+    "codemod": "yellow",
+    "in upstream": "yellow",
+    "manual": "yellow",
+    "failed": "bold red",
+    "not run": "dim",
+    "pending": "dim",
+}
 
 
 @dataclass
@@ -80,8 +89,11 @@ def render(report: Report, console: Console) -> None:
         table.add_row(step.name, styled(step.status), detail)
     for check in report.checks:
         problems = "; ".join(check.problems[:3])
-        table.add_row(f"verify: {check.name}", styled("ok" if check.ok else "failed"),
-                      check.detail + (f": {problems}" if problems else ""))  # fmt: skip
+        table.add_row(
+            f"verify: {check.name}",
+            styled("ok" if check.ok else "failed"),
+            check.detail + (f": {problems}" if problems else ""),
+        )
     for suite in report.suites:
         detail = f"{suite.counts} in {suite.seconds:.1f} s" if suite.status != "not run" else ""
         detail = "; ".join(filter(None, [detail, suite.note]))
@@ -91,7 +103,9 @@ def render(report: Report, console: Console) -> None:
         for failure in suite.failures[:10]:
             console.print(f"  [red]{suite.name}[/red] {failure}", highlight=False)
     if report.stop:
-        console.print(f"[bold red]stopped at {report.stop['patch']}[/bold red]: {report.stop['reason']}")
+        console.print(
+            f"[bold red]stopped at {report.stop['patch']}[/bold red]: {report.stop['reason']}"
+        )
         for line in report.stop.get("hunks", []):
             console.print(Text(line))
     style = "green" if report.exit_code == 0 else "bold red"

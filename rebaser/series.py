@@ -204,9 +204,10 @@ class Series:
                     raise RebaserError(f"@{key} needs a value", where=where)
                 if names:
                     raise RebaserError(
-                        f"@{key} after the first patch", where=where,
+                        f"@{key} after the first patch",
+                        where=where,
                         next_step="put directives at the top of the series file",
-                    )  # fmt: skip
+                    )
                 if key == "upstream-test":
                     upstream_tests.append(value)
                 elif key in settings:
@@ -255,9 +256,7 @@ def _strip_prefix(path: str) -> str:
 
 def _trailers(body: str, key: str) -> list[str]:
     prefix = f"{key}:"
-    return [
-        line[len(prefix) :].strip() for line in body.splitlines() if line.startswith(prefix)
-    ]
+    return [line[len(prefix) :].strip() for line in body.splitlines() if line.startswith(prefix)]
 
 
 def load_series(file: Path) -> Series:

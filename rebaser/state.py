@@ -99,7 +99,9 @@ def find_in_progress(repo_hint: Optional[Path]) -> ApplyState:
         candidates = [Git(path) for path in registered_repos()]
     states = [state for git in candidates if (state := load(git)) is not None]
     if not states:
-        raise NothingInProgress("no apply is in progress", next_step="start one with `rebaser apply`")
+        raise NothingInProgress(
+            "no apply is in progress", next_step="start one with `rebaser apply`"
+        )
     if len(states) > 1:
         raise RebaserError(
             "several applies are in progress: " + ", ".join(s.repo for s in states),

@@ -114,7 +114,9 @@ def discard(repo: Git, branch: str) -> None:
     where = checked_out_at(repo, branch)
     if where is not None:
         if not _is_forkkit_worktree(where):
-            raise RebaserError(f"branch {branch} is checked out in {where}, which rebaser did not create")
+            raise RebaserError(
+                f"branch {branch} is checked out in {where}, which rebaser did not create"
+            )
         repo.run("worktree", "remove", "--force", str(where))
     if repo.ref_exists(f"refs/heads/{branch}"):
         repo.run("branch", "--quiet", "-D", branch)

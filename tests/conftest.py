@@ -73,7 +73,13 @@ def release_clone(tmp_path):
         cache.materialise(version)
         path = tmp_path / f"megatron-{version}"
         git(tmp_path, "init", "-q", "-b", "main", str(path))
-        git(path, "fetch", "-q", str(cache.repo_dir), f"refs/tags/{cache.tag(version)}:refs/tags/v{version}")
+        git(
+            path,
+            "fetch",
+            "-q",
+            str(cache.repo_dir),
+            f"refs/tags/{cache.tag(version)}:refs/tags/v{version}",
+        )
         git(path, "checkout", "-q", "-B", "main", f"v{version}")
         return SyntheticUpstream(path)
 

@@ -18,8 +18,11 @@ DATE = "Mon, 2 Nov 2026 10:00:00 +0000"
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=cwd, check=True, capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 CALC = '''\
@@ -105,10 +108,24 @@ def build_series(
             message = change.subject + ("\n\n" + "\n".join(trailers) if trailers else "") + "\n"
             git(upstream.path, "add", "--all")
             subprocess.run(
-                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
-                 f"--author={AUTHOR}", f"--date={DATE}", "-F", "-"],
-                cwd=upstream.path, input=message, text=True, check=True,
-            )  # fmt: skip
+                [
+                    "git",
+                    "-c",
+                    "user.name=t",
+                    "-c",
+                    "user.email=t@t",
+                    "commit",
+                    "-q",
+                    f"--author={AUTHOR}",
+                    f"--date={DATE}",
+                    "-F",
+                    "-",
+                ],
+                cwd=upstream.path,
+                input=message,
+                text=True,
+                check=True,
+            )
             patch_name = f"{number:04d}-change-{number}.patch"
             (patches_dir / patch_name).write_text(export_patch(Git(upstream.path), "HEAD"))
             names.append(patch_name)
@@ -123,7 +140,9 @@ def build_series(
             (overlay_dir / rel).write_text(textwrap.dedent(text))
         directives += "@overlay ../overlay\n"
     series = patches_dir / "series"
-    series.write_text("# synthetic series\n" + directives + extra_directives + "\n".join(names) + "\n")
+    series.write_text(
+        "# synthetic series\n" + directives + extra_directives + "\n".join(names) + "\n"
+    )
     return series
 
 
@@ -132,7 +151,9 @@ def edit(text: str, old: str, new: str) -> str:
     return text.replace(old, new, 1)
 
 
-def history(upstream: SyntheticUpstream, breaking_at: int, breaking_files: dict[str, str], count: int = 20) -> list[str]:
+def history(
+    upstream: SyntheticUpstream, breaking_at: int, breaking_files: dict[str, str], count: int = 20
+) -> list[str]:
     """`count` commits on main after v1; commit number `breaking_at` writes `breaking_files`."""
     shas = []
     for number in range(1, count + 1):

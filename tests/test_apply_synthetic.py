@@ -17,15 +17,33 @@ MUL_TWICE = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
 
 def two_patch_series(tmp_path, upstream, **kwargs):
     return build_series(
-        tmp_path / "proj", upstream, "v1",
-        [Change("demo: document add", {"pkg/calc.py": ADD_DOC}),
-         Change("demo: double mul", {"pkg/calc.py": edit(ADD_DOC, "    return a * b\n", "    return 2 * a * b\n")})],
+        tmp_path / "proj",
+        upstream,
+        "v1",
+        [
+            Change("demo: document add", {"pkg/calc.py": ADD_DOC}),
+            Change(
+                "demo: double mul",
+                {"pkg/calc.py": edit(ADD_DOC, "    return a * b\n", "    return 2 * a * b\n")},
+            ),
+        ],
         **kwargs,
-    )  # fmt: skip
+    )
 
 
 def apply(rebaser, series, upstream, base, *extra):
-    return rebaser("apply", "--series", series, "--repo", upstream.path, "--base", base, "--test", "none", *extra)
+    return rebaser(
+        "apply",
+        "--series",
+        series,
+        "--repo",
+        upstream.path,
+        "--base",
+        base,
+        "--test",
+        "none",
+        *extra,
+    )
 
 
 def worktree_of(result_json: Path) -> Path:
@@ -48,7 +66,10 @@ def test_clean_apply_creates_a_branch_and_leaves_the_checkout_alone(rebaser, tmp
     assert "2 * a * b" in (tree / "pkg/calc.py").read_text()
     subjects = git(tree, "log", "--format=%s", "v1..HEAD").splitlines()
     assert subjects == ["demo: double mul", "demo: document add", "forkkit: overlay (0 files)"]
-    assert git(tree, "log", "-1", "--format=%an <%ae>|%aD") == "Test Author <test@example.com>|Mon, 2 Nov 2026 10:00:00 +0000"
+    assert (
+        git(tree, "log", "-1", "--format=%an <%ae>|%aD")
+        == "Test Author <test@example.com>|Mon, 2 Nov 2026 10:00:00 +0000"
+    )
 
 
 def test_offset_is_reported(rebaser, tmp_path, upstream):
@@ -64,7 +85,9 @@ def test_context_drift_is_merged_three_way(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream)
     # v2 rewrites a line inside the first patch's context (not next to its change):
     # the exact apply fails, a 3-way merge with the base blob succeeds.
-    drifted = edit(CALC, '"""A tiny upstream module."""\n\n', '"""A tiny upstream module."""\n# a - b\n')
+    drifted = edit(
+        CALC, '"""A tiny upstream module."""\n\n', '"""A tiny upstream module."""\n# a - b\n'
+    )
     upstream.commit({"pkg/calc.py": drifted}, "v2", tag="v2")
     report = tmp_path / "r.json"
     result = apply(rebaser, series, upstream, "v2", "--json", report)
@@ -76,10 +99,14 @@ def test_context_drift_is_merged_three_way(rebaser, tmp_path, upstream):
 
 
 def conflicting_upstream(upstream):
-    upstream.commit({"pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n")}, "v2", tag="v2")
+    upstream.commit(
+        {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n")}, "v2", tag="v2"
+    )
 
 
-def test_conflict_stops_with_a_resumable_state_then_continue(rebaser, tmp_path, upstream, monkeypatch):
+def test_conflict_stops_with_a_resumable_state_then_continue(
+    rebaser, tmp_path, upstream, monkeypatch
+):
     series = two_patch_series(tmp_path, upstream)
     conflicting_upstream(upstream)
     report = tmp_path / "r.json"
@@ -122,7 +149,9 @@ def test_abort_restores_everything_and_keeps_the_work(rebaser, tmp_path, upstrea
     assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
     backup = git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/")
     assert git(upstream.path, "show", f"{backup}:notes.txt") == "half-done fix"
-    assert git(upstream.path, "log", "-1", "--format=%s", backup).startswith("forkkit: work in progress")
+    assert git(upstream.path, "log", "-1", "--format=%s", backup).startswith(
+        "forkkit: work in progress"
+    )
     # Nothing is left in progress: a new apply starts cleanly.
     assert rebaser("status", "--repo", upstream.path).out.strip() == "no apply in progress"
     assert apply(rebaser, series, upstream, "v1").code == ExitCode.OK
@@ -154,7 +183,12 @@ def test_existing_branch_needs_force_and_is_backed_up(rebaser, tmp_path, upstrea
     again = apply(rebaser, series, upstream, "v1")
     assert again.code == ExitCode.USAGE and "already exists" in again.err and "--force" in again.err
     assert apply(rebaser, series, upstream, "v1", "--force").code == ExitCode.OK
-    assert git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/").count("replaced-") == 1
+    assert (
+        git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/").count(
+            "replaced-"
+        )
+        == 1
+    )
 
 
 def test_dirty_worktree_is_never_touched(rebaser, tmp_path, upstream):
@@ -207,7 +241,9 @@ def test_unknown_base_suggests_close_names(rebaser, tmp_path, upstream):
         ("not-a-patch.txt\n", "not a git-format patch"),
     ],
 )
-def test_malformed_series_is_a_usage_error_with_a_location(rebaser, tmp_path, upstream, series_text, message):
+def test_malformed_series_is_a_usage_error_with_a_location(
+    rebaser, tmp_path, upstream, series_text, message
+):
     series = two_patch_series(tmp_path, upstream)
     (series.parent / "not-a-patch.txt").write_text("hello\n")
     series.write_text(series_text)
@@ -218,7 +254,9 @@ def test_malformed_series_is_a_usage_error_with_a_location(rebaser, tmp_path, up
 
 
 def test_unknown_codemod_name_is_rejected_before_anything_happens(rebaser, tmp_path, upstream):
-    series = build_series(tmp_path / "p", upstream, "v1", [Change("x", {"pkg/calc.py": ADD_DOC}, codemod="no_such")])
+    series = build_series(
+        tmp_path / "p", upstream, "v1", [Change("x", {"pkg/calc.py": ADD_DOC}, codemod="no_such")]
+    )
     result = apply(rebaser, series, upstream, "v1")
     assert result.code == ExitCode.USAGE and "unknown codemod 'no_such'" in result.err
     assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
@@ -226,7 +264,9 @@ def test_unknown_codemod_name_is_rejected_before_anything_happens(rebaser, tmp_p
 
 def test_a_patch_that_breaks_compilation_fails_verification(rebaser, tmp_path, upstream):
     broken = edit(CALC, "def neg(a):", "def neg(a:")
-    series = build_series(tmp_path / "p", upstream, "v1", [Change("demo: typo", {"pkg/calc.py": broken})])
+    series = build_series(
+        tmp_path / "p", upstream, "v1", [Change("demo: typo", {"pkg/calc.py": broken})]
+    )
     report = tmp_path / "r.json"
     result = apply(rebaser, series, upstream, "v1", "--json", report)
     assert result.code == ExitCode.VERIFY_FAILED
@@ -241,8 +281,16 @@ def test_a_patch_that_breaks_compilation_fails_verification(rebaser, tmp_path, u
 
 
 def test_missing_promised_symbol_fails_verification(rebaser, tmp_path, upstream):
-    change = Change("demo: doc", {"pkg/calc.py": ADD_DOC},
-                    symbols=["pkg/calc.py::add(b)", "pkg/calc.py::add(c)", "pkg/calc.py::power", "pkg/calc.py::neg->abs"])  # fmt: skip
+    change = Change(
+        "demo: doc",
+        {"pkg/calc.py": ADD_DOC},
+        symbols=[
+            "pkg/calc.py::add(b)",
+            "pkg/calc.py::add(c)",
+            "pkg/calc.py::power",
+            "pkg/calc.py::neg->abs",
+        ],
+    )
     series = build_series(tmp_path / "p", upstream, "v1", [change])
     report = tmp_path / "r.json"
     assert apply(rebaser, series, upstream, "v1", "--json", report).code == ExitCode.VERIFY_FAILED
@@ -276,18 +324,29 @@ OVERLAY_TESTS = {
 def test_tests_run_in_the_patched_tree_with_counts(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream, overlay=OVERLAY_TESTS)
     report = tmp_path / "r.json"
-    result = rebaser("apply", "--series", series, "--repo", upstream.path, "--base", "v1", "--json", report)
+    result = rebaser(
+        "apply", "--series", series, "--repo", upstream.path, "--base", "v1", "--json", report
+    )
     assert result.code == ExitCode.OK, result.out
     (suite,) = json.loads(report.read_text())["suites"]
-    assert (suite["name"], suite["passed"], suite["failed"], suite["skipped"]) == ("overlay (cpu)", 2, 0, 1)
+    assert (suite["name"], suite["passed"], suite["failed"], suite["skipped"]) == (
+        "overlay (cpu)",
+        2,
+        0,
+        1,
+    )
     assert git(worktree_of(report), "status", "--porcelain") == ""  # no caches left in the tree
 
 
 def test_failing_tests_give_their_exit_code(rebaser, tmp_path, upstream):
-    overlay = dict(OVERLAY_TESTS, **{"tests/test_extra.py": "def test_fails():\n    assert 1 == 2\n"})
+    overlay = dict(
+        OVERLAY_TESTS, **{"tests/test_extra.py": "def test_fails():\n    assert 1 == 2\n"}
+    )
     series = two_patch_series(tmp_path, upstream, overlay=overlay)
     report = tmp_path / "r.json"
-    result = rebaser("apply", "--series", series, "--repo", upstream.path, "--base", "v1", "--json", report)
+    result = rebaser(
+        "apply", "--series", series, "--repo", upstream.path, "--base", "v1", "--json", report
+    )
     assert result.code == ExitCode.TESTS_FAILED
     (suite,) = json.loads(report.read_text())["suites"]
     assert suite["failed"] == 1 and "test_fails" in suite["failures"][0]

@@ -33,7 +33,9 @@ def test_workflow_triggers_nightly_and_on_series_changes(workflow):
 
 
 def test_workflow_jobs_run_the_script_cache_wheels_and_upload_reports(workflow):
-    extras = tomllib.loads((PROJECT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = tomllib.loads((PROJECT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
     for name, job in workflow["jobs"].items():
         steps = job["steps"]
         runs = "\n".join(step.get("run", "") for step in steps)
@@ -44,17 +46,34 @@ def test_workflow_jobs_run_the_script_cache_wheels_and_upload_reports(workflow):
         installed = re.findall(r"pip install -e '\.\[(\w+)\]'", runs)
         assert installed and all(extra in extras for extra in installed), name
         uploads = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@")]
-        assert uploads and uploads[0]["if"] == "always()" and uploads[0]["with"]["path"] == "forkkit-report/"
+        assert (
+            uploads
+            and uploads[0]["if"] == "always()"
+            and uploads[0]["with"]["path"] == "forkkit-report/"
+        )
         assert job["timeout-minutes"] <= 90
-    cache = [s for s in workflow["jobs"]["pypi-releases"]["steps"] if s.get("uses", "").startswith("actions/cache@")]
+    cache = [
+        s
+        for s in workflow["jobs"]["pypi-releases"]["steps"]
+        if s.get("uses", "").startswith("actions/cache@")
+    ]
     assert cache and cache[0]["with"]["path"] == ".wheel-cache"
     assert workflow["jobs"]["pypi-releases"]["env"]["DSA_FORKKIT_WHEELS"].endswith("/.wheel-cache")
     assert os.access(SCRIPT, os.X_OK)
 
 
 def run_script(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, REBASER=f"{sys.executable} -m rebaser", GITHUB_STEP_SUMMARY=str(tmp_path / "summary"))
-    return subprocess.run([str(SCRIPT), "--out", str(tmp_path / "out"), *args], capture_output=True, text=True, env=env)
+    env = dict(
+        os.environ,
+        REBASER=f"{sys.executable} -m rebaser",
+        GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
+    )
+    return subprocess.run(
+        [str(SCRIPT), "--out", str(tmp_path / "out"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
 
 
 @pytest.mark.network
@@ -62,7 +81,10 @@ def test_script_verifies_latest_pypi_and_releases(tmp_path):
     result = run_script(tmp_path, "--releases", "0.19.2", "--test", "none")
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert [row["base"] for row in report["bases"]] == ["pypi:megatron-core", "pypi:megatron-core==0.19.2"]
+    assert [row["base"] for row in report["bases"]] == [
+        "pypi:megatron-core",
+        "pypi:megatron-core==0.19.2",
+    ]
     assert all(row["exit_code"] == 0 for row in report["bases"])
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert summary.startswith("### dsa-forkkit: all bases pass")
@@ -80,7 +102,9 @@ def test_script_fails_loudly_with_the_summary(tmp_path):
 @pytest.mark.network
 def test_script_verifies_a_clone(tmp_path, release_clone):
     repo = release_clone("0.19.1")
-    result = run_script(tmp_path, "--repo", str(repo.path), "--ref", "v0.19.1", "--releases", "", "--test", "none")
+    result = run_script(
+        tmp_path, "--repo", str(repo.path), "--ref", "v0.19.1", "--releases", "", "--test", "none"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     (row,) = json.loads((tmp_path / "out" / "report.json").read_text())["bases"]
     assert len(row["base"]) == 40 and row["report"]["steps"][-1]["status"] == "clean"

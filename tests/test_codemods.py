@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import unidiff
@@ -96,7 +95,9 @@ def reformatted(files: dict[str, str]) -> dict[str, str]:
         "    dsa_indexer_loss,\n    dsa_kernels,\n    dsa_layout,\n    dsa_masking,\n)",
         "    dsa_indexer_loss, dsa_kernels, dsa_layout, dsa_masking\n)",
     )
-    dsa = dsa.replace("if use_fused_kernels and computes_topk:", "if (use_fused_kernels and computes_topk):")
+    dsa = dsa.replace(
+        "if use_fused_kernels and computes_topk:", "if (use_fused_kernels and computes_topk):"
+    )
     config = files[CONFIG].replace(
         '    """Whether DSA indexer key LayerNorm should run on fp32 inputs."""',
         "    '''Whether DSA indexer key LayerNorm should run on fp32 inputs.'''",
@@ -114,7 +115,9 @@ def fields_inserted_and_reordered(files: dict[str, str]) -> dict[str, str]:
     end = config.index('"""', start + len(backend_field)) + 4
     block, config = config[start:end], config[:start] + config[end:].lstrip("\n")
     anchor = '    """Whether DSA indexer key LayerNorm should run on fp32 inputs."""\n'
-    extra = '\n    dsa_indexer_extra_option: int = 0\n    """A field upstream added after ours."""\n\n'
+    extra = (
+        '\n    dsa_indexer_extra_option: int = 0\n    """A field upstream added after ours."""\n\n'
+    )
     config = config.replace(anchor, anchor + extra + block)
     return {CONFIG: config, DSA: files[DSA]}
 
@@ -142,7 +145,10 @@ def functions_moved(files: dict[str, str]) -> dict[str, str]:
     dsa = files[DSA]
     start = dsa.index("def fused_qk_topk_naive(")
     end = dsa.index("def bwd_fused_indexer_loss_naive(")
-    return {CONFIG: files[CONFIG], DSA: dsa[:start] + dsa[end:] + "\n\n" + dsa[start:end].rstrip() + "\n"}
+    return {
+        CONFIG: files[CONFIG],
+        DSA: dsa[:start] + dsa[end:] + "\n\n" + dsa[start:end].rstrip() + "\n",
+    }
 
 
 @pytest.mark.parametrize(
@@ -173,11 +179,16 @@ def test_a_renamed_anchor_stops_with_the_codemod_and_candidates(rebaser, release
     files[DSA] = files[DSA].replace("use_fused_kernels", "fused_kernels_enabled")
     repo.commit(files, "upstream renames use_fused_kernels", tag="renamed")
     report = tmp_path / "report.json"
-    result = rebaser("apply", "--repo", repo.path, "--base", "renamed", "--test", "none", "--json", report)
+    result = rebaser(
+        "apply", "--repo", repo.path, "--base", "renamed", "--test", "none", "--json", report
+    )
     assert result.code == ExitCode.NOT_APPLIED
     stop = json.loads(report.read_text())["stop"]
     assert stop["patch"] == "0003-topk-dispatch.patch"
-    assert f"codemod topk_dispatch: {DSA}: cannot find the `use_fused_kernels = ...` assignment" in stop["reason"]
+    assert (
+        f"codemod topk_dispatch: {DSA}: cannot find the `use_fused_kernels = ...` assignment"
+        in stop["reason"]
+    )
     assert "nearest candidates: dsa_kernels.use_fused_dsa_kernels" in stop["reason"]
     status = rebaser("status", "--repo", repo.path)
     assert "stopped at 0003-topk-dispatch.patch" in status.out

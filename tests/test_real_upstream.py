@@ -38,14 +38,26 @@ def test_unknown_release_is_a_usage_error(rebaser):
 @pytest.mark.parametrize("version", ["0.19.0", "0.19.1", "0.19.2"])
 def test_series_applies_cleanly_to_the_019_releases(rebaser, tmp_path, version):
     report = tmp_path / "report.json"
-    result = rebaser("apply", "--upstream", f"pypi:megatron-core=={version}", "--test", "none", "--json", report)
+    result = rebaser(
+        "apply", "--upstream", f"pypi:megatron-core=={version}", "--test", "none", "--json", report
+    )
     assert result.code == ExitCode.OK, result.out + result.err
     data = json.loads(report.read_text())
-    assert [step["status"] for step in data["steps"]] == ["laid", "clean", "clean", "clean", "clean"]
+    assert [step["status"] for step in data["steps"]] == [
+        "laid",
+        "clean",
+        "clean",
+        "clean",
+        "clean",
+    ]
     assert [check["name"] for check in data["checks"] if check["ok"]] == [
-        "everything committed", "no conflict markers", "python compiles", "git diff --check",
-        "promised symbols exist", "codemods are no-ops",
-    ]  # fmt: skip
+        "everything committed",
+        "no conflict markers",
+        "python compiles",
+        "git diff --check",
+        "promised symbols exist",
+        "codemods are no-ops",
+    ]
 
 
 def test_embedded_default_applies_and_runs_the_cpu_suite(rebaser, tmp_path):
@@ -64,12 +76,17 @@ def test_embedded_default_applies_and_runs_the_cpu_suite(rebaser, tmp_path):
 def test_older_design_stops_at_the_dispatch_patch_with_the_missing_anchor(rebaser, tmp_path):
     """0.18.2 predates dsa_kernels: the config patches adapt, the dispatch codemod stops."""
     report = tmp_path / "report.json"
-    result = rebaser("apply", "--upstream", "pypi:megatron-core==0.18.2", "--test", "none", "--json", report)
+    result = rebaser(
+        "apply", "--upstream", "pypi:megatron-core==0.18.2", "--test", "none", "--json", report
+    )
     assert result.code == ExitCode.NOT_APPLIED
     data = json.loads(report.read_text())
     assert [step["status"] for step in data["steps"]][:3] == ["laid", "codemod", "offset"]
     assert data["stop"]["patch"] == "0003-topk-dispatch.patch"
     assert "codemod topk_dispatch" in data["stop"]["reason"]
-    assert "cannot find the `use_fused_kernels = ...` assignment in DSAttention.forward" in data["stop"]["reason"]
+    assert (
+        "cannot find the `use_fused_kernels = ...` assignment in DSAttention.forward"
+        in data["stop"]["reason"]
+    )
     assert data["stop"]["hunks"], "each failing hunk is shown against upstream's text"
     assert rebaser("abort").code == ExitCode.OK

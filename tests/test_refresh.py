@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PROJECT
-from synthetic import CALC, Change, build_series, edit, git
+from synthetic import Change, build_series, edit, git
 from test_apply_synthetic import ADD_DOC, conflicting_upstream, two_patch_series
 
 from rebaser.errors import ExitCode
@@ -23,7 +23,9 @@ def project_copy(tmp_path: Path) -> Path:
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.mark.network
@@ -31,64 +33,133 @@ def test_reexport_of_an_unchanged_series_is_byte_identical(rebaser, tmp_path):
     series = project_copy(tmp_path)
     before = snapshot(series.parent.parent)
     report = tmp_path / "r.json"
-    assert rebaser("apply", "--series", series, "--test", "none", "--json", report).code == ExitCode.OK
+    assert (
+        rebaser("apply", "--series", series, "--test", "none", "--json", report).code == ExitCode.OK
+    )
     worktree = json.loads(report.read_text())["worktree"]
     result = rebaser("refresh", "--series", series, "--repo", worktree)
-    assert result.code == ExitCode.OK and "refresh: 0 of 11 files changed" in result.out  # 7 overlay + 4
+    assert (
+        result.code == ExitCode.OK and "refresh: 0 of 11 files changed" in result.out
+    )  # 7 overlay + 4
     assert snapshot(series.parent.parent) == before
     assert rebaser("refresh", "--series", series, "--repo", worktree, "--check").code == ExitCode.OK
 
 
-def test_manual_fix_is_exported_and_the_refreshed_series_applies_cleanly(rebaser, tmp_path, upstream):
+def test_manual_fix_is_exported_and_the_refreshed_series_applies_cleanly(
+    rebaser, tmp_path, upstream
+):
     series = two_patch_series(tmp_path, upstream)
     first_patch = (series.parent / "0001-change-1.patch").read_bytes()
     conflicting_upstream(upstream)
     report = tmp_path / "r.json"
-    assert rebaser("apply", "--series", series, "--repo", upstream.path, "--base", "v2", "--test", "none",
-                   "--json", report).code == ExitCode.NOT_APPLIED  # fmt: skip
+    assert (
+        rebaser(
+            "apply",
+            "--series",
+            series,
+            "--repo",
+            upstream.path,
+            "--base",
+            "v2",
+            "--test",
+            "none",
+            "--json",
+            report,
+        ).code
+        == ExitCode.NOT_APPLIED
+    )
     tree = Path(json.loads(report.read_text())["worktree"])
     (tree / "pkg/calc.py").write_text(edit(ADD_DOC, "    return a * b\n", "    return 2 * b * a\n"))
     git(tree, "add", "pkg/calc.py")
     assert rebaser("continue", "--repo", upstream.path).code == ExitCode.OK
 
     check = rebaser("refresh", "--series", series, "--repo", tree, "--check")
-    assert check.code == ExitCode.VERIFY_FAILED and "updated   patches/0002-change-2.patch" in check.out
+    assert (
+        check.code == ExitCode.VERIFY_FAILED
+        and "updated   patches/0002-change-2.patch" in check.out
+    )
     assert rebaser("refresh", "--series", series, "--repo", tree).code == ExitCode.OK
     # Patch 1 is the same change on a new base: only its blob ids (the index line) move.
-    old, new = first_patch.decode().splitlines(), (series.parent / "0001-change-1.patch").read_text().splitlines()
+    old, new = (
+        first_patch.decode().splitlines(),
+        (series.parent / "0001-change-1.patch").read_text().splitlines(),
+    )
     assert [(a, b) for a, b in zip(old, new) if a != b] == [
         (a, b) for a, b in zip(old, new) if a.startswith("index ") and b.startswith("index ")
     ] and len(old) == len(new)
     refreshed = (series.parent / "0002-change-2.patch").read_text()
-    assert "+    return 2 * b * a" in refreshed and "From 0000000000000000000000000000000000000000" in refreshed
+    assert (
+        "+    return 2 * b * a" in refreshed
+        and "From 0000000000000000000000000000000000000000" in refreshed
+    )
     assert "Subject: demo: double mul" in refreshed
 
     # The refreshed series applies to v2 without help, and a second refresh changes nothing.
     report2 = tmp_path / "r2.json"
-    result = rebaser("apply", "--series", series, "--repo", upstream.path, "--base", "v2", "--test", "none",
-                     "--force", "--json", report2)  # fmt: skip
+    result = rebaser(
+        "apply",
+        "--series",
+        series,
+        "--repo",
+        upstream.path,
+        "--base",
+        "v2",
+        "--test",
+        "none",
+        "--force",
+        "--json",
+        report2,
+    )
     assert result.code == ExitCode.OK
-    assert [s["status"] for s in json.loads(report2.read_text())["steps"]] == ["laid", "clean", "clean"]
-    again = rebaser("refresh", "--series", series, "--repo", json.loads(report2.read_text())["worktree"])
+    assert [s["status"] for s in json.loads(report2.read_text())["steps"]] == [
+        "laid",
+        "clean",
+        "clean",
+    ]
+    again = rebaser(
+        "refresh", "--series", series, "--repo", json.loads(report2.read_text())["worktree"]
+    )
     assert "0 of 2 files changed" in again.out
 
 
 def test_overlay_edits_and_new_commits_are_exported(rebaser, tmp_path, upstream):
     series = build_series(
-        tmp_path / "p", upstream, "v1", [Change("demo: doc", {"pkg/calc.py": ADD_DOC})],
+        tmp_path / "p",
+        upstream,
+        "v1",
+        [Change("demo: doc", {"pkg/calc.py": ADD_DOC})],
         overlay={"pkg/extra.py": "def triple(x):\n    return 3 * x\n"},
-    )  # fmt: skip
+    )
     report = tmp_path / "r.json"
-    assert rebaser("apply", "--series", series, "--repo", upstream.path, "--base", "v1", "--test", "none",
-                   "--json", report).code == ExitCode.OK  # fmt: skip
+    assert (
+        rebaser(
+            "apply",
+            "--series",
+            series,
+            "--repo",
+            upstream.path,
+            "--base",
+            "v1",
+            "--test",
+            "none",
+            "--json",
+            report,
+        ).code
+        == ExitCode.OK
+    )
     tree = Path(json.loads(report.read_text())["worktree"])
     (tree / "pkg/extra.py").write_text("def triple(x):\n    return x * 3\n")
     (tree / "pkg/calc.py").write_text(edit(ADD_DOC, "def neg(a):", "def negate(a):"))
     git(tree, "commit", "-qam", "demo: rename neg")
     result = rebaser("refresh", "--series", series, "--repo", tree)
     assert result.code == ExitCode.OK
-    assert "updated   overlay/pkg/extra.py" in result.out and "new       patches/0002-rename-neg.patch" in result.out
-    assert (series.parent.parent / "overlay/pkg/extra.py").read_text() == "def triple(x):\n    return x * 3\n"
+    assert (
+        "updated   overlay/pkg/extra.py" in result.out
+        and "new       patches/0002-rename-neg.patch" in result.out
+    )
+    assert (
+        series.parent.parent / "overlay/pkg/extra.py"
+    ).read_text() == "def triple(x):\n    return x * 3\n"
     assert series.read_text().splitlines()[-2:] == ["0001-change-1.patch", "0002-rename-neg.patch"]
     assert series.read_text().startswith("# synthetic series\n@name demo\n")
 

@@ -15,13 +15,31 @@ def test_verify_matrix_over_tags_with_json_and_markdown(rebaser, tmp_path, upstr
     series = two_patch_series(tmp_path, upstream)
     conflicting_upstream(upstream)
     out_json, out_md = tmp_path / "m.json", tmp_path / "m.md"
-    result = rebaser("verify", "--series", series, "--repo", upstream.path, "--bases", "v1", "v2", "nope",
-                     "--test", "none", "--json", out_json, "--markdown", out_md)  # fmt: skip
+    result = rebaser(
+        "verify",
+        "--series",
+        series,
+        "--repo",
+        upstream.path,
+        "--bases",
+        "v1",
+        "v2",
+        "nope",
+        "--test",
+        "none",
+        "--json",
+        out_json,
+        "--markdown",
+        out_md,
+    )
     assert result.code == ExitCode.NOT_APPLIED  # the most serious row decides
     rows = {row["base"]: row for row in json.loads(out_json.read_text())["bases"]}
     assert [s["status"] for s in rows["v1"]["report"]["steps"]] == ["laid", "clean", "clean"]
     assert rows["v2"]["report"]["stop"]["patch"] == "0002-change-2.patch"
-    assert rows["nope"]["exit_code"] == ExitCode.USAGE and "unknown base 'nope'" in rows["nope"]["error"]
+    assert (
+        rows["nope"]["exit_code"] == ExitCode.USAGE
+        and "unknown base 'nope'" in rows["nope"]["error"]
+    )
     markdown = out_md.read_text()
     assert markdown.startswith("### dsa-forkkit: the series needs attention")
     assert "| `v1` | laid | clean | clean | ok |" in markdown
@@ -34,9 +52,15 @@ def test_verify_matrix_over_tags_with_json_and_markdown(rebaser, tmp_path, upstr
 def test_verify_never_disturbs_an_apply_in_progress(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream)
     conflicting_upstream(upstream)
-    assert rebaser("apply", "--series", series, "--repo", upstream.path, "--base", "v2",
-                   "--test", "none").code == ExitCode.NOT_APPLIED  # fmt: skip
-    result = rebaser("verify", "--series", series, "--repo", upstream.path, "--bases", "v1", "--test", "none")
+    assert (
+        rebaser(
+            "apply", "--series", series, "--repo", upstream.path, "--base", "v2", "--test", "none"
+        ).code
+        == ExitCode.NOT_APPLIED
+    )
+    result = rebaser(
+        "verify", "--series", series, "--repo", upstream.path, "--bases", "v1", "--test", "none"
+    )
     assert result.code == ExitCode.OK
     assert "stopped at 0002-change-2.patch" in rebaser("status", "--repo", upstream.path).out
 
@@ -44,21 +68,44 @@ def test_verify_never_disturbs_an_apply_in_progress(rebaser, tmp_path, upstream)
 @pytest.mark.network
 def test_verify_matrix_over_pypi_releases(rebaser, tmp_path):
     out_json = tmp_path / "m.json"
-    result = rebaser("verify", "--bases", "pypi:megatron-core==0.19.0", "pypi:megatron-core==0.18.2",
-                     "--test", "none", "--json", out_json)  # fmt: skip
+    result = rebaser(
+        "verify",
+        "--bases",
+        "pypi:megatron-core==0.19.0",
+        "pypi:megatron-core==0.18.2",
+        "--test",
+        "none",
+        "--json",
+        out_json,
+    )
     assert result.code == ExitCode.NOT_APPLIED
     rows = {row["base"]: row for row in json.loads(out_json.read_text())["bases"]}
     assert rows["pypi:megatron-core==0.19.0"]["exit_code"] == 0
-    assert rows["pypi:megatron-core==0.18.2"]["report"]["stop"]["patch"] == "0003-topk-dispatch.patch"
+    assert (
+        rows["pypi:megatron-core==0.18.2"]["report"]["stop"]["patch"] == "0003-topk-dispatch.patch"
+    )
 
 
 def test_bisect_finds_the_commit_that_breaks_application(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream)
-    shas = history(upstream, 13, {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n")})
+    shas = history(
+        upstream, 13, {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n")}
+    )
     head = git(upstream.path, "rev-parse", "HEAD")
     out_json = tmp_path / "b.json"
-    result = rebaser("bisect", "--series", series, "--repo", upstream.path, "--good", "v1", "--bad", "main",
-                     "--json", out_json)  # fmt: skip
+    result = rebaser(
+        "bisect",
+        "--series",
+        series,
+        "--repo",
+        upstream.path,
+        "--good",
+        "v1",
+        "--bad",
+        "main",
+        "--json",
+        out_json,
+    )
     assert result.code == 0, result.out + result.err
     found = json.loads(out_json.read_text())
     assert found["culprit"] == shas[12] and found["subject"] == "commit 13"
@@ -73,11 +120,35 @@ def test_bisect_finds_the_commit_that_breaks_application(rebaser, tmp_path, upst
 
 def test_bisect_with_tests_finds_the_commit_that_breaks_them(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream, overlay=OVERLAY_TESTS)
-    shas = history(upstream, 7, {"pkg/extra_upstream.py": "x = 1\n", "pkg/calc.py": edit(
-        CALC, "def mul(a, b):\n    return a * b\n", "def mul(a, b):\n    return a * b\n\n\nmul = abs\n")}, count=10)  # fmt: skip
+    shas = history(
+        upstream,
+        7,
+        {
+            "pkg/extra_upstream.py": "x = 1\n",
+            "pkg/calc.py": edit(
+                CALC,
+                "def mul(a, b):\n    return a * b\n",
+                "def mul(a, b):\n    return a * b\n\n\nmul = abs\n",
+            ),
+        },
+        count=10,
+    )
     out_json = tmp_path / "b.json"
-    result = rebaser("bisect", "--series", series, "--repo", upstream.path, "--good", "v1", "--bad", "main",
-                     "--test", "cpu", "--json", out_json)  # fmt: skip
+    result = rebaser(
+        "bisect",
+        "--series",
+        series,
+        "--repo",
+        upstream.path,
+        "--good",
+        "v1",
+        "--bad",
+        "main",
+        "--test",
+        "cpu",
+        "--json",
+        out_json,
+    )
     assert result.code == 0, result.out + result.err
     found = json.loads(out_json.read_text())
     assert found["subject"] == "commit 7" and found["culprit"] == shas[6]
@@ -88,7 +159,9 @@ def test_bisect_with_tests_finds_the_commit_that_breaks_them(rebaser, tmp_path, 
 def test_bisect_refuses_a_good_end_that_fails(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream)
     conflicting_upstream(upstream)
-    result = rebaser("bisect", "--series", series, "--repo", upstream.path, "--good", "v2", "--bad", "main")
+    result = rebaser(
+        "bisect", "--series", series, "--repo", upstream.path, "--good", "v2", "--bad", "main"
+    )
     assert result.code == ExitCode.USAGE and "does not pass at the good revision v2" in result.err
 
 
@@ -96,10 +169,23 @@ def test_bisect_refuses_a_good_end_that_fails(rebaser, tmp_path, upstream):
 def test_bisect_over_pypi_releases(rebaser, tmp_path, release_history_series):
     series, breaking_version = release_history_series
     out_json = tmp_path / "b.json"
-    result = rebaser("bisect", "--series", series, "--upstream", "pypi:megatron-core",
-                     "--good", "0.17.0", "--bad", "0.19.2", "--json", out_json)  # fmt: skip
+    result = rebaser(
+        "bisect",
+        "--series",
+        series,
+        "--upstream",
+        "pypi:megatron-core",
+        "--good",
+        "0.17.0",
+        "--bad",
+        "0.19.2",
+        "--json",
+        out_json,
+    )
     assert result.code == 0, result.out + result.err
-    assert json.loads(out_json.read_text())["subject"] == f"megatron-core {breaking_version} from PyPI"
+    assert (
+        json.loads(out_json.read_text())["subject"] == f"megatron-core {breaking_version} from PyPI"
+    )
 
 
 @pytest.fixture
@@ -107,8 +193,12 @@ def release_history_series(tmp_path, release_clone):
     """A one-patch series made against megatron-core 0.17.0 on a line that 0.19.0 rewrites."""
     repo = release_clone("0.17.0")
     path = "megatron/core/transformer/experimental_attention_variant/dsa.py"
-    changed = edit(repo.read(path), "    topk_k = min(index_topk, seqlen)\n",
-                   "    topk_k = min(index_topk, seqlen)  # fork: clamp to the keys\n")  # fmt: skip
-    series = build_series(tmp_path / "mini", repo, "v0.17.0", [Change("fork: comment the clamp", {path: changed})])
+    changed = edit(
+        repo.read(path),
+        "    topk_k = min(index_topk, seqlen)\n",
+        "    topk_k = min(index_topk, seqlen)  # fork: clamp to the keys\n",
+    )
+    series = build_series(
+        tmp_path / "mini", repo, "v0.17.0", [Change("fork: comment the clamp", {path: changed})]
+    )
     return series, "0.19.0"
-

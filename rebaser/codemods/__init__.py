@@ -62,4 +62,11 @@ def run_codemods(names: Sequence[str], root: Path, *, write: bool) -> list[str]:
     return changed
 
 
-__all__ = ["AnchorNotFound", "CODEMODS", "PatchCodemod", "lookup", "run_codemods", "transform_sources"]
+__all__ = [
+    "AnchorNotFound",
+    "CODEMODS",
+    "PatchCodemod",
+    "lookup",
+    "run_codemods",
+    "transform_sources",
+]

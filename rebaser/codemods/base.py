@@ -20,7 +20,9 @@ Body = Union[cst.Module, cst.IndentedBlock]
 
 
 class AnchorNotFound(Exception):
-    def __init__(self, codemod: str, path: str, anchor: str, candidates: Sequence[str] = ()) -> None:
+    def __init__(
+        self, codemod: str, path: str, anchor: str, candidates: Sequence[str] = ()
+    ) -> None:
         super().__init__(anchor)
         self.codemod = codemod
         self.path = path
@@ -61,7 +63,9 @@ class PatchCodemod(Codemod):
         for node in functions:
             if node.name.value == name:
                 return node
-        raise self.missing(f"function {name} in {owner}", nearest(name, [f.name.value for f in functions]))
+        raise self.missing(
+            f"function {name} in {owner}", nearest(name, [f.name.value for f in functions])
+        )
 
     def find_method(self, module: cst.Module, class_name: str, name: str) -> cst.FunctionDef:
         owner = self.find_class(module, class_name)
@@ -161,7 +165,10 @@ def add_positional(call: cst.Call, values: Sequence[str]) -> cst.Call:
 def append_param(function: cst.FunctionDef, source: str) -> cst.FunctionDef:
     """Append a parameter written as in a def (`name: T = default`), one per line."""
     param = cst.parse_statement(f"def _({source}): pass\n").params.params[0]  # type: ignore[attr-defined]
-    params = [p.with_changes(whitespace_after_param=cst.SimpleWhitespace("")) for p in function.params.params]
+    params = [
+        p.with_changes(whitespace_after_param=cst.SimpleWhitespace(""))
+        for p in function.params.params
+    ]
     params = _one_per_line([*params, param])
     return function.with_changes(
         whitespace_before_params=_ITEM_LINE, params=function.params.with_changes(params=params)
@@ -204,7 +211,9 @@ def _exploded_call(call: cst.Call, args: list[cst.Arg]) -> cst.Call:
     return call.with_changes(whitespace_before_args=_ITEM_LINE, args=_one_per_line(args))
 
 
-def replace_in_body(body: Body, old: cst.CSTNode, new: Union[cst.CSTNode, Sequence[cst.CSTNode]]) -> Body:
+def replace_in_body(
+    body: Body, old: cst.CSTNode, new: Union[cst.CSTNode, Sequence[cst.CSTNode]]
+) -> Body:
     """Replace one statement of a body with one or more statements."""
     replacement = list(new) if isinstance(new, (list, tuple)) else [new]
     items: list[cst.CSTNode] = []

@@ -23,7 +23,9 @@ dsa_indexer_topk_tie_break: Literal[0, 1, 2] = 0
 
 
 def _field_name(statement: cst.CSTNode) -> str | None:
-    if isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.AnnAssign):
+    if isinstance(statement, cst.SimpleStatementLine) and isinstance(
+        statement.body[0], cst.AnnAssign
+    ):
         target = statement.body[0].target
         return target.value if isinstance(target, cst.Name) else None
     return None

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rebaser.codemods.base import PatchCodemod, calls, comment_lines, insert_before, mentions, statements
+from rebaser.codemods.base import (
+    PatchCodemod,
+    calls,
+    comment_lines,
+    insert_before,
+    mentions,
+    statements,
+)
 
 HOOK = """
 from megatron.core.transformer.experimental_attention_variant import dsa_topk

@@ -24,7 +24,6 @@ from rebaser.codemods.base import (
     calls,
     code,
     comment_lines,
-    has_keyword,
     insert_before,
     mentions,
     param_names,
@@ -56,9 +55,20 @@ def select_topk_with_policy():
     return selected
 """
 # Locals of DSAttention.forward that select_topk_with_policy reads.
-SELECT_NEEDS = ("q", "k", "weights", "float_mask", "varlen_starts", "varlen_ends", "key_positions",
-                "use_fused_kernels", "topk_policy")  # fmt: skip
-FWD_COMMENT = "Given topk_indices (chosen by an explicit top-k backend), the loss uses exactly those."
+SELECT_NEEDS = (
+    "q",
+    "k",
+    "weights",
+    "float_mask",
+    "varlen_starts",
+    "varlen_ends",
+    "key_positions",
+    "use_fused_kernels",
+    "topk_policy",
+)
+FWD_COMMENT = (
+    "Given topk_indices (chosen by an explicit top-k backend), the loss uses exactly those."
+)
 FORWARD_COMMENTS = (
     "topk_indices, when given, were selected outside: the forward returns them and the",
     "backward uses exactly them (it never re-selects); their gradient is None.",
@@ -68,7 +78,9 @@ FORWARD_COMMENTS = (
 class IndexerLoss(PatchCodemod):
     NAME = "indexer_loss"
     PATH = "megatron/core/transformer/experimental_attention_variant/dsa.py"
-    DESCRIPTION = "dsa.py: indexer loss keeps the explicitly selected indices in forward and backward"
+    DESCRIPTION = (
+        "dsa.py: indexer loss keeps the explicitly selected indices in forward and backward"
+    )
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         tree = self._fwd_takes_indices(tree)
@@ -83,12 +95,15 @@ class IndexerLoss(PatchCodemod):
         if len(naive) != 1:
             raise self.missing(f"one fused_qk_topk_naive call in {FWD} (found {len(naive)})")
         updated = fwd.deep_replace(
-            naive[0], add_keyword(naive[0], "topk_policy", "dsa_topk.preselected_or_none(topk_indices)")
+            naive[0],
+            add_keyword(naive[0], "topk_policy", "dsa_topk.preselected_or_none(topk_indices)"),
         )
         statement = next(s for s in updated.body.body if calls(s, "fused_qk_topk_naive"))
         updated = updated.deep_replace(
             statement,
-            statement.with_changes(leading_lines=[*statement.leading_lines, *comment_lines(FWD_COMMENT)]),
+            statement.with_changes(
+                leading_lines=[*statement.leading_lines, *comment_lines(FWD_COMMENT)]
+            ),
         )
         updated = append_param(updated, "topk_indices: Optional[torch.Tensor] = None")
         return tree.deep_replace(fwd, updated)
@@ -111,11 +126,15 @@ class IndexerLoss(PatchCodemod):
             fwd_calls = calls(forward, FWD)
             if len(fwd_calls) != 1:
                 raise self.missing(f"one {FWD} call in FusedDSAIndexerLoss.forward")
-            updated = forward.deep_replace(fwd_calls[0], add_keyword(fwd_calls[0], "topk_indices", "topk_indices"))
+            updated = forward.deep_replace(
+                fwd_calls[0], add_keyword(fwd_calls[0], "topk_indices", "topk_indices")
+            )
             statement = next(s for s in updated.body.body if calls(s, FWD))
             updated = updated.deep_replace(
                 statement,
-                statement.with_changes(leading_lines=[*statement.leading_lines, *comment_lines(*FORWARD_COMMENTS)]),
+                statement.with_changes(
+                    leading_lines=[*statement.leading_lines, *comment_lines(*FORWARD_COMMENTS)]
+                ),
             )
             tree = tree.deep_replace(forward, append_param(updated, "topk_indices=None"))
         if "topk_indices" not in elements:
@@ -126,50 +145,72 @@ class IndexerLoss(PatchCodemod):
 
     def _names_tuple(self, tree: cst.Module) -> cst.Tuple:
         for statement in tree.body:
-            if isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Assign):
+            if isinstance(statement, cst.SimpleStatementLine) and isinstance(
+                statement.body[0], cst.Assign
+            ):
                 assign = statement.body[0]
                 if code(assign.targets[0].target) == NAMES and isinstance(assign.value, cst.Tuple):
                     return assign.value
         raise self.missing(f"the module-level tuple {NAMES}")
 
-    def _attention_passes_indices(self, tree: cst.Module, forward_params: list[cst.Param]) -> cst.Module:
+    def _attention_passes_indices(
+        self, tree: cst.Module, forward_params: list[cst.Param]
+    ) -> cst.Module:
         attention = self.find_method(tree, "DSAttention", "forward")
         reference = next(
             (
-                s for s in attention.body.body
-                if isinstance(s, cst.FunctionDef) and s.name.value == "compute_indexer_loss_with_reference_path"
+                s
+                for s in attention.body.body
+                if isinstance(s, cst.FunctionDef)
+                and s.name.value == "compute_indexer_loss_with_reference_path"
             ),
             None,
-        )  # fmt: skip
+        )
         if reference is None:
-            raise self.missing("the nested function compute_indexer_loss_with_reference_path in DSAttention.forward")
+            raise self.missing(
+                "the nested function compute_indexer_loss_with_reference_path in DSAttention.forward"
+            )
         applies = calls(reference, "FusedDSAIndexerLoss.apply")
         if len(applies) != 1:
-            raise self.missing("one FusedDSAIndexerLoss.apply call in compute_indexer_loss_with_reference_path")
+            raise self.missing(
+                "one FusedDSAIndexerLoss.apply call in compute_indexer_loss_with_reference_path"
+            )
         apply = applies[0]
         updated = attention
         if not any(code(arg.value) == "select_topk_with_policy()" for arg in apply.args):
             if any(arg.keyword is not None or arg.star for arg in apply.args):
-                raise self.missing("FusedDSAIndexerLoss.apply called with positional arguments only")
+                raise self.missing(
+                    "FusedDSAIndexerLoss.apply called with positional arguments only"
+                )
             names = [param.name.value for param in forward_params]
             target = names.index("topk_indices")
             given = len(apply.args)
             if given > target:
-                raise self.missing(f"FusedDSAIndexerLoss.apply with at most {target} positional inputs")
+                raise self.missing(
+                    f"FusedDSAIndexerLoss.apply with at most {target} positional inputs"
+                )
             # Inputs between the call's last argument and topk_indices take their defaults.
             fill = [code(param.default) for param in forward_params[given:target] if param.default]
             if len(fill) != target - given:
                 raise self.missing(f"defaults for FusedDSAIndexerLoss inputs {names[given:target]}")
-            updated = updated.deep_replace(apply, add_positional(apply, [*fill, "select_topk_with_policy()"]))
-        if not any(isinstance(s, cst.FunctionDef) and s.name.value == "select_topk_with_policy" for s in updated.body.body):
+            updated = updated.deep_replace(
+                apply, add_positional(apply, [*fill, "select_topk_with_policy()"])
+            )
+        if not any(
+            isinstance(s, cst.FunctionDef) and s.name.value == "select_topk_with_policy"
+            for s in updated.body.body
+        ):
             bound = bound_names(updated)
             absent = [name for name in SELECT_NEEDS if name not in bound]
             if absent:
                 raise self.missing(f"the locals {', '.join(absent)} in DSAttention.forward")
             reference = next(
-                s for s in updated.body.body
-                if isinstance(s, cst.FunctionDef) and s.name.value == "compute_indexer_loss_with_reference_path"
-            )  # fmt: skip
-            updated = updated.with_changes(body=insert_before(updated.body, reference, statements(SELECT)))
+                s
+                for s in updated.body.body
+                if isinstance(s, cst.FunctionDef)
+                and s.name.value == "compute_indexer_loss_with_reference_path"
+            )
+            updated = updated.with_changes(
+                body=insert_before(updated.body, reference, statements(SELECT))
+            )
         return tree.deep_replace(attention, updated)
-

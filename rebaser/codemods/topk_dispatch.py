@@ -47,7 +47,9 @@ EARLY_RETURN_COMMENT = (
     "An explicit top-k backend (or indices selected before the call) replaces torch.topk."
 )
 READ_POLICY = "topk_policy = dsa_topk.policy_from_config(self.config)\n"
-READ_POLICY_COMMENT = "An explicit top-k backend replaces every fused kernel that selects its own top-k."
+READ_POLICY_COMMENT = (
+    "An explicit top-k backend replaces every fused kernel that selects its own top-k."
+)
 NOT_SET = "topk_policy is None"
 
 
@@ -67,16 +69,22 @@ class TopkDispatch(PatchCodemod):
             if not isinstance(statement, cst.SimpleStatementLine):
                 continue
             node = statement.body[0]
-            if isinstance(node, cst.ImportFrom) and node.module is not None and code(node.module) == PACKAGE:
+            if (
+                isinstance(node, cst.ImportFrom)
+                and node.module is not None
+                and code(node.module) == PACKAGE
+            ):
                 names = [] if isinstance(node.names, cst.ImportStar) else list(node.names)
                 if any(code(alias.name) == "dsa_topk" for alias in names):
                     return tree
                 return tree.deep_replace(node, append_import_name(node, "dsa_topk"))
         # No grouped import of the package: add one after the module's last import.
         imports = [
-            i for i, s in enumerate(tree.body)
-            if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], (cst.Import, cst.ImportFrom))
-        ]  # fmt: skip
+            i
+            for i, s in enumerate(tree.body)
+            if isinstance(s, cst.SimpleStatementLine)
+            and isinstance(s.body[0], (cst.Import, cst.ImportFrom))
+        ]
         if not imports:
             raise self.missing("the module's imports")
         new = cst.parse_statement(f"from {PACKAGE} import dsa_topk\n")
@@ -114,7 +122,8 @@ class TopkDispatch(PatchCodemod):
         for call in naive_calls:
             if not has_keyword(call, "topk_policy"):
                 updated = updated.deep_replace(
-                    call, add_keyword(call, "topk_policy", "dsa_topk.policy_from_config(self.config)")
+                    call,
+                    add_keyword(call, "topk_policy", "dsa_topk.policy_from_config(self.config)"),
                 )
         return tree.deep_replace(method, updated)
 
@@ -126,12 +135,16 @@ class TopkDispatch(PatchCodemod):
         updated = updated.visit(_GuardFusedTopk())
         for call in calls(updated, NAIVE):
             if not has_keyword(call, "topk_policy"):
-                updated = updated.deep_replace(call, add_keyword(call, "topk_policy", "topk_policy"))
+                updated = updated.deep_replace(
+                    call, add_keyword(call, "topk_policy", "topk_policy")
+                )
         return tree.deep_replace(forward, updated)
 
     def _read_policy(self, body: cst.IndentedBlock) -> Body:
         for statement in body.body:
-            if mentions(statement, "use_fused_kernels =") and isinstance(statement, cst.SimpleStatementLine):
+            if mentions(statement, "use_fused_kernels =") and isinstance(
+                statement, cst.SimpleStatementLine
+            ):
                 read = cst.parse_statement(READ_POLICY).with_changes(
                     leading_lines=comment_lines(READ_POLICY_COMMENT)
                 )
@@ -158,6 +171,7 @@ class _GuardFusedTopk(cst.CSTTransformer):
             return updated
         if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
             test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-        guard = cst.BooleanOperation(left=test, operator=cst.And(), right=cst.parse_expression(NOT_SET))
+        guard = cst.BooleanOperation(
+            left=test, operator=cst.And(), right=cst.parse_expression(NOT_SET)
+        )
         return updated.with_changes(test=guard)
-

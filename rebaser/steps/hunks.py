@@ -69,7 +69,12 @@ def _locate(path: str, hunk: unidiff.Hunk, expected: list[str], current: list[st
     window = current[best_at : best_at + size]
     diff = list(
         difflib.unified_diff(
-            expected, window, "patch expects", f"upstream now (line {best_at + 1})", lineterm="", n=1
+            expected,
+            window,
+            "patch expects",
+            f"upstream now (line {best_at + 1})",
+            lineterm="",
+            n=1,
         )
     )[:_MAX_DIFF_LINES]
     return HunkReport(path, _header(hunk), False, best_at + 1, max(best_ratio, 0.0), diff)

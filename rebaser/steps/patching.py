@@ -18,8 +18,13 @@ from rebaser.steps.hunks import HunkReport, diagnose
 _OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
 
 CLEAN, OFFSET, THREE_WAY, CODEMOD, IN_UPSTREAM, FAILED = (
-    "clean", "offset", "3-way", "codemod", "in upstream", "failed",
-)  # fmt: skip
+    "clean",
+    "offset",
+    "3-way",
+    "codemod",
+    "in upstream",
+    "failed",
+)
 
 
 @dataclass
@@ -48,31 +53,49 @@ def apply_patch(worktree: Git, patch: Patch, *, base_objects: Optional[Path]) ->
         worktree.run("apply", "--index", "--whitespace=nowarn", patch_file)
         offsets = [
             f"hunk {n} at line {line} (offset {delta:+d})"
-            for n, line, delta in ((int(a), int(b), int(c)) for a, b, c in _OFFSET_RE.findall(check.stderr))
+            for n, line, delta in (
+                (int(a), int(b), int(c)) for a, b, c in _OFFSET_RE.findall(check.stderr)
+            )
         ]
         return PatchOutcome(OFFSET if offsets else CLEAN, "; ".join(offsets), offsets=offsets)
 
     env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(base_objects)} if base_objects else None
-    merged = worktree.run("apply", "--3way", "--index", "--whitespace=nowarn", patch_file, env=env, check=False)
+    merged = worktree.run(
+        "apply", "--3way", "--index", "--whitespace=nowarn", patch_file, env=env, check=False
+    )
     if merged.ok:
         return PatchOutcome(THREE_WAY, "context drifted; merged with the series' base blobs")
     conflicts = worktree.unmerged_paths()
     _reset(worktree)
-    reason = "3-way merge conflicts in " + ", ".join(conflicts) if conflicts else _first_error(merged.stderr)
+    reason = (
+        "3-way merge conflicts in " + ", ".join(conflicts)
+        if conflicts
+        else _first_error(merged.stderr)
+    )
 
-    hunks = [report for report in diagnose(patch.path.read_text(), worktree.path) if not report.applies]
+    hunks = [
+        report for report in diagnose(patch.path.read_text(), worktree.path) if not report.applies
+    ]
     if patch.codemod is None:
         _leave_for_user(worktree, patch_file, env, conflicts)
-        return PatchOutcome(FAILED, f"{reason}; the patch names no codemod", conflicts=conflicts, hunks=hunks)
+        return PatchOutcome(
+            FAILED, f"{reason}; the patch names no codemod", conflicts=conflicts, hunks=hunks
+        )
     try:
         changed = run_codemods([patch.codemod], worktree.path, write=True)
     except AnchorNotFound as missing:
         _leave_for_user(worktree, patch_file, env, conflicts)
         return PatchOutcome(
-            FAILED, f"{reason}; codemod {patch.codemod}: {missing}", conflicts=conflicts, hunks=hunks, anchor=missing
+            FAILED,
+            f"{reason}; codemod {patch.codemod}: {missing}",
+            conflicts=conflicts,
+            hunks=hunks,
+            anchor=missing,
         )
     if not changed:
-        return PatchOutcome(IN_UPSTREAM, f"{reason}; codemod {patch.codemod} found the change already there")
+        return PatchOutcome(
+            IN_UPSTREAM, f"{reason}; codemod {patch.codemod} found the change already there"
+        )
     worktree.run("add", "--", *changed)
     return PatchOutcome(CODEMOD, f"{reason}; codemod {patch.codemod} changed {', '.join(changed)}")
 
@@ -83,10 +106,14 @@ def _reset(worktree: Git) -> None:
     worktree.run("clean", "--quiet", "-d", "--force")
 
 
-def _leave_for_user(worktree: Git, patch_file: str, env: Optional[dict], conflicts: list[str]) -> None:
+def _leave_for_user(
+    worktree: Git, patch_file: str, env: Optional[dict], conflicts: list[str]
+) -> None:
     """Leave the most useful partial state: conflict markers, else applied hunks + .rej files."""
     if conflicts:
-        worktree.run("apply", "--3way", "--index", "--whitespace=nowarn", patch_file, env=env, check=False)
+        worktree.run(
+            "apply", "--3way", "--index", "--whitespace=nowarn", patch_file, env=env, check=False
+        )
     else:
         worktree.run("apply", "--reject", "--whitespace=nowarn", patch_file, check=False)
 

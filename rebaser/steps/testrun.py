@@ -59,11 +59,25 @@ def run_pytest(
     with tempfile.TemporaryDirectory(prefix="forkkit-pytest-") as tmp:
         junit = Path(tmp) / "junit.xml"
         command = [
-            python, "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider",
-            f"--junitxml={junit}", "-o", "junit_family=xunit2", "-q", "-rfE",
+            python,
+            "-m",
+            "pytest",
+            "-p",
+            PLUGIN,
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={junit}",
+            "-o",
+            "junit_family=xunit2",
+            "-q",
+            "-rfE",
             # Upstream's addopts may say -x; every test must run for counts and regressions.
-            "--maxfail=0", "--rootdir", str(tree), *extra_args, *paths,
-        ]  # fmt: skip
+            "--maxfail=0",
+            "--rootdir",
+            str(tree),
+            *extra_args,
+            *paths,
+        ]
         started = time.monotonic()
         try:
             completed = subprocess.run(
@@ -75,10 +89,12 @@ def run_pytest(
         if not junit.exists():
             tail = (completed.stdout + completed.stderr).strip().splitlines()[-_FAILURE_LINES:]
             return SuiteResult(
-                name, "failed", seconds=seconds,
+                name,
+                "failed",
+                seconds=seconds,
                 note=f"pytest exited {completed.returncode} before writing results",
                 failures=tail,
-            )  # fmt: skip
+            )
         result = _read_junit(junit, name, seconds)
     if completed.returncode == 5 or result.passed + result.failed + result.errors == 0:
         result.status, result.note = "failed", "no tests ran"
@@ -95,7 +111,9 @@ def compare_with_base(patched: SuiteResult, base: SuiteResult) -> SuiteResult:
     if not patched.outcomes or not base.outcomes:
         broken = patched if not patched.outcomes else base
         patched.status = "failed"
-        patched.note = f"{'patched' if broken is patched else 'base'} run gave no results: {broken.note}"
+        patched.note = (
+            f"{'patched' if broken is patched else 'base'} run gave no results: {broken.note}"
+        )
         patched.failures = patched.failures or base.failures
         return patched
     regressions = [
@@ -103,7 +121,9 @@ def compare_with_base(patched: SuiteResult, base: SuiteResult) -> SuiteResult:
         for test, outcome in base.outcomes.items()
         if outcome == "passed" and patched.outcomes.get(test, "missing") != "passed"
     ]
-    patched.failures = [f"regression: {test} ({patched.outcomes.get(test, 'missing')})" for test in regressions]
+    patched.failures = [
+        f"regression: {test} ({patched.outcomes.get(test, 'missing')})" for test in regressions
+    ]
     patched.status = "failed" if regressions else "passed"
     patched.note = f"base: {base.counts}; {len(regressions)} regressions"
     return patched

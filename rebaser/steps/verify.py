@@ -23,6 +23,12 @@ class Check:
     detail: str
     problems: list[str] = field(default_factory=list)
 
+    @classmethod
+    def of(cls, name: str, problems: list[str], *, ok: str, failed: str) -> "Check":
+        """A check that passes without problems; `failed` may name {count}."""
+        detail = failed.format(count=len(problems)) if problems else ok
+        return cls(name, not problems, detail, problems)
+
 
 def verify(worktree: Git, base_sha: str, series: Series) -> list[Check]:
     changed = worktree.out("diff", "--name-only", "--no-renames", base_sha, "HEAD").splitlines()
@@ -39,11 +45,11 @@ def verify(worktree: Git, base_sha: str, series: Series) -> list[Check]:
 
 def _committed(worktree: Git) -> Check:
     dirty = worktree.status_porcelain()
-    return Check(
+    return Check.of(
         "everything committed",
-        not dirty,
-        "no uncommitted changes" if not dirty else f"{len(dirty)} uncommitted paths",
         dirty,
+        ok="no uncommitted changes",
+        failed="{count} uncommitted paths",
     )
 
 
@@ -54,11 +60,11 @@ def find_conflict_markers(root: Path, paths: list[str]) -> Check:
         for number, line in enumerate(text.splitlines(), start=1):
             if _MARKER_RE.match(line):
                 problems.append(f"{path}:{number}: {line[:40]}")
-    return Check(
+    return Check.of(
         "no conflict markers",
-        not problems,
-        f"{len(paths)} changed files scanned" if not problems else f"{len(problems)} markers",
         problems,
+        ok=f"{len(paths)} changed files scanned",
+        failed="{count} markers",
     )
 
 
@@ -69,22 +75,19 @@ def _compiles(root: Path, paths: list[str]) -> Check:
             compile((root / path).read_bytes(), path, "exec", dont_inherit=True)
         except SyntaxError as exc:
             problems.append(f"{path}:{exc.lineno}: {exc.msg}")
-    return Check(
+    return Check.of(
         "python compiles",
-        not problems,
-        f"{len(paths)} changed .py files compile" if not problems else f"{len(problems)} fail",
         problems,
+        ok=f"{len(paths)} changed .py files compile",
+        failed="{count} fail",
     )
 
 
 def _diff_check(worktree: Git, base_sha: str) -> Check:
     result = worktree.run("diff", "--check", base_sha, "HEAD", check=False)
     problems = [line for line in result.stdout.splitlines() if line and not line.startswith("+")]
-    return Check(
-        "git diff --check",
-        not problems,
-        "no whitespace errors" if not problems else f"{len(problems)} problems",
-        problems,
+    return Check.of(
+        "git diff --check", problems, ok="no whitespace errors", failed="{count} problems"
     )
 
 
@@ -99,11 +102,11 @@ def _symbols(root: Path, specs: list[SymbolSpec]) -> Check:
         reason = "file missing" if tree is None else _symbol_problem(tree, spec)
         if reason:
             problems.append(f"{spec}: {reason}")
-    return Check(
+    return Check.of(
         "promised symbols exist",
-        not problems,
-        f"{len(specs)} symbols found" if not problems else f"{len(problems)} missing",
         problems,
+        ok=f"{len(specs)} symbols found",
+        failed="{count} missing",
     )
 
 
@@ -144,10 +147,12 @@ def _codemods_idempotent(root: Path, names: list[str]) -> Check:
     try:
         changed = run_codemods(names, root, write=False)
     except AnchorNotFound as missing:
-        return Check("codemods are no-ops", False, f"codemod {missing.codemod}: {missing}", [str(missing)])
-    return Check(
+        return Check(
+            "codemods are no-ops", False, f"codemod {missing.codemod}: {missing}", [str(missing)]
+        )
+    return Check.of(
         "codemods are no-ops",
-        not changed,
-        f"{len(names)} codemods change nothing" if not changed else "codemods would change files",
         [f"{path} would change" for path in changed],
+        ok=f"{len(names)} codemods change nothing",
+        failed="codemods would change {count} files",
     )

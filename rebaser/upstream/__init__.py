@@ -72,7 +72,9 @@ def resolve_target(
         )
     if repo is not None:
         if base is None:
-            raise RebaserError("--base is required with --repo", next_step="e.g. --base core_v0.19.0")
+            raise RebaserError(
+                "--base is required with --repo", next_step="e.g. --base core_v0.19.0"
+            )
         return _resolve_in_clone(repo, base)
     spec_text = upstream or default_upstream
     if spec_text is None:
@@ -117,13 +119,22 @@ def resolve_pypi(spec: PypiSpec, base: Optional[str] = None) -> Target:
 def _resolve_in_clone(repo: Path, base: str) -> Target:
     git = find_repo(repo.expanduser())
     if git is None:
-        raise RebaserError(f"{repo} is not inside a git repository", next_step="point --repo at a Megatron-LM clone")
+        raise RebaserError(
+            f"{repo} is not inside a git repository",
+            next_step="point --repo at a Megatron-LM clone",
+        )
     sha = git.rev_parse(base)
     if sha is None:
-        names = git.out("for-each-ref", "--format=%(refname:short)", "refs/tags", "refs/heads", "refs/remotes").split()
+        names = git.out(
+            "for-each-ref", "--format=%(refname:short)", "refs/tags", "refs/heads", "refs/remotes"
+        ).split()
         close = difflib.get_close_matches(base, names, n=5, cutoff=0.5)
         hint = f"did you mean: {', '.join(close)}?" if close else "fetch it first: git fetch --tags"
-        raise RebaserError(f"unknown base {base!r}: not a commit, tag or branch", where=str(git.path), next_step=hint)
+        raise RebaserError(
+            f"unknown base {base!r}: not a commit, tag or branch",
+            where=str(git.path),
+            next_step=hint,
+        )
     return Target(git, base, sha, _label(base), f"{git.path} at {base} ({sha[:12]})")
 
 

@@ -96,10 +96,19 @@ class PypiUpstream:
         self.wheel_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.wheel_dir) as tmp:
             command = [
-                sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                "--only-binary=:all:", "--python-version", WHEEL_PYTHON_VERSION,
-                "--dest", tmp, requirement,
-            ]  # fmt: skip
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                WHEEL_PYTHON_VERSION,
+                "--dest",
+                tmp,
+                requirement,
+            ]
             result = subprocess.run(command, capture_output=True, text=True)
             if result.returncode != 0:
                 raise _download_error(requirement, result.stderr)

@@ -260,7 +260,13 @@ def _torch_select(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.T
         return chosen
     if rows.is_cuda and _tie_fill_kernel() is not None:
         chosen[unsettled] = _fill_boundary_ties(
-            rows, unsettled, values[unsettled], indices[unsettled], kth[unsettled], width, prefer_large
+            rows,
+            unsettled,
+            values[unsettled],
+            indices[unsettled],
+            kth[unsettled],
+            width,
+            prefer_large,
         )
     else:
         chosen[unsettled] = _exact_select(rows.index_select(0, unsettled), width, prefer_large)
@@ -291,8 +297,12 @@ def _fill_boundary_ties(
     taken = (ties < n).sum(dim=-1)
     negative_zero = torch.tensor(-0.0, dtype=rows.dtype, device=rows.device).view(bits.dtype)
     more = torch.where(zero, slots - taken, torch.zeros_like(slots))
-    negative_ties = _tie_fill(bits, row_ids, negative_zero.expand_as(taken), more, width, prefer_large)
-    candidates = torch.cat([torch.where(greater, indices, torch.full_like(indices, n)), ties, negative_ties], dim=-1)
+    negative_ties = _tie_fill(
+        bits, row_ids, negative_zero.expand_as(taken), more, width, prefer_large
+    )
+    candidates = torch.cat(
+        [torch.where(greater, indices, torch.full_like(indices, n)), ties, negative_ties], dim=-1
+    )
     # Exactly `width` entries are real columns; sorting puts them first.
     return candidates.sort(dim=-1).values[:, :width]
 
@@ -310,9 +320,17 @@ def _tie_fill(
     n = bits.size(-1)
     out = torch.full((row_ids.numel(), width), n, dtype=torch.int64, device=bits.device)
     _tie_fill_kernel()[(row_ids.numel(),)](
-        bits, bits.stride(0), n, row_ids, target.contiguous(), need.to(torch.int32).contiguous(),
-        out, width, BLOCK=1024, FROM_END=prefer_large,
-    )  # fmt: skip
+        bits,
+        bits.stride(0),
+        n,
+        row_ids,
+        target.contiguous(),
+        need.to(torch.int32).contiguous(),
+        out,
+        width,
+        BLOCK=1024,
+        FROM_END=prefer_large,
+    )
     return out
 
 
@@ -334,8 +352,18 @@ def _tie_fill_kernel():
         return None
 
     @triton.jit
-    def tie_fill(bits_ptr, row_stride, n, rows_ptr, target_ptr, need_ptr, out_ptr, out_stride,
-                 BLOCK: tl.constexpr, FROM_END: tl.constexpr):  # fmt: skip
+    def tie_fill(
+        bits_ptr,
+        row_stride,
+        n,
+        rows_ptr,
+        target_ptr,
+        need_ptr,
+        out_ptr,
+        out_stride,
+        BLOCK: tl.constexpr,
+        FROM_END: tl.constexpr,
+    ):
         # One program per row: walk the row a block at a time, numbering the matches with a
         # running count, until `need` of them are stored.
         pid = tl.program_id(0)

@@ -57,12 +57,23 @@ def fused_loss(inputs, topk_indices, sparse_loss=True):
     """FusedDSAIndexerLoss with the externally selected indices, inputs placed by name (as
     upstream maps them), so inputs added upstream keep their defaults."""
     given = dict(
-        q=inputs["q"], weights=inputs["weights"], k=inputs["k"], query=inputs["query"],
-        key=inputs["key"], softmax_scale=SCALE, topk=TOPK, loss_coeff=COEFF, mask=inputs["mask"],
-        sparse_loss=sparse_loss, pg_collection=single_rank(), topk_indices=topk_indices,
-    )  # fmt: skip
+        q=inputs["q"],
+        weights=inputs["weights"],
+        k=inputs["k"],
+        query=inputs["query"],
+        key=inputs["key"],
+        softmax_scale=SCALE,
+        topk=TOPK,
+        loss_coeff=COEFF,
+        mask=inputs["mask"],
+        sparse_loss=sparse_loss,
+        pg_collection=single_rank(),
+        topk_indices=topk_indices,
+    )
     defaults = inspect.signature(dsa.FusedDSAIndexerLoss.forward).parameters
-    args = [given.get(name, defaults[name].default) for name in dsa._FUSED_DSA_INDEXER_LOSS_INPUT_NAMES]
+    args = [
+        given.get(name, defaults[name].default) for name in dsa._FUSED_DSA_INDEXER_LOSS_INPUT_NAMES
+    ]
     return dsa.FusedDSAIndexerLoss.apply(*args)
 
 
@@ -70,9 +81,16 @@ def dense_reference_loss(inputs, topk_indices, sparse_loss=True):
     """The same loss through plain autograd: index scores, then compute_dsa_indexer_loss."""
     scores = dsa._compute_index_scores(inputs["q"], inputs["weights"], inputs["k"])
     return dsa.compute_dsa_indexer_loss(
-        scores, topk_indices, inputs["query"], inputs["key"], SCALE, COEFF,
-        sparse_loss, single_rank(), mask=inputs["mask"],
-    )  # fmt: skip
+        scores,
+        topk_indices,
+        inputs["query"],
+        inputs["key"],
+        SCALE,
+        COEFF,
+        sparse_loss,
+        single_rank(),
+        mask=inputs["mask"],
+    )
 
 
 def grads(loss, inputs):
@@ -115,8 +133,12 @@ def test_without_indices_upstream_selection_is_kept():
     returned, _ = fused_loss(inputs, None)
     scores = dsa._compute_index_scores(inputs["q"], inputs["weights"], inputs["k"]) + inputs["mask"]
     assert returned.dtype == torch.int64
-    assert torch.equal(returned, scores.topk(TOPK, dim=-1).indices.masked_fill(
-        scores.topk(TOPK, dim=-1).values == float("-inf"), -1))  # fmt: skip
+    assert torch.equal(
+        returned,
+        scores.topk(TOPK, dim=-1).indices.masked_fill(
+            scores.topk(TOPK, dim=-1).values == float("-inf"), -1
+        ),
+    )
 
 
 def test_input_names_match_forward_inputs_and_gradients(monkeypatch):
@@ -142,8 +164,12 @@ def test_input_names_match_forward_inputs_and_gradients(monkeypatch):
 def test_dsattention_backward_uses_the_forward_selection(
     make_config, build_attention, attention_inputs, captured_topk, monkeypatch
 ):
-    config = make_config(dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=1,
-                         dsa_indexer_loss_coeff=1.0, dsa_indexer_use_sparse_loss=True)  # fmt: skip
+    config = make_config(
+        dsa_indexer_topk_backend="torch",
+        dsa_indexer_topk_tie_break=1,
+        dsa_indexer_loss_coeff=1.0,
+        dsa_indexer_use_sparse_loss=True,
+    )
     attention = build_attention(config).train()
     monkeypatch.setattr(
         dsa.DSAIndexerLossLoggingHelper, "save_loss_to_tracker", staticmethod(lambda **_: None)

@@ -22,9 +22,15 @@ def test_defaults_keep_upstream_behaviour(make_config):
 
 @pytest.mark.parametrize(
     "backend, deterministic, tie_break",
-    [("torch", False, 0), ("torch", True, 1), ("torch", False, 2), ("flashinfer", True, 1),
-     ("flashinfer", False, 2), ("flashinfer", False, 0)],
-)  # fmt: skip
+    [
+        ("torch", False, 0),
+        ("torch", True, 1),
+        ("torch", False, 2),
+        ("flashinfer", True, 1),
+        ("flashinfer", False, 2),
+        ("flashinfer", False, 0),
+    ],
+)
 def test_valid_combinations_become_a_policy(make_config, backend, deterministic, tie_break):
     config = make_config(
         dsa_indexer_topk_backend=backend,
@@ -37,12 +43,21 @@ def test_valid_combinations_become_a_policy(make_config, backend, deterministic,
 @pytest.mark.parametrize(
     "overrides, match",
     [
-        (dict(dsa_indexer_topk_backend="cuda"), "must be None, 'torch' or 'flashinfer'; got 'cuda'"),
-        (dict(dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=3), "must be 0 .* got 3"),
+        (
+            dict(dsa_indexer_topk_backend="cuda"),
+            "must be None, 'torch' or 'flashinfer'; got 'cuda'",
+        ),
+        (
+            dict(dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=3),
+            "must be 0 .* got 3",
+        ),
         (dict(dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=-1), "got -1"),
         (dict(dsa_indexer_topk_tie_break=1), "need an explicit dsa_indexer_topk_backend"),
         (dict(dsa_indexer_topk_deterministic=True), "need an explicit dsa_indexer_topk_backend"),
-        (dict(dsa_indexer_topk_backend="flashinfer", dsa_indexer_topk=4096), "dsa_indexer_topk <= 2048"),
+        (
+            dict(dsa_indexer_topk_backend="flashinfer", dsa_indexer_topk=4096),
+            "dsa_indexer_topk <= 2048",
+        ),
     ],
 )
 def test_invalid_options_are_rejected_with_a_clear_message(make_config, overrides, match):
@@ -93,10 +108,18 @@ def test_cli_flags_exist_with_choices_and_defaults(megatron_parser):
 
 def test_cli_flags_parse(megatron_parser):
     args = megatron_parser.parse_args(
-        ["--dsa-indexer-topk-backend", "flashinfer", "--dsa-indexer-topk-deterministic",
-         "--dsa-indexer-topk-tie-break", "2"]
-    )  # fmt: skip
-    assert (args.dsa_indexer_topk_backend, args.dsa_indexer_topk_deterministic) == ("flashinfer", True)
+        [
+            "--dsa-indexer-topk-backend",
+            "flashinfer",
+            "--dsa-indexer-topk-deterministic",
+            "--dsa-indexer-topk-tie-break",
+            "2",
+        ]
+    )
+    assert (args.dsa_indexer_topk_backend, args.dsa_indexer_topk_deterministic) == (
+        "flashinfer",
+        True,
+    )
     assert args.dsa_indexer_topk_tie_break == 2
     with pytest.raises(SystemExit):
         megatron_parser.parse_args(["--dsa-indexer-topk-tie-break", "5"])
@@ -119,7 +142,9 @@ def test_cli_flags_reach_the_transformer_config(megatron_parser):
     from megatron.training.argument_utils import core_transformer_config_from_args
 
     flags = "--dsa-indexer-topk-backend torch --dsa-indexer-topk-deterministic "
-    args = megatron_parser.parse_args([*DSA_MODEL_FLAGS, *(flags + "--dsa-indexer-topk-tie-break 2").split()])
+    args = megatron_parser.parse_args(
+        [*DSA_MODEL_FLAGS, *(flags + "--dsa-indexer-topk-tie-break 2").split()]
+    )
     args.params_dtype = torch.float32  # set by validate_args in a full parse_args()
     config = core_transformer_config_from_args(args)
     assert dsa_topk.policy_from_config(config) == TopkPolicy("torch", True, 2)

@@ -48,9 +48,19 @@ def no_loss_tracker(monkeypatch, module=dsa):
 
 @pytest.mark.parametrize("tie_break", [1, 2])
 def test_explicit_backend_selects_exactly_the_policy_keys(
-    make_config, build_attention, attention_inputs, captured_topk, monkeypatch, reference_topk, tie_break
+    make_config,
+    build_attention,
+    attention_inputs,
+    captured_topk,
+    monkeypatch,
+    reference_topk,
+    tie_break,
 ):
-    config = make_config(dsa_indexer_topk=TOPK, dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=tie_break)
+    config = make_config(
+        dsa_indexer_topk=TOPK,
+        dsa_indexer_topk_backend="torch",
+        dsa_indexer_topk_tie_break=tie_break,
+    )
     attention = build_attention(config).eval()
     q, k, weights = tie_heavy_indexer(12, 2)
     use_indexer(attention, monkeypatch, q, k, weights)
@@ -64,13 +74,19 @@ def test_explicit_backend_selects_exactly_the_policy_keys(
     assert (indices[:, 0, 1:] == -1).all()
 
 
-def test_indexer_forward_uses_the_configured_backend(make_config, build_attention, monkeypatch, reference_topk):
-    config = make_config(dsa_indexer_topk=TOPK, dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=2)
+def test_indexer_forward_uses_the_configured_backend(
+    make_config, build_attention, monkeypatch, reference_topk
+):
+    config = make_config(
+        dsa_indexer_topk=TOPK, dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=2
+    )
     indexer = build_attention(config).indexer
     q, k, weights = tie_heavy_indexer(10, 1, seed=4)
     monkeypatch.setattr(indexer, "forward_before_topk", lambda *_: (q, k, weights))
     mask = torch.full((10, 10), float("-inf")).triu(1)
-    scores, indices = indexer.forward_with_scores(torch.zeros(10, 1, 64), torch.zeros(10, 1, 32), mask)
+    scores, indices = indexer.forward_with_scores(
+        torch.zeros(10, 1, 64), torch.zeros(10, 1, 32), mask
+    )
     torch.testing.assert_close(indices, reference_topk(scores, TOPK, 2), rtol=0, atol=0)
 
 
@@ -116,8 +132,12 @@ def test_default_backend_loss_and_gradients_match_upstream(
 def test_fused_topk_kernels_never_run_with_a_backend(
     make_config, build_attention, attention_inputs, fused_kernels_that_raise, monkeypatch
 ):
-    config = make_config(dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=1,
-                         dsa_indexer_loss_coeff=1.0, dsa_indexer_use_sparse_loss=True)  # fmt: skip
+    config = make_config(
+        dsa_indexer_topk_backend="torch",
+        dsa_indexer_topk_tie_break=1,
+        dsa_indexer_loss_coeff=1.0,
+        dsa_indexer_use_sparse_loss=True,
+    )
     attention = build_attention(config)
     no_loss_tracker(monkeypatch)
     monkeypatch.setattr(dsa_topk, "_dense_indexer_loss_warned", False)
@@ -145,7 +165,9 @@ def test_without_a_backend_the_fused_kernels_do_run(
 def test_index_sharing_layers_get_the_same_indices(
     make_config, build_attention, attention_inputs, captured_topk, monkeypatch
 ):
-    config = make_config(dsa_indexer_topk_freq=2, dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=2)
+    config = make_config(
+        dsa_indexer_topk_freq=2, dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=2
+    )
     computing = build_attention(config, layer_number=1).eval()
     sharing = build_attention(config, layer_number=2).eval()
     assert sharing.skip_topk and sharing.indexer is None and sharing.source_layer == 1
@@ -180,9 +202,10 @@ def test_sequence_local_tp_rows_use_the_backend(
         monkeypatch.setattr(dsa, "get_pg_size", lambda group=None: group.size() if group else 1)
         use_indexer(attention, monkeypatch, q, k, weights)
         monkeypatch.setattr(
-            dsa, "gather_from_sequence_parallel_region",
+            dsa,
+            "gather_from_sequence_parallel_region",
             lambda tensor, group: torch.cat([tensor] * tp_size) if group is tp_group else tensor,
-        )  # fmt: skip
+        )
         inputs = attention_inputs(config, seq_len=seq_len, batch=1)
         with torch.no_grad():
             attention(**inputs)

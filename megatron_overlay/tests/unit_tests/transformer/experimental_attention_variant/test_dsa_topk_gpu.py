@@ -52,18 +52,24 @@ def test_torch_backend_is_exact_on_cuda(tie_break, reference_topk):
     scores[8:] = torch.where(scores[8:].isneginf(), scores[8:], torch.rand_like(scores[8:]))
     _, indices = select_topk(scores, 37, backend="torch", tie_break=tie_break)
     assert indices.is_cuda and indices.dtype == torch.int32
-    torch.testing.assert_close(indices.cpu(), reference_topk(scores.cpu(), 37, tie_break), rtol=0, atol=0)
+    torch.testing.assert_close(
+        indices.cpu(), reference_topk(scores.cpu(), 37, tie_break), rtol=0, atol=0
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("tie_break", [1, 2])
 @pytest.mark.parametrize("rows, cols, k", [(64, 4096, 256), (32, 131072, 2048), (8, 3000, 2048)])
 @pytest.mark.parametrize("source", ["plateaus", "continuous"])
-def test_flashinfer_selects_the_same_keys_as_torch(flashinfer, dtype, tie_break, rows, cols, k, source):
+def test_flashinfer_selects_the_same_keys_as_torch(
+    flashinfer, dtype, tie_break, rows, cols, k, source
+):
     scores = tie_heavy(rows, cols, dtype, seed=cols + tie_break)
     if source == "continuous":  # unique boundaries: the torch backend's settled fast path
         scores = torch.where(scores.isneginf(), scores, torch.rand_like(scores))
-    fi_values, fi_indices = select_topk(scores, k, backend="flashinfer", deterministic=True, tie_break=tie_break)
+    fi_values, fi_indices = select_topk(
+        scores, k, backend="flashinfer", deterministic=True, tie_break=tie_break
+    )
     th_values, th_indices = select_topk(scores, k, backend="torch", tie_break=tie_break)
     assert fi_indices.dtype == th_indices.dtype == torch.int32
     assert torch.equal(fi_indices, th_indices)
@@ -75,13 +81,17 @@ def test_flashinfer_selects_the_same_keys_as_torch(flashinfer, dtype, tie_break,
 def test_flashinfer_deterministic_over_20_runs(flashinfer, dtype, tie_break):
     scores = tie_heavy(128, 131072, dtype, seed=11)
     first = select_topk(scores, 2048, backend="flashinfer", deterministic=True, tie_break=tie_break)
-    raw_first = flashinfer.top_k(scores, 2048, sorted=False, deterministic=True,
-                                 tie_break=tie_break, dsa_graph_safe=True)[1]  # fmt: skip
+    raw_first = flashinfer.top_k(
+        scores, 2048, sorted=False, deterministic=True, tie_break=tie_break, dsa_graph_safe=True
+    )[1]
     for _ in range(20):
-        again = select_topk(scores, 2048, backend="flashinfer", deterministic=True, tie_break=tie_break)
+        again = select_topk(
+            scores, 2048, backend="flashinfer", deterministic=True, tie_break=tie_break
+        )
         assert torch.equal(first[1], again[1]) and torch.equal(first[0], again[0])
-        raw = flashinfer.top_k(scores, 2048, sorted=False, deterministic=True,
-                               tie_break=tie_break, dsa_graph_safe=True)[1]  # fmt: skip
+        raw = flashinfer.top_k(
+            scores, 2048, sorted=False, deterministic=True, tie_break=tie_break, dsa_graph_safe=True
+        )[1]
         assert torch.equal(raw_first, raw)
 
 
@@ -98,8 +108,12 @@ def test_dsattention_on_cuda_flashinfer_matches_torch(
 ):
     found = {}
     for backend in ("torch", "flashinfer"):
-        config = make_config(dsa_indexer_topk_backend=backend, dsa_indexer_topk_tie_break=2,
-                             dsa_indexer_topk_deterministic=True, dsa_indexer_topk=16)  # fmt: skip
+        config = make_config(
+            dsa_indexer_topk_backend=backend,
+            dsa_indexer_topk_tie_break=2,
+            dsa_indexer_topk_deterministic=True,
+            dsa_indexer_topk=16,
+        )
         attention = build_attention(config, device="cuda").eval()
         inputs = {
             name: value.cuda() if isinstance(value, torch.Tensor) else value

@@ -163,10 +163,18 @@ def test_cuda_tie_fill_kernel_logic_is_exact(tmp_path, tie_break, dtype, referen
     scores = scores.to(dtype)
     torch.save(scores, tmp_path / "scores.pt")
     tree = str(Path(dsa_topk.__file__).resolve().parents[4])
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        TRITON_INTERPRET="1",
+        PYTHONPATH=os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]),
+    )
     policy = "large" if tie_break == 2 else "small"
-    result = subprocess.run([sys.executable, "-c", TIE_FILL_ON_CPU, str(tmp_path / "scores.pt"), "30", policy],
-                            capture_output=True, text=True, env=env)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", TIE_FILL_ON_CPU, str(tmp_path / "scores.pt"), "30", policy],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     expected = reference_topk(scores, 30, tie_break)
     assert json.loads(result.stdout.strip().splitlines()[-1]) == expected.tolist()
@@ -205,7 +213,9 @@ def test_argument_errors(kwargs, error, match):
 
 
 def test_flashinfer_backend_on_cpu_says_what_to_do():
-    with pytest.raises(RuntimeError, match="runs on CUDA tensors.*dsa_indexer_topk_backend='torch'"):
+    with pytest.raises(
+        RuntimeError, match="runs on CUDA tensors.*dsa_indexer_topk_backend='torch'"
+    ):
         select_topk(torch.zeros(2, 8), 2, backend="flashinfer", tie_break=1)
 
 
@@ -231,7 +241,9 @@ def test_old_flashinfer_is_rejected_with_the_minimum_version(fake_flashinfer):
         raise AssertionError("must not be called")
 
     fake_flashinfer(old_top_k, "0.6.8")
-    with pytest.raises(RuntimeError, match=r"flashinfer 0\.6\.8 .*tie_break, dsa_graph_safe.*>= 0\.6\.10"):
+    with pytest.raises(
+        RuntimeError, match=r"flashinfer 0\.6\.8 .*tie_break, dsa_graph_safe.*>= 0\.6\.10"
+    ):
         dsa_topk._flashinfer_top_k()
 
 
@@ -250,8 +262,15 @@ def test_flashinfer_keywords_are_passed(fake_flashinfer, monkeypatch):
     calls = []
 
     def top_k(input, k, sorted=False, deterministic=False, tie_break=0, dsa_graph_safe=False):
-        calls.append(dict(k=k, sorted=sorted, deterministic=deterministic,
-                          tie_break=tie_break, dsa_graph_safe=dsa_graph_safe))  # fmt: skip
+        calls.append(
+            dict(
+                k=k,
+                sorted=sorted,
+                deterministic=deterministic,
+                tie_break=tie_break,
+                dsa_graph_safe=dsa_graph_safe,
+            )
+        )
         values, indices = torch.topk(input, k, sorted=False)
         return values, indices
 
