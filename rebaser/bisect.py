@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from rebaser.errors import ExitCode, RebaserError
 from rebaser.git import FORKKIT_IDENTITY, Git
 from rebaser.report import Report
 from rebaser.upstream import PypiSpec, Target, pypi_cache, resolve_target
+from rebaser.upstream.pypi import WHEEL_PYTHON_VERSION
 
 # `git bisect run` exit codes: good, bad, cannot test, abort.
 _GOOD, _BAD, _SKIP, _ABORT = 0, 1, 125, 128
@@ -171,10 +173,6 @@ def _pypi_history(
 
 def _release_versions(package: str) -> list[str]:
     """Final releases with Python 3.12 wheels, oldest first (what pip can download)."""
-    import subprocess
-
-    from rebaser.upstream.pypi import WHEEL_PYTHON_VERSION
-
     result = subprocess.run(
         [
             sys.executable,

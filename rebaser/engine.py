@@ -282,8 +282,10 @@ def _take_manual_fix(state: ApplyState, series: Series, worktree: Git) -> None:
             next_step="`git add` what belongs to the patch (or `git checkout --` the rest), then continue",
         )
     head = worktree.out("rev-parse", "HEAD")
-    if staged and patch is not None:
-        worktree.commit(patch.message, author=patch.author, date=patch.date)
+    if staged:
+        first = series.patches[0]
+        message = patch.message if patch else f"{OVERLAY_SUBJECT} (merged by hand)\n"
+        worktree.commit(message, author=(patch or first).author, date=(patch or first).date)
     elif head == state.stopped_head:
         raise RebaserError(
             f"{name} is still not applied: nothing was staged or committed since the stop",

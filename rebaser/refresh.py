@@ -38,7 +38,9 @@ _EXPORT_CONFIG = ("-c", "format.signOff=false", "-c", "core.quotePath=true")
 
 
 @dataclass
-class FileChange:
+class ExportedFile:
+    """A file refresh wrote (or would write) and how it changed."""
+
     path: str
     status: str  # unchanged | updated | new | removed
 
@@ -64,7 +66,7 @@ def branch_commits(git: Git, branch: str) -> tuple[Optional[str], list[str]]:
 
 def refresh(
     series_file: Path, repo: Optional[Path], branch: Optional[str], *, write: bool
-) -> list[FileChange]:
+) -> list[ExportedFile]:
     series = load_series(series_file)
     git = find_repo(repo or Path.cwd())
     if git is None:
@@ -81,7 +83,7 @@ def refresh(
     for name, sha in zip(names, patch_shas):
         changes.append(_write(series.patches_dir / name, export_patch(git, sha), write=write))
     for stale in [p.name for p in series.patches if p.name not in names]:
-        changes.append(FileChange(f"patches/{stale}", "removed"))
+        changes.append(ExportedFile(f"patches/{stale}", "removed"))
         if write:
             (series.patches_dir / stale).unlink()
     if [p.name for p in series.patches] != names:
@@ -91,7 +93,7 @@ def refresh(
 
 def _refresh_overlay(
     series: Series, git: Git, overlay_sha: Optional[str], branch: str, *, write: bool
-) -> list[FileChange]:
+) -> list[ExportedFile]:
     if series.overlay_dir is None or overlay_sha is None:
         return []
     laid = git.out(
@@ -108,15 +110,15 @@ def _refresh_overlay(
     return changes
 
 
-def _write(path: Path, text: str, *, write: bool, label: Optional[str] = None) -> FileChange:
+def _write(path: Path, text: str, *, write: bool, label: Optional[str] = None) -> ExportedFile:
     label = label or f"{path.parent.name}/{path.name}"
     if path.exists() and path.read_text(encoding="utf-8") == text:
-        return FileChange(label, "unchanged")
+        return ExportedFile(label, "unchanged")
     status = "updated" if path.exists() else "new"
     if write:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-    return FileChange(label, status)
+    return ExportedFile(label, status)
 
 
 def _patch_names(series: Series, subjects: list[str]) -> list[str]:

@@ -70,7 +70,7 @@ def test_embedded_default_applies_and_runs_the_cpu_suite(rebaser, tmp_path):
     assert overlay["status"] == "passed" and overlay["failed"] == overlay["errors"] == 0
     assert overlay["passed"] >= 130 and overlay["skipped"] == 0
     assert suites["upstream"]["status"] == "not run"  # wheels ship no tests
-    assert "136 passed" in result.out or f"{overlay['passed']} passed" in result.out
+    assert f"{overlay['passed']} passed" in result.out
 
 
 def test_older_design_stops_at_the_dispatch_patch_with_the_missing_anchor(rebaser, tmp_path):

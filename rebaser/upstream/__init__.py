@@ -54,7 +54,6 @@ class Target:
     base_sha: str
     label: str  # short, branch-safe name of the base
     description: str
-    pypi: Optional[PypiSpec] = None  # set when the repository is the PyPI cache
 
 
 def resolve_target(
@@ -103,7 +102,7 @@ def resolve_pypi(spec: PypiSpec, base: Optional[str] = None) -> Target:
                 f"unknown base {base!r} for {spec}",
                 next_step="give a release version such as --base 0.19.1",
             )
-        return Target(cache.git, base, sha, _label(base), f"{spec} at {base}", spec)
+        return Target(cache.git, base, sha, _label(base), f"{spec} at {base}")
     release = cache.materialise(version)
     pinned = PypiSpec(spec.package, release.version)
     return Target(
@@ -112,7 +111,6 @@ def resolve_pypi(spec: PypiSpec, base: Optional[str] = None) -> Target:
         base_sha=release.sha,
         label=_label(release.label),
         description=f"{pinned} (PyPI wheel)",
-        pypi=pinned,
     )
 
 
