@@ -23,8 +23,14 @@ while [ $# -gt 0 ]; do
 done
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
-rebaser="${REBASER:-rebaser}"
-command -v "$rebaser" >/dev/null || rebaser="python3 -m rebaser"
+# How to run rebaser: $REBASER (e.g. "python -m rebaser"), else the console script, else python3.
+if [ -n "${REBASER:-}" ]; then
+    rebaser="$REBASER"
+elif command -v rebaser >/dev/null; then
+    rebaser="rebaser"
+else
+    rebaser="python3 -m rebaser"
+fi
 mkdir -p "$out"
 
 bases=()
