@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rebaser",
         description="Carry the dsa-forkkit patch series onto upstream Megatron-LM: apply, "
         "verify and test it.",
+        epilog="exit codes: 0 applied, verified, tests green; 1 tests failed; 2 bad usage or "
+        "refused; 3 a patch did not apply (continue/abort); 4 verification failed; "
+        "5 environment (git, PyPI, test interpreter)",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -46,7 +46,7 @@ class ApplyOptions:
     json_report: Optional[Path] = None
     branch_prefix: str = "forkkit"
     python: str = sys.executable
-    ephemeral: bool = False  # a throwaway apply: no saved state, replaces its own branch
+    ephemeral: bool = False  # a throwaway apply (verify, bisect): its state stays in memory
 
 
 def apply(options: ApplyOptions, progress: Progress) -> Report:
