@@ -353,7 +353,9 @@ def test_failing_tests_give_their_exit_code(rebaser, tmp_path, upstream):
     assert "tests failed" in result.out
 
 
-def test_overlay_clash_with_upstream_stops_then_continues_after_a_merge(rebaser, tmp_path, upstream):
+def test_overlay_clash_with_upstream_stops_then_continues_after_a_merge(
+    rebaser, tmp_path, upstream
+):
     series = two_patch_series(tmp_path, upstream, overlay={"pkg/calc.py": "clash\n"})
     report = tmp_path / "r.json"
     result = apply(rebaser, series, upstream, "v1", "--json", report)
@@ -364,5 +366,12 @@ def test_overlay_clash_with_upstream_stops_then_continues_after_a_merge(rebaser,
     git(tree, "add", "pkg/calc.py")
     done = rebaser("continue", "--repo", upstream.path, "--json", report)
     assert done.code == ExitCode.OK, done.out + done.err
-    assert [s["status"] for s in json.loads(report.read_text())["steps"]] == ["manual", "clean", "clean"]
-    assert git(tree, "log", "--format=%s", "v1..HEAD").splitlines()[-1] == "forkkit: overlay (merged by hand)"
+    assert [s["status"] for s in json.loads(report.read_text())["steps"]] == [
+        "manual",
+        "clean",
+        "clean",
+    ]
+    assert (
+        git(tree, "log", "--format=%s", "v1..HEAD").splitlines()[-1]
+        == "forkkit: overlay (merged by hand)"
+    )

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT
 from synthetic import Change, build_series, edit, git
-from test_apply_synthetic import ADD_DOC, conflicting_upstream, two_patch_series
+from test_apply_synthetic import ADD_DOC, apply, conflicting_upstream, two_patch_series
 
 from rebaser.errors import ExitCode
 
@@ -52,22 +52,7 @@ def test_manual_fix_is_exported_and_the_refreshed_series_applies_cleanly(
     first_patch = (series.parent / "0001-change-1.patch").read_bytes()
     conflicting_upstream(upstream)
     report = tmp_path / "r.json"
-    assert (
-        rebaser(
-            "apply",
-            "--series",
-            series,
-            "--repo",
-            upstream.path,
-            "--base",
-            "v2",
-            "--test",
-            "none",
-            "--json",
-            report,
-        ).code
-        == ExitCode.NOT_APPLIED
-    )
+    assert apply(rebaser, series, upstream, "v2", "--json", report).code == ExitCode.NOT_APPLIED
     tree = Path(json.loads(report.read_text())["worktree"])
     (tree / "pkg/calc.py").write_text(edit(ADD_DOC, "    return a * b\n", "    return 2 * b * a\n"))
     git(tree, "add", "pkg/calc.py")
@@ -96,20 +81,7 @@ def test_manual_fix_is_exported_and_the_refreshed_series_applies_cleanly(
 
     # The refreshed series applies to v2 without help, and a second refresh changes nothing.
     report2 = tmp_path / "r2.json"
-    result = rebaser(
-        "apply",
-        "--series",
-        series,
-        "--repo",
-        upstream.path,
-        "--base",
-        "v2",
-        "--test",
-        "none",
-        "--force",
-        "--json",
-        report2,
-    )
+    result = apply(rebaser, series, upstream, "v2", "--force", "--json", report2)
     assert result.code == ExitCode.OK
     assert [s["status"] for s in json.loads(report2.read_text())["steps"]] == [
         "laid",
@@ -131,22 +103,7 @@ def test_overlay_edits_and_new_commits_are_exported(rebaser, tmp_path, upstream)
         overlay={"pkg/extra.py": "def triple(x):\n    return 3 * x\n"},
     )
     report = tmp_path / "r.json"
-    assert (
-        rebaser(
-            "apply",
-            "--series",
-            series,
-            "--repo",
-            upstream.path,
-            "--base",
-            "v1",
-            "--test",
-            "none",
-            "--json",
-            report,
-        ).code
-        == ExitCode.OK
-    )
+    assert apply(rebaser, series, upstream, "v1", "--json", report).code == ExitCode.OK
     tree = Path(json.loads(report.read_text())["worktree"])
     (tree / "pkg/extra.py").write_text("def triple(x):\n    return x * 3\n")
     (tree / "pkg/calc.py").write_text(edit(ADD_DOC, "def neg(a):", "def negate(a):"))

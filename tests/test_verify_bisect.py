@@ -86,14 +86,8 @@ def test_verify_matrix_over_pypi_releases(rebaser, tmp_path):
     )
 
 
-def test_bisect_finds_the_commit_that_breaks_application(rebaser, tmp_path, upstream):
-    series = two_patch_series(tmp_path, upstream)
-    shas = history(
-        upstream, 13, {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n")}
-    )
-    head = git(upstream.path, "rev-parse", "HEAD")
-    out_json = tmp_path / "b.json"
-    result = rebaser(
+def bisect(rebaser, series, upstream, *extra):
+    return rebaser(
         "bisect",
         "--series",
         series,
@@ -103,9 +97,18 @@ def test_bisect_finds_the_commit_that_breaks_application(rebaser, tmp_path, upst
         "v1",
         "--bad",
         "main",
-        "--json",
-        out_json,
+        *extra,
     )
+
+
+def test_bisect_finds_the_commit_that_breaks_application(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    shas = history(
+        upstream, 13, {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n")}
+    )
+    head = git(upstream.path, "rev-parse", "HEAD")
+    out_json = tmp_path / "b.json"
+    result = bisect(rebaser, series, upstream, "--json", out_json)
     assert result.code == 0, result.out + result.err
     found = json.loads(out_json.read_text())
     assert found["culprit"] == shas[12] and found["subject"] == "commit 13"
@@ -134,21 +137,7 @@ def test_bisect_with_tests_finds_the_commit_that_breaks_them(rebaser, tmp_path, 
         count=10,
     )
     out_json = tmp_path / "b.json"
-    result = rebaser(
-        "bisect",
-        "--series",
-        series,
-        "--repo",
-        upstream.path,
-        "--good",
-        "v1",
-        "--bad",
-        "main",
-        "--test",
-        "cpu",
-        "--json",
-        out_json,
-    )
+    result = bisect(rebaser, series, upstream, "--test", "cpu", "--json", out_json)
     assert result.code == 0, result.out + result.err
     found = json.loads(out_json.read_text())
     assert found["subject"] == "commit 7" and found["culprit"] == shas[6]
