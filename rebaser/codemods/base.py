@@ -59,17 +59,23 @@ class PatchCodemod(Codemod):
         raise self.missing(f"class {name}", nearest(name, [c.name.value for c in classes]))
 
     def find_function(self, body: Body, name: str, owner: str = "module") -> cst.FunctionDef:
-        functions = [node for node in body.body if isinstance(node, cst.FunctionDef)]
-        for node in functions:
-            if node.name.value == name:
-                return node
-        raise self.missing(
-            f"function {name} in {owner}", nearest(name, [f.name.value for f in functions])
-        )
+        found = function_in(body, name)
+        if found is not None:
+            return found
+        functions = [node.name.value for node in body.body if isinstance(node, cst.FunctionDef)]
+        raise self.missing(f"function {name} in {owner}", nearest(name, functions))
 
     def find_method(self, module: cst.Module, class_name: str, name: str) -> cst.FunctionDef:
         owner = self.find_class(module, class_name)
         return self.find_function(owner.body, name, owner=f"class {class_name}")
+
+
+def function_in(body: Body, name: str) -> Optional[cst.FunctionDef]:
+    """The function `name` defined directly in `body` (a module or a function's body)."""
+    for node in body.body:
+        if isinstance(node, cst.FunctionDef) and node.name.value == name:
+            return node
+    return None
 
 
 def nearest(name: str, names: Iterable[str]) -> list[str]:
@@ -236,10 +242,3 @@ def insert_before(
 
 def comment_lines(*texts: str) -> list[cst.EmptyLine]:
     return [cst.EmptyLine(comment=cst.Comment(f"# {text}")) for text in texts]
-
-
-def statement_of(body: Body, predicate) -> Optional[cst.BaseStatement]:
-    for statement in body.body:
-        if predicate(statement):
-            return statement
-    return None

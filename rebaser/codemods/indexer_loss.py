@@ -21,6 +21,7 @@ from rebaser.codemods.base import (
     append_element,
     append_param,
     bound_names,
+    function_in,
     calls,
     code,
     comment_lines,
@@ -32,6 +33,7 @@ from rebaser.codemods.base import (
 
 NAMES = "_FUSED_DSA_INDEXER_LOSS_INPUT_NAMES"
 FWD = "fwd_fused_indexer_loss_naive"
+REFERENCE = "compute_indexer_loss_with_reference_path"  # DSAttention.forward's dense loss path
 SELECT = """
 def select_topk_with_policy():
     # Indices from the explicit top-k backend, or None to let the loss path select.
@@ -157,24 +159,10 @@ class IndexerLoss(PatchCodemod):
         self, tree: cst.Module, forward_params: list[cst.Param]
     ) -> cst.Module:
         attention = self.find_method(tree, "DSAttention", "forward")
-        reference = next(
-            (
-                s
-                for s in attention.body.body
-                if isinstance(s, cst.FunctionDef)
-                and s.name.value == "compute_indexer_loss_with_reference_path"
-            ),
-            None,
-        )
-        if reference is None:
-            raise self.missing(
-                "the nested function compute_indexer_loss_with_reference_path in DSAttention.forward"
-            )
+        reference = self.find_function(attention.body, REFERENCE, owner="DSAttention.forward")
         applies = calls(reference, "FusedDSAIndexerLoss.apply")
         if len(applies) != 1:
-            raise self.missing(
-                "one FusedDSAIndexerLoss.apply call in compute_indexer_loss_with_reference_path"
-            )
+            raise self.missing(f"one FusedDSAIndexerLoss.apply call in {REFERENCE}")
         apply = applies[0]
         updated = attention
         if not any(code(arg.value) == "select_topk_with_policy()" for arg in apply.args):
@@ -196,20 +184,12 @@ class IndexerLoss(PatchCodemod):
             updated = updated.deep_replace(
                 apply, add_positional(apply, [*fill, "select_topk_with_policy()"])
             )
-        if not any(
-            isinstance(s, cst.FunctionDef) and s.name.value == "select_topk_with_policy"
-            for s in updated.body.body
-        ):
+        if function_in(updated.body, "select_topk_with_policy") is None:
             bound = bound_names(updated)
             absent = [name for name in SELECT_NEEDS if name not in bound]
             if absent:
                 raise self.missing(f"the locals {', '.join(absent)} in DSAttention.forward")
-            reference = next(
-                s
-                for s in updated.body.body
-                if isinstance(s, cst.FunctionDef)
-                and s.name.value == "compute_indexer_loss_with_reference_path"
-            )
+            reference = function_in(updated.body, REFERENCE)
             updated = updated.with_changes(
                 body=insert_before(updated.body, reference, statements(SELECT))
             )
