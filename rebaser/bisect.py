@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from packaging.version import InvalidVersion, Version
 
-from rebaser import engine, matrix
+from rebaser import engine, matrix, workspace
 from rebaser.errors import ExitCode, RebaserError
-from rebaser.git import FORKKIT_IDENTITY, Git
+from rebaser.git import Git, forkkit_env
 from rebaser.report import Report
+from rebaser.series import load_series
+from rebaser.steps.testrun import check_interpreter
 from rebaser.upstream import PypiSpec, Target, pypi_cache, resolve_target
 from rebaser.upstream.pypi import WHEEL_PYTHON_VERSION
 
@@ -50,7 +50,7 @@ def bisect(
     test: str,
     progress: engine.Progress,
 ) -> BisectResult:
-    engine.check_test_interpreter(sys.executable, test)
+    check_interpreter(sys.executable, test, load_series(series_file).test_requires)
     if upstream is not None:
         git, good_sha, bad_sha = _pypi_history(upstream, good, bad, progress)
     else:
@@ -75,10 +75,7 @@ def bisect(
     if probe(series_file, git, bad_sha, test).exit_code == 0:
         raise RebaserError(f"the series passes at the bad revision {bad}: nothing to bisect")
 
-    tmp = Path(tempfile.mkdtemp(prefix="forkkit-bisect-"))
-    tree = tmp / "tree"
-    git.run("worktree", "add", "--quiet", "--detach", str(tree), bad_sha)
-    try:
+    with workspace.detached(git, bad_sha, "bisect") as tree:
         walker = Git(tree)
         walker.run("bisect", "start", "--first-parent", bad_sha, good_sha)
         progress("git bisect run (each step applies the series in a throwaway worktree)")
@@ -94,18 +91,15 @@ def bisect(
             test,
         ]
         result = walker.run("bisect", "run", *command, check=False)
-        found = re.search(r"^([0-9a-f]{40}) is the first bad commit", result.stdout, re.MULTILINE)
-        if not found:
-            tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
-            raise RebaserError(
-                "git bisect did not find a first bad commit: " + " | ".join(tail),
-                code=ExitCode.ENVIRONMENT,
-            )
-        steps = result.stdout.count("running ")
         walker.run("bisect", "reset", "--quiet", check=False)
-    finally:
-        git.run("worktree", "remove", "--force", str(tree), check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
+    found = re.search(r"^([0-9a-f]{40}) is the first bad commit", result.stdout, re.MULTILINE)
+    if not found:
+        tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
+        raise RebaserError(
+            "git bisect did not find a first bad commit: " + " | ".join(tail),
+            code=ExitCode.ENVIRONMENT,
+        )
+    steps = result.stdout.count("running ")
     culprit = found.group(1)
     progress(f"culprit {culprit[:12]}: collecting what broke")
     return BisectResult(
@@ -148,23 +142,14 @@ def _pypi_history(
     for version in versions:
         progress(f"materialising {spec.package} {version}")
         release = cache.materialise(version)
-        name, email = FORKKIT_IDENTITY
         date = cache.git.out("log", "-1", "--format=%cd", "--date=raw", release.sha)
-        env = {
-            "GIT_AUTHOR_NAME": name,
-            "GIT_AUTHOR_EMAIL": email,
-            "GIT_AUTHOR_DATE": date,
-            "GIT_COMMITTER_NAME": name,
-            "GIT_COMMITTER_EMAIL": email,
-            "GIT_COMMITTER_DATE": date,
-        }
         args = [
             "commit-tree",
             f"{release.sha}^{{tree}}",
             "-m",
             f"{spec.package} {version} from PyPI",
         ]
-        parent = cache.git.out(*args, *(["-p", parent] if parent else []), env=env)
+        parent = cache.git.out(*args, *(["-p", parent] if parent else []), env=forkkit_env(date))
         chain[version] = parent
     assert parent is not None
     cache.git.run("update-ref", f"refs/forkkit/history/{spec.package}", parent)

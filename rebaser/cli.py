@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
@@ -15,7 +15,8 @@ from rich.console import Console
 from rebaser import __version__, bisect, engine, matrix
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.refresh import refresh
-from rebaser.report import render
+from rebaser.report import render, write_json
+from rebaser.steps.testrun import TEST_MODES
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,20 +38,26 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     apply = commands.add_parser("apply", help="apply the overlay and the series onto a base")
-    _add_upstream_args(apply)
-    apply.add_argument("--worktree", type=Path, help="where to check the new branch out")
+    _series_option(apply)
+    _repo_option(apply, _REPO_HELP["apply"])
     apply.add_argument(
-        "--test",
-        choices=engine.TEST_MODES,
-        default="cpu",
-        help="which tests to run in the patched tree (default: cpu)",
+        "--upstream",
+        metavar="pypi:megatron-core==X",
+        help="materialise upstream from a PyPI release (default: the series' @base)",
     )
+    apply.add_argument(
+        "--base",
+        help="the base revision: a sha, tag or branch of --repo, "
+        "or a release version with --upstream",
+    )
+    apply.add_argument("--worktree", type=Path, help="where to check the new branch out")
+    _test_option(apply, "cpu", "which tests to run in the patched tree (default: cpu)")
     apply.add_argument(
         "--force",
         action="store_true",
         help="replace the branch of an earlier apply (kept under refs/forkkit/backups/)",
     )
-    apply.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
+    _json_option(apply, "also write the report as JSON")
 
     verify = commands.add_parser(
         "verify", help="apply the series to several bases; one summary table"
@@ -62,11 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BASE",
         help="pypi:megatron-core==X, or tags/shas/branches of --repo",
     )
-    verify.add_argument("--series", type=Path, default=None, help="the series file")
-    verify.add_argument("--repo", type=Path, help="a Megatron-LM clone, for revision bases")
-    verify.add_argument("--test", choices=engine.TEST_MODES, default="cpu")
+    _series_option(verify)
+    _repo_option(verify, _REPO_HELP["verify"])
+    _test_option(verify, "cpu", "which tests to run on each base (default: cpu)")
     verify.add_argument("--keep", action="store_true", help="keep the throwaway branches")
-    verify.add_argument("--json", type=Path, metavar="FILE", help="write the matrix as JSON")
+    _json_option(verify, "write the matrix as JSON")
     verify.add_argument("--markdown", type=Path, metavar="FILE", help="write a Markdown summary")
 
     bisect_cmd = commands.add_parser(
@@ -78,40 +85,30 @@ def build_parser() -> argparse.ArgumentParser:
     bisect_cmd.add_argument(
         "--bad", required=True, help="a later revision (or release) where it fails"
     )
-    bisect_cmd.add_argument("--series", type=Path, default=None, help="the series file")
-    bisect_cmd.add_argument("--repo", type=Path, help="a Megatron-LM clone")
+    _series_option(bisect_cmd)
+    _repo_option(bisect_cmd, _REPO_HELP["bisect"])
     bisect_cmd.add_argument(
         "--upstream",
         metavar="pypi:megatron-core",
         help="bisect over PyPI releases (one commit each) instead of a clone",
     )
-    bisect_cmd.add_argument(
-        "--test",
-        choices=engine.TEST_MODES,
-        default="none",
-        help="also count failing tests as breaking (default: apply + verify only)",
+    _test_option(
+        bisect_cmd, "none", "also count failing tests as breaking (default: apply + verify only)"
     )
-    bisect_cmd.add_argument("--json", type=Path, metavar="FILE", help="write the result as JSON")
+    _json_option(bisect_cmd, "write the result as JSON")
 
     resume = commands.add_parser("continue", help="go on after fixing a stopped apply")
-    resume.add_argument("--repo", type=Path, help="the repository of the apply (default: found)")
-    resume.add_argument("--json", type=Path, metavar="FILE", help="write the report as JSON")
+    _repo_option(resume, _REPO_HELP["in progress"])
+    _json_option(resume, "write the report as JSON")
 
     abort = commands.add_parser("abort", help="drop a stopped apply (its work is kept in a ref)")
-    abort.add_argument("--repo", type=Path, help="the repository of the apply (default: found)")
+    _repo_option(abort, _REPO_HELP["in progress"])
 
     refresh = commands.add_parser(
         "refresh", help="re-export the series and overlay from a resolved branch (stable output)"
     )
-    refresh.add_argument(
-        "--series",
-        type=Path,
-        default=None,
-        help="the series file to update (default: patches/series of this checkout)",
-    )
-    refresh.add_argument(
-        "--repo", type=Path, help="the repository or worktree holding the branch (default: .)"
-    )
+    _series_option(refresh, "the series file to update")
+    _repo_option(refresh, _REPO_HELP["refresh"])
     refresh.add_argument(
         "--branch", help="the branch made by `rebaser apply` (default: the checked-out one)"
     )
@@ -122,29 +119,47 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     status = commands.add_parser("status", help="show where an interrupted apply stands")
-    status.add_argument("--repo", type=Path, help="the repository of the apply (default: found)")
-    status.add_argument("--json", type=Path, metavar="FILE", help="write the status as JSON")
+    _repo_option(status, _REPO_HELP["in progress"])
+    _json_option(status, "write the status as JSON")
     return parser
 
 
-def _add_upstream_args(parser: argparse.ArgumentParser) -> None:
+# What --repo names, one meaning per command (always a git repository).
+_REPO_HELP = {
+    "apply": "a git clone of upstream to apply in (branch and worktree are made there); "
+    "without it, the PyPI release of --upstream or of the series' @base",
+    "verify": "a git clone of upstream, whose revisions --bases names",
+    "bisect": "a git clone of upstream, whose history is bisected (or use --upstream)",
+    "in progress": "the repository the apply runs in: the --repo it was given, or for a PyPI "
+    "base the cache repository (default: the current folder's, else the only apply in progress)",
+    "refresh": "the repository (or a worktree of it) holding --branch "
+    "(default: the current folder)",
+}
+
+
+def _series_option(parser: argparse.ArgumentParser, what: str = "the series file") -> None:
     parser.add_argument(
         "--series",
         type=Path,
         default=None,
-        help="the series file (default: patches/series of this checkout)",
+        help=f"{what} (default: $DSA_FORKKIT_SERIES, else patches/series of this checkout)",
     )
-    parser.add_argument("--repo", type=Path, help="a Megatron-LM git clone to apply in")
-    parser.add_argument(
-        "--upstream",
-        metavar="pypi:megatron-core==X",
-        help="materialise upstream from a PyPI release (default: the series' @base)",
-    )
-    parser.add_argument(
-        "--base",
-        help="the base revision: a sha, tag or branch of --repo, "
-        "or a release version with --upstream",
-    )
+
+
+def _repo_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--repo", type=Path, help=help_text)
+
+
+def _test_option(parser: argparse.ArgumentParser, default: str, help_text: str) -> None:
+    parser.add_argument("--test", choices=TEST_MODES, default=default, help=help_text)
+
+
+def _json_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--json", type=Path, metavar="FILE", help=help_text)
+
+
+def _series_file(args: argparse.Namespace) -> Path:
+    return (args.series or default_series()).resolve()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -176,7 +191,7 @@ def _console(*, stderr: bool) -> Console:
 def _dispatch(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.command == "apply":
         options = engine.ApplyOptions(
-            series_file=(args.series or default_series()).resolve(),
+            series_file=_series_file(args),
             repo=args.repo,
             upstream=args.upstream,
             base=args.base,
@@ -208,7 +223,7 @@ def _dispatch(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.command == "verify":
         with progress(err) as step:
             results = matrix.verify_bases(
-                (args.series or default_series()).resolve(),
+                _series_file(args),
                 args.bases,
                 args.repo,
                 args.test,
@@ -224,7 +239,7 @@ def _dispatch(args: argparse.Namespace, out: Console, err: Console) -> int:
 def _bisect(args: argparse.Namespace, out: Console, err: Console) -> int:
     with progress(err) as step:
         found = bisect.bisect(
-            (args.series or default_series()).resolve(),
+            _series_file(args),
             repo=args.repo,
             upstream=args.upstream,
             good=args.good,
@@ -235,8 +250,8 @@ def _bisect(args: argparse.Namespace, out: Console, err: Console) -> int:
     out.print(f"first bad commit: [bold]{found.culprit}[/bold] {found.subject}")
     out.print(f"there: {found.report.outcome}")
     if found.report.stop:
-        out.print(f"  {found.report.stop['patch']}: {found.report.stop['reason']}")
-        for line in found.report.stop.get("hunks", [])[:4]:
+        out.print(f"  {found.report.stop.patch}: {found.report.stop.reason}")
+        for line in found.report.stop.hunks[:4]:
             out.print("  " + line.replace("\n", "\n  "))
     for check in found.report.checks:
         if not check.ok:
@@ -245,24 +260,15 @@ def _bisect(args: argparse.Namespace, out: Console, err: Console) -> int:
         for failure in suite.failures[:5]:
             out.print(f"  {suite.name}: {failure}")
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "culprit": found.culprit,
-                    "subject": found.subject,
-                    "report": found.report.to_json(),
-                },
-                indent=2,
-            )
-            + "\n"
+        write_json(
+            args.json,
+            {"culprit": found.culprit, "subject": found.subject, "report": found.report.to_json()},
         )
     return int(ExitCode.OK)
 
 
 def _refresh(args: argparse.Namespace, out: Console) -> int:
-    changes = refresh(
-        (args.series or default_series()).resolve(), args.repo, args.branch, write=not args.check
-    )
+    changes = refresh(_series_file(args), args.repo, args.branch, write=not args.check)
     for change in changes:
         out.print(
             f"  {change.status:9} {change.path}",
@@ -277,9 +283,7 @@ def _refresh(args: argparse.Namespace, out: Console) -> int:
 def _status(args: argparse.Namespace, out: Console) -> int:
     state = engine.status(args.repo)
     if args.json:
-        args.json.write_text(
-            json.dumps(state.__dict__ if state else {"in_progress": False}, indent=2) + "\n"
-        )
+        write_json(args.json, asdict(state) if state else {"in_progress": False})
     if state is None:
         out.print("no apply in progress")
         return int(ExitCode.OK)
@@ -288,8 +292,8 @@ def _status(args: argparse.Namespace, out: Console) -> int:
     for row in state.steps:
         out.print(f"  done: {row['name']} ({row['status']})")
     if state.stopped:
-        out.print(f"  stopped at {state.stopped['patch']}: {state.stopped['reason']}")
-        for line in state.stopped.get("hunks", []):
+        out.print(f"  stopped at {state.stopped.patch}: {state.stopped.reason}")
+        for line in state.stopped.hunks:
             out.print("    " + line.replace("\n", "\n    "))
         out.print("  next: fix it there, `git add`, then `rebaser continue` (or `rebaser abort`)")
     return int(ExitCode.OK)

@@ -7,10 +7,7 @@ stop (a patch that does not apply, a failed verification) can be continued or ab
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -20,18 +17,18 @@ from rebaser import workspace
 from rebaser.codemods import lookup
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.git import Git
+from rebaser.records import StepStatus, Stop, StopPhase
 from rebaser.refresh import OVERLAY_SUBJECT
-from rebaser.report import Report, StepRow
+from rebaser.report import Report, StepRow, outcome_text
 from rebaser.series import Series, load_series
 from rebaser.state import ApplyState
-from rebaser.steps.patching import FAILED, IN_UPSTREAM, apply_patch
-from rebaser.steps.testrun import GPU_SUFFIX, SuiteResult, compare_with_base, run_pytest
+from rebaser.steps.overlay import OVERLAY_STEP, lay_overlay
+from rebaser.steps.patching import apply_patch
+from rebaser.steps.testrun import SuiteResult, check_interpreter, run_series_tests
 from rebaser.steps.verify import find_conflict_markers, verify
 from rebaser.upstream import PypiSpec, Target, pypi_cache, resolve_target
 
 Progress = Callable[[str], None]
-OVERLAY_STEP = "overlay"
-TEST_MODES = ("cpu", "gpu", "none")
 
 
 @dataclass
@@ -54,7 +51,7 @@ def apply(options: ApplyOptions, progress: Progress) -> Report:
     for patch in series.patches:
         if patch.codemod:
             lookup(patch.codemod)
-    check_test_interpreter(options.python, options.test)
+    check_interpreter(options.python, options.test, series.test_requires)
     progress(f"resolving upstream {options.upstream or options.repo or series.base}")
     target = resolve_target(
         repo=options.repo,
@@ -100,7 +97,7 @@ def resume(repo_hint: Optional[Path], progress: Progress) -> Report:
     state = state_store.find_in_progress(repo_hint)
     series = load_series(Path(state.series_file))
     worktree = Git(state.worktree)
-    if state.stopped is not None and state.stopped["phase"] == "apply":
+    if state.stopped is not None and state.stopped.phase == StopPhase.APPLY:
         _take_manual_fix(state, series, worktree)
     state.stopped = None
     state.save()
@@ -130,28 +127,6 @@ def status(repo_hint: Optional[Path]) -> Optional[ApplyState]:
         return None
 
 
-def check_test_interpreter(python: str, mode: str) -> None:
-    """Fail before applying when the tests could not run at all."""
-    if mode not in TEST_MODES:
-        raise RebaserError(f"--test must be one of {', '.join(TEST_MODES)}; got {mode!r}")
-    if mode == "none":
-        return
-    probe = "import sys, torch, pytest; sys.exit(0 if torch.cuda.is_available() else 3)"
-    result = subprocess.run([python, "-c", probe], capture_output=True, text=True)
-    if result.returncode not in (0, 3):
-        error = (result.stderr.strip().splitlines() or ["unknown error"])[-1]
-        raise RebaserError(
-            f"the test interpreter {python} cannot import torch and pytest: {error}",
-            next_step="pip install -e '.[payload]' into it, or pass --test none",
-            code=ExitCode.ENVIRONMENT,
-        )
-    if mode == "gpu" and result.returncode == 3:
-        raise RebaserError(
-            f"--test gpu needs CUDA, but torch in {python} sees no GPU",
-            next_step="run on a GPU machine, or use --test cpu",
-        )
-
-
 # -- the step machine ---------------------------------------------------------------------
 
 
@@ -163,9 +138,9 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
         name = steps[state.next_step]
         progress(name)
         if name == OVERLAY_STEP:
-            row, stop = _lay_overlay(series, worktree), None
-            if row.status == FAILED:
-                stop = {"reason": row.detail, "conflicts": [], "hunks": []}
+            row, stop = lay_overlay(series, worktree), None
+            if row.status == StepStatus.FAILED:
+                stop = Stop(StopPhase.APPLY, name, row.detail)
         else:
             patch = series.patches[state.next_step - 1]
             outcome = apply_patch(worktree, patch, base_objects=base_objects)
@@ -178,15 +153,17 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
             )
             stop = None
             if not outcome.applied:
-                stop = {
-                    "reason": outcome.detail,
-                    "conflicts": outcome.conflicts,
-                    "hunks": [report.describe() for report in outcome.hunks],
-                }
-            elif outcome.status != IN_UPSTREAM:
+                stop = Stop(
+                    StopPhase.APPLY,
+                    name,
+                    outcome.detail,
+                    conflicts=outcome.conflicts,
+                    hunks=[report.describe() for report in outcome.hunks],
+                )
+            elif outcome.status != StepStatus.IN_UPSTREAM:
                 worktree.commit(patch.message, author=patch.author, date=patch.date)
         if stop is not None:
-            state.stopped = {"phase": "apply", "patch": name, **stop}
+            state.stopped = stop
             state.stopped_head = worktree.out("rev-parse", "HEAD")
             state.save()
             return _finish(
@@ -199,15 +176,23 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
     progress("verifying")
     checks = verify(worktree, state.base_sha, series)
     if not all(check.ok for check in checks):
-        state.stopped = {
-            "phase": "verify",
-            "patch": "verification",
-            "reason": "verification failed",
-        }
+        state.stopped = Stop(StopPhase.VERIFY, "verification", "verification failed")
         state.save()
         return _finish(state, series, _rows(state), checks, [], command, ExitCode.VERIFY_FAILED)
     state.clear()
-    suites = _run_tests(state, series, progress) if state.test != "none" else []
+    suites = (
+        run_series_tests(
+            series,
+            Path(state.worktree),
+            state.repo_git,
+            state.base_sha,
+            mode=state.test,
+            python=state.python,
+            progress=progress,
+        )
+        if state.test != "none"
+        else []
+    )
     code = (
         ExitCode.TESTS_FAILED if any(suite.status == "failed" for suite in suites) else ExitCode.OK
     )
@@ -216,36 +201,6 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
 
 def _rows(state: ApplyState) -> list[StepRow]:
     return [StepRow(**row) for row in state.steps]
-
-
-def _lay_overlay(series: Series, worktree: Git) -> StepRow:
-    """Copy the overlay in and commit it. The commit is made even with no files: it marks
-    where the series starts on the branch (refresh and the overlay tests look for it)."""
-    files = series.overlay_files()
-    clashes = [path for path in files if (worktree.path / path).exists()]
-    if clashes:
-        return StepRow(
-            OVERLAY_STEP,
-            FAILED,
-            "upstream now has files at overlay paths (compare them with the overlay's, merge "
-            "by hand and commit): " + ", ".join(clashes),
-            clashes,
-        )
-    for path in files:
-        target = worktree.path / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(series.overlay_dir / path, target)  # type: ignore[operator]
-    if files:
-        worktree.run("add", "--", *files)
-    source = f"New files from {series.overlay_dir.name}/" if series.overlay_dir else "No overlay"
-    first = series.patches[0]
-    worktree.commit(
-        f"{OVERLAY_SUBJECT} ({len(files)} files)\n\n{source}, laid by dsa-forkkit.\n",
-        author=first.author,
-        date=first.date,
-        allow_empty=True,
-    )
-    return StepRow(OVERLAY_STEP, "laid", f"{len(files)} files", files)
 
 
 def _take_manual_fix(state: ApplyState, series: Series, worktree: Git) -> None:
@@ -297,7 +252,10 @@ def _take_manual_fix(state: ApplyState, series: Series, worktree: Git) -> None:
     state.steps.append(
         asdict(
             StepRow(
-                name, "manual", f"fixed by hand: {subject}", patch.touched_paths if patch else []
+                name,
+                StepStatus.MANUAL,
+                f"fixed by hand: {subject}",
+                patch.touched_paths if patch else [],
             )
         )
     )
@@ -317,51 +275,6 @@ def _series_base_objects(series: Series, progress: Progress) -> Optional[Path]:
         except RebaserError:
             return None  # offline: 3-way merges fall back to codemods
     return cache.repo_dir / "objects"
-
-
-def _run_tests(state: ApplyState, series: Series, progress: Progress) -> list[SuiteResult]:
-    tree = Path(state.worktree)
-    overlay_tests = [p for p in series.overlay_tests() if p.endswith(".py")]
-    cpu = [p for p in overlay_tests if not p.endswith(GPU_SUFFIX)]
-    progress(f"running {len(cpu)} overlay test files (cpu)")
-    suites = [run_pytest(tree, cpu, "overlay (cpu)", python=state.python)]
-    if state.test == "gpu":
-        gpu = [p for p in overlay_tests if p.endswith(GPU_SUFFIX)]
-        progress(f"running {len(gpu)} overlay test files (gpu)")
-        suites.append(run_pytest(tree, gpu, "overlay (gpu)", python=state.python))
-    upstream = [p for p in series.upstream_tests if (tree / p).exists()]
-    if upstream:
-        progress(f"running {len(upstream)} upstream test files on the patched tree")
-        patched = run_pytest(tree, upstream, "upstream", python=state.python)
-        progress("running the same upstream tests on the base, to tell regressions apart")
-        with _base_checkout(Git(state.repo), state.base_sha) as base_tree:
-            base = run_pytest(base_tree, upstream, "upstream (base)", python=state.python)
-        suites.append(compare_with_base(patched, base))
-    elif series.upstream_tests:
-        suites.append(
-            SuiteResult(
-                "upstream",
-                "not run",
-                note="the base has none of the listed upstream tests (PyPI wheels ship no tests)",
-            )
-        )
-    return suites
-
-
-class _base_checkout:
-    """A throwaway detached worktree at the base commit."""
-
-    def __init__(self, repo: Git, sha: str) -> None:
-        self.repo, self.sha = repo, sha
-        self.path = Path(tempfile.mkdtemp(prefix="forkkit-base-")) / "tree"
-
-    def __enter__(self) -> Path:
-        self.repo.run("worktree", "add", "--quiet", "--detach", str(self.path), self.sha)
-        return self.path
-
-    def __exit__(self, *exc: object) -> None:
-        self.repo.run("worktree", "remove", "--force", str(self.path), check=False)
-        shutil.rmtree(self.path.parent, ignore_errors=True)
 
 
 def _finish(
@@ -385,35 +298,11 @@ def _finish(
         suites=suites,
         exit_code=int(code),
     )
-    report.outcome, report.next_steps = _outcome(state, code, suites)
+    report.outcome, report.next_steps = outcome_text(
+        code, state.stopped, state.branch, state.worktree, suites
+    )
     if code == ExitCode.NOT_APPLIED and state.stopped:
-        report.stop = dict(state.stopped)
+        report.stop = state.stopped
     if state.json_report:
         report.write_json(Path(state.json_report))
     return report
-
-
-def _outcome(state: ApplyState, code: ExitCode, suites: list[SuiteResult]) -> tuple[str, list[str]]:
-    where = state.worktree
-    if code == ExitCode.NOT_APPLIED:
-        patch = state.stopped["patch"] if state.stopped else "?"
-        return f"did not apply: stopped at {patch}", [
-            f"fix it in {where} (conflict markers or .rej files show what failed), `git add` the result",
-            "then `rebaser continue`; or `rebaser abort` to drop the branch (your work is kept in a ref)",
-        ]
-    if code == ExitCode.VERIFY_FAILED:
-        return "applied, but verification failed", [
-            f"fix the problems on branch {state.branch} in {where} and commit, then `rebaser continue`",
-            "or `rebaser abort`",
-        ]
-    if code == ExitCode.TESTS_FAILED:
-        return "applied and verified; tests failed", [
-            f"the patched tree is on branch {state.branch} in {where}; rerun there with "
-            f"`PYTHONPATH=. python -m pytest -p rebaser.testing.pytest_plugin <test>`",
-        ]
-    tested = (
-        "tests passed" if any(suite.status == "passed" for suite in suites) else "tests not run"
-    )
-    return f"applied, verified, {tested}", [
-        f"the patched tree is on branch {state.branch} in {where}"
-    ]

@@ -16,8 +16,24 @@ import git as gitpython
 
 from rebaser.errors import ExitCode, RebaserError
 
-# The committer of everything rebaser writes; authors come from the patches.
+# The committer of everything rebaser writes (authors come from the patches), and the
+# author of the commits rebaser makes on its own (saved work, PyPI releases, histories).
 FORKKIT_IDENTITY = ("dsa-forkkit", "dsa-forkkit@localhost")
+FORKKIT_AUTHOR = "{} <{}>".format(*FORKKIT_IDENTITY)
+
+
+def forkkit_env(date: str) -> dict[str, str]:
+    """Environment for a commit authored and committed by rebaser itself at `date`."""
+    name, email = FORKKIT_IDENTITY
+    return {
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_AUTHOR_DATE": date,
+        "GIT_COMMITTER_NAME": name,
+        "GIT_COMMITTER_EMAIL": email,
+        "GIT_COMMITTER_DATE": date,
+    }
+
 
 _NEUTRAL_CONFIG = (
     "-c",
@@ -137,13 +153,6 @@ class Git:
 
     def commit(self, message: str, *, author: str, date: str, allow_empty: bool = False) -> str:
         """Commit the index (or `paths`) with a fixed committer, so shas are reproducible."""
-        name, email = FORKKIT_IDENTITY
-        env = {
-            "GIT_COMMITTER_NAME": name,
-            "GIT_COMMITTER_EMAIL": email,
-            "GIT_COMMITTER_DATE": date,
-            "GIT_AUTHOR_DATE": date,
-        }
         self.run(
             "commit",
             "--quiet",
@@ -154,7 +163,7 @@ class Git:
             "--cleanup=verbatim",
             "-F",
             "-",
-            env=env,
+            env=forkkit_env(date),  # --author overrides the author's name and email
             stdin=message.encode(),
         )
         return self.out("rev-parse", "HEAD")

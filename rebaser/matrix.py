@@ -7,7 +7,7 @@ and patch, printed for a terminal and written as JSON and Markdown for CI.
 
 from __future__ import annotations
 
-import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -17,8 +17,9 @@ from rich.table import Table
 
 from rebaser import engine, workspace
 from rebaser.errors import ExitCode, RebaserError
-from rebaser.report import Report, styled
+from rebaser.report import Report, styled, write_json
 from rebaser.series import load_series
+from rebaser.steps.testrun import check_interpreter
 from rebaser.upstream import PypiSpec, Target, resolve_pypi, resolve_target
 
 VERIFY_PREFIX = "forkkit-verify"
@@ -59,15 +60,11 @@ def throwaway_apply(
     """Apply onto `target` on a throwaway branch, removed afterwards unless `keep`."""
     series = load_series(series_file)
     branch = workspace.branch_name(series.name, target.label, VERIFY_PREFIX)
-    workspace.discard(target.git, branch)  # the leftovers of an interrupted run
     options = engine.ApplyOptions(
         series_file=series_file, test=test, ephemeral=True, branch_prefix=VERIFY_PREFIX
     )
-    try:
+    with workspace.throwaway_branch(target.git, branch, keep=keep):
         return engine.apply_to(target, series, options, progress)
-    finally:
-        if not keep:
-            workspace.discard(target.git, branch)
 
 
 def verify_bases(
@@ -79,7 +76,7 @@ def verify_bases(
     *,
     keep: bool = False,
 ) -> list[BaseResult]:
-    engine.check_test_interpreter(engine.ApplyOptions(series_file).python, test)
+    check_interpreter(sys.executable, test, load_series(series_file).test_requires)
     results = []
     for base in bases:
         progress(f"base {base}")
@@ -146,7 +143,7 @@ def render_matrix(results: Sequence[BaseResult], console: Console) -> None:
         if result.report is not None and result.report.stop:
             stop = result.report.stop
             console.print(
-                f"[bold]{result.base}[/bold] stopped at {stop['patch']}: {stop['reason']}",
+                f"[bold]{result.base}[/bold] stopped at {stop.patch}: {stop.reason}",
                 highlight=False,
             )
 
@@ -161,8 +158,8 @@ def matrix_markdown(results: Sequence[BaseResult]) -> str:
     for result in results:
         if result.report is not None and result.report.stop:
             stop = result.report.stop
-            lines += ["", f"**{result.base}** stopped at `{stop['patch']}`: {stop['reason']}"]
-            lines += ["", "```", *stop.get("hunks", [])[:5], "```"] if stop.get("hunks") else []
+            lines += ["", f"**{result.base}** stopped at `{stop.patch}`: {stop.reason}"]
+            lines += ["", "```", *stop.hunks[:5], "```"] if stop.hunks else []
     verdict = "all bases pass" if matrix_exit_code(results) == 0 else "the series needs attention"
     return "\n".join([f"### dsa-forkkit: {verdict}", "", *lines]) + "\n"
 
@@ -186,8 +183,7 @@ def write_outputs(
     results: Sequence[BaseResult], json_path: Optional[Path], markdown_path: Optional[Path]
 ) -> None:
     if json_path:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(matrix_json(results), indent=2) + "\n")
+        write_json(json_path, matrix_json(results))
     if markdown_path:
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
         markdown_path.write_text(matrix_markdown(results))

@@ -1,4 +1,5 @@
-"""The report of a run: one row per step, as a rich table in a terminal and as JSON for CI."""
+"""The report of a run: one row per step, as a rich table in a terminal and as JSON for CI,
+and the outcome line with the next steps for each exit code."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rebaser.errors import ExitCode
+from rebaser.records import StepStatus, Stop
 from rebaser.steps.testrun import SuiteResult
 from rebaser.steps.verify import Check
 
@@ -22,9 +24,14 @@ _STYLES = {
     "ok": "green",
     "passed": "green",
     "3-way": "yellow",
+    "cherry-pick": "yellow",
     "codemod": "yellow",
+    "resolution replayed": "yellow",
     "in upstream": "yellow",
     "manual": "yellow",
+    "skipped": "bold red",
+    "dropped": "bold red",
+    "blocked": "bold red",
     "failed": "bold red",
     "not run": "dim",
     "pending": "dim",
@@ -34,10 +41,13 @@ _STYLES = {
 @dataclass
 class StepRow:
     name: str
-    status: str
+    status: StepStatus
     detail: str = ""
     files: list[str] = field(default_factory=list)
     hunks: int = 0
+
+    def __post_init__(self) -> None:
+        self.status = StepStatus(self.status)  # rows read back from state.json hold strings
 
 
 @dataclass
@@ -54,7 +64,7 @@ class Report:
     outcome: str = ""
     exit_code: int = int(ExitCode.OK)
     next_steps: list[str] = field(default_factory=list)
-    stop: Optional[dict[str, Any]] = None
+    stop: Optional[Stop] = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -63,8 +73,13 @@ class Report:
         return data
 
     def write_json(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        write_json(path, self.to_json())
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Every JSON file rebaser writes: indented, one trailing newline, folders made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
 
 
 def styled(status: str) -> Text:
@@ -103,12 +118,36 @@ def render(report: Report, console: Console) -> None:
         for failure in suite.failures[:10]:
             console.print(f"  [red]{suite.name}[/red] {failure}", highlight=False)
     if report.stop:
-        console.print(
-            f"[bold red]stopped at {report.stop['patch']}[/bold red]: {report.stop['reason']}"
-        )
-        for line in report.stop.get("hunks", []):
+        console.print(f"[bold red]stopped at {report.stop.patch}[/bold red]: {report.stop.reason}")
+        for line in report.stop.hunks:
             console.print(Text(line))
     style = "green" if report.exit_code == 0 else "bold red"
     console.print(f"[{style}]{report.outcome}[/{style}] (exit {report.exit_code})")
     for step in report.next_steps:
         console.print(f"next: {step}", highlight=False)
+
+
+def outcome_text(
+    code: ExitCode, stop: Optional[Stop], branch: str, worktree: str, suites: list[SuiteResult]
+) -> tuple[str, list[str]]:
+    """The outcome line and what to do next, for a run that ended with `code`."""
+    if code == ExitCode.NOT_APPLIED:
+        patch = stop.patch if stop else "?"
+        return f"did not apply: stopped at {patch}", [
+            f"fix it in {worktree} (conflict markers or .rej files show what failed), `git add` the result",
+            "then `rebaser continue`; or `rebaser abort` to drop the branch (your work is kept in a ref)",
+        ]
+    if code == ExitCode.VERIFY_FAILED:
+        return "applied, but verification failed", [
+            f"fix the problems on branch {branch} in {worktree} and commit, then `rebaser continue`",
+            "or `rebaser abort`",
+        ]
+    if code == ExitCode.TESTS_FAILED:
+        return "applied and verified; tests failed", [
+            f"the patched tree is on branch {branch} in {worktree}; rerun there with "
+            f"`PYTHONPATH=. python -m pytest -p rebaser.testing.pytest_plugin <test>`",
+        ]
+    tested = (
+        "tests passed" if any(suite.status == "passed" for suite in suites) else "tests not run"
+    )
+    return f"applied, verified, {tested}", [f"the patched tree is on branch {branch} in {worktree}"]

@@ -6,6 +6,7 @@ Series file syntax, one item a line, `#` starts a comment:
     @base pypi:megatron-core==0.19.2        the upstream the patches were exported against
     @overlay ../megatron_overlay            new files laid before the patches (mirrors upstream)
     @upstream-test tests/unit_tests/...     an upstream test file to run (when the base has it)
+    @test-requires torch                    a module the tests import (checked before applying)
     0001-config-fields.patch                a patch, applied in file order
 
 Each patch is `git format-patch` output. Its message may carry trailers:
@@ -29,7 +30,9 @@ import unidiff
 
 from rebaser.errors import RebaserError
 
-_DIRECTIVES = ("name", "base", "overlay", "upstream-test")
+_DIRECTIVES = ("name", "base", "overlay", "upstream-test", "test-requires")
+_LISTS = ("upstream-test", "test-requires")  # directives that may be given several times
+_MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _SYMBOL_RE = re.compile(
     r"^(?P<path>[^:\s]+)::(?P<qualname>[A-Za-z_][\w.]*)"
     r"(?:\((?P<param>[A-Za-z_]\w*)\)|->(?P<calls>[A-Za-z_][\w.]*))?$"
@@ -158,6 +161,7 @@ class Series:
     overlay_dir: Optional[Path]
     upstream_tests: list[str]
     patches: list[Patch]
+    test_requires: list[str] = field(default_factory=list)
 
     @property
     def patches_dir(self) -> Path:
@@ -184,7 +188,7 @@ class Series:
                 next_step="pass --series PATH to a patches/series file",
             )
         settings: dict[str, str] = {}
-        upstream_tests: list[str] = []
+        lists: dict[str, list[str]] = {key: [] for key in _LISTS}
         names: list[str] = []
         for number, raw in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
             line = raw.split("#", 1)[0].strip()
@@ -208,8 +212,13 @@ class Series:
                         where=where,
                         next_step="put directives at the top of the series file",
                     )
-                if key == "upstream-test":
-                    upstream_tests.append(value)
+                if key == "test-requires" and not _MODULE_RE.match(value):
+                    raise RebaserError(
+                        f"@test-requires takes one importable module name; got {value!r}",
+                        where=where,
+                    )
+                if key in lists:
+                    lists[key].append(value)
                 elif key in settings:
                     raise RebaserError(f"@{key} given twice", where=where)
                 else:
@@ -241,8 +250,9 @@ class Series:
             name=settings.get("name", file.parent.name),
             base=settings.get("base"),
             overlay_dir=overlay_dir,
-            upstream_tests=upstream_tests,
+            upstream_tests=lists["upstream-test"],
             patches=[Patch.load(file.parent / name) for name in names],
+            test_requires=lists["test-requires"],
         )
 
 

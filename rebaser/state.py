@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from rebaser.errors import RebaserError
 from rebaser.git import Git, find_repo
+from rebaser.records import Stop
 from rebaser.upstream import cache_dir
 from rebaser.workspace import forkkit_dir
 
@@ -39,7 +40,7 @@ class ApplyState:
     python: str
     next_step: int = 0  # 0: the overlay; i: patch i of the series (1-based)
     steps: list[dict[str, Any]] = field(default_factory=list)
-    stopped: Optional[dict[str, Any]] = None  # why and where the apply stopped
+    stopped: Optional[Stop] = None  # why and where the apply stopped
     stopped_head: Optional[str] = None
     version: int = STATE_VERSION
     # Throwaway applies (verify, bisect) keep their state in memory only, so they never
@@ -82,7 +83,15 @@ def load(repo: Git) -> Optional[ApplyState]:
             f"{path} was written by another rebaser version",
             next_step=f"finish it with that version, or remove {path} and the branch by hand",
         )
-    return ApplyState(**data)
+    try:
+        stopped = data.pop("stopped", None)
+        return ApplyState(**data, stopped=Stop.from_json(stopped) if stopped else None)
+    except (TypeError, ValueError) as exc:
+        raise RebaserError(
+            f"{path} cannot be read: {exc}",
+            next_step=f"finish it with the rebaser version that wrote it, or remove {path} "
+            "and the branch by hand",
+        ) from None
 
 
 def find_in_progress(repo_hint: Optional[Path]) -> ApplyState:

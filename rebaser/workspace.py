@@ -3,17 +3,23 @@
 Everything happens in a separate `git worktree` on a new branch. An existing branch or
 worktree of an earlier apply is replaced only with --force, never when it has uncommitted
 changes, and its commits are kept under refs/forkkit/backups/ first.
+
+Throwaway work (verify's and bisect's applies, the base checkout for upstream tests, the
+tree `git bisect` walks) uses `throwaway_branch` and `detached`, which always clean up.
 """
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from rebaser.errors import RebaserError
-from rebaser.git import Git
+from rebaser.git import FORKKIT_AUTHOR, Git
 
 BACKUP_PREFIX = "refs/forkkit/backups"
 _MARKER = "forkkit-worktree"
@@ -123,6 +129,33 @@ def discard(repo: Git, branch: str) -> None:
     repo.run("worktree", "prune")
 
 
+@contextlib.contextmanager
+def throwaway_branch(repo: Git, branch: str, *, keep: bool = False) -> Iterator[None]:
+    """A branch (and worktree) that does not outlive the block, unless `keep`.
+
+    Leftovers of an interrupted earlier run of the same branch are removed first.
+    """
+    discard(repo, branch)
+    try:
+        yield
+    finally:
+        if not keep:
+            discard(repo, branch)
+
+
+@contextlib.contextmanager
+def detached(repo: Git, sha: str, purpose: str) -> Iterator[Path]:
+    """A detached worktree at `sha` in a temporary folder, removed after the block."""
+    folder = Path(tempfile.mkdtemp(prefix=f"forkkit-{purpose}-"))
+    tree = folder / "tree"
+    repo.run("worktree", "add", "--quiet", "--detach", str(tree), sha)
+    try:
+        yield tree
+    finally:
+        repo.run("worktree", "remove", "--force", str(tree), check=False)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def save_work_in_progress(workspace: Workspace) -> bool:
     """Commit everything uncommitted in the worktree (conflicts included) so nothing is lost."""
     git = workspace.git
@@ -131,7 +164,7 @@ def save_work_in_progress(workspace: Workspace) -> bool:
     git.run("add", "--all")
     git.commit(
         "forkkit: work in progress saved by rebaser abort\n",
-        author="dsa-forkkit <dsa-forkkit@localhost>",
+        author=FORKKIT_AUTHOR,
         date=f"{int(time.time())} +0000",
     )
     return True

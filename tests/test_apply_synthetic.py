@@ -375,3 +375,28 @@ def test_overlay_clash_with_upstream_stops_then_continues_after_a_merge(
         git(tree, "log", "--format=%s", "v1..HEAD").splitlines()[-1]
         == "forkkit: overlay (merged by hand)"
     )
+
+
+def test_the_stop_record_in_state_json_keeps_its_format(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    conflicting_upstream(upstream)
+    assert apply(rebaser, series, upstream, "v2").code == ExitCode.NOT_APPLIED
+    state_file = upstream.path / ".git" / "forkkit" / "state.json"
+    state = json.loads(state_file.read_text())
+    assert state["stopped"] == {
+        "phase": "apply",
+        "patch": "0002-change-2.patch",
+        "reason": state["stopped"]["reason"],
+        "conflicts": ["pkg/calc.py"],
+        "hunks": state["stopped"]["hunks"],
+    }
+    assert [row["status"] for row in state["steps"]] == ["laid", "clean"]
+    status = rebaser("status", "--repo", upstream.path, "--json", tmp_path / "s.json")
+    assert status.code == 0
+    assert json.loads((tmp_path / "s.json").read_text())["stopped"] == state["stopped"]
+
+    state["stopped"]["severity"] = "high"  # a field this version does not know
+    state_file.write_text(json.dumps(state))
+    refused = rebaser("status", "--repo", upstream.path)
+    assert refused.code == ExitCode.USAGE
+    assert "cannot be read: unknown stop field(s): severity" in refused.err

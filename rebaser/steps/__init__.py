@@ -1,1 +1,1 @@
-"""The steps of an apply: patching, verification, tests (each one job)."""
+"""The steps of an apply: overlay, patching, verification, tests (each one job)."""

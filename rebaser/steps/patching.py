@@ -12,24 +12,16 @@ from typing import Optional
 
 from rebaser.codemods import AnchorNotFound, run_codemods
 from rebaser.git import Git
+from rebaser.records import StepStatus
 from rebaser.series import Patch
 from rebaser.steps.hunks import HunkReport, diagnose
 
 _OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
 
-CLEAN, OFFSET, THREE_WAY, CODEMOD, IN_UPSTREAM, FAILED = (
-    "clean",
-    "offset",
-    "3-way",
-    "codemod",
-    "in upstream",
-    "failed",
-)
-
 
 @dataclass
 class PatchOutcome:
-    status: str
+    status: StepStatus
     detail: str = ""
     offsets: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
@@ -38,7 +30,7 @@ class PatchOutcome:
 
     @property
     def applied(self) -> bool:
-        return self.status != FAILED
+        return self.status != StepStatus.FAILED
 
 
 def apply_patch(worktree: Git, patch: Patch, *, base_objects: Optional[Path]) -> PatchOutcome:
@@ -57,14 +49,18 @@ def apply_patch(worktree: Git, patch: Patch, *, base_objects: Optional[Path]) ->
                 (int(a), int(b), int(c)) for a, b, c in _OFFSET_RE.findall(check.stderr)
             )
         ]
-        return PatchOutcome(OFFSET if offsets else CLEAN, "; ".join(offsets), offsets=offsets)
+        return PatchOutcome(
+            StepStatus.OFFSET if offsets else StepStatus.CLEAN, "; ".join(offsets), offsets=offsets
+        )
 
     env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(base_objects)} if base_objects else None
     merged = worktree.run(
         "apply", "--3way", "--index", "--whitespace=nowarn", patch_file, env=env, check=False
     )
     if merged.ok:
-        return PatchOutcome(THREE_WAY, "context drifted; merged with the series' base blobs")
+        return PatchOutcome(
+            StepStatus.THREE_WAY, "context drifted; merged with the series' base blobs"
+        )
     conflicts = worktree.unmerged_paths()
     _reset(worktree)
     reason = (
@@ -79,14 +75,17 @@ def apply_patch(worktree: Git, patch: Patch, *, base_objects: Optional[Path]) ->
     if patch.codemod is None:
         _leave_for_user(worktree, patch_file, env, conflicts)
         return PatchOutcome(
-            FAILED, f"{reason}; the patch names no codemod", conflicts=conflicts, hunks=hunks
+            StepStatus.FAILED,
+            f"{reason}; the patch names no codemod",
+            conflicts=conflicts,
+            hunks=hunks,
         )
     try:
         changed = run_codemods([patch.codemod], worktree.path, write=True)
     except AnchorNotFound as missing:
         _leave_for_user(worktree, patch_file, env, conflicts)
         return PatchOutcome(
-            FAILED,
+            StepStatus.FAILED,
             f"{reason}; codemod {patch.codemod}: {missing}",
             conflicts=conflicts,
             hunks=hunks,
@@ -94,10 +93,13 @@ def apply_patch(worktree: Git, patch: Patch, *, base_objects: Optional[Path]) ->
         )
     if not changed:
         return PatchOutcome(
-            IN_UPSTREAM, f"{reason}; codemod {patch.codemod} found the change already there"
+            StepStatus.IN_UPSTREAM,
+            f"{reason}; codemod {patch.codemod} found the change already there",
         )
     worktree.run("add", "--", *changed)
-    return PatchOutcome(CODEMOD, f"{reason}; codemod {patch.codemod} changed {', '.join(changed)}")
+    return PatchOutcome(
+        StepStatus.CODEMOD, f"{reason}; codemod {patch.codemod} changed {', '.join(changed)}"
+    )
 
 
 def _reset(worktree: Git) -> None:

@@ -3,6 +3,10 @@
 The overlay's tests must pass. Upstream's own tests (those the series lists and the base
 has) run on both the base and the patched tree: only tests that pass on the base and not
 after the series count as regressions, since many upstream tests need CUDA.
+
+Before anything is applied, `check_interpreter` makes sure the tests could run at all:
+pytest and the modules the series declares with `@test-requires` import in the test
+interpreter (and, with --test gpu and torch required, torch sees a GPU).
 """
 
 from __future__ import annotations
@@ -15,10 +19,16 @@ import time
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
+
+from rebaser import workspace
+from rebaser.errors import ExitCode, RebaserError
+from rebaser.git import Git
+from rebaser.series import Series
 
 PLUGIN = "rebaser.testing.pytest_plugin"
 GPU_SUFFIX = "_gpu.py"  # overlay test files that need CUDA (run by --test gpu)
+TEST_MODES = ("cpu", "gpu", "none")
 _FAILURE_LINES = 6
 
 
@@ -41,6 +51,72 @@ class SuiteResult:
             f"{self.passed} passed, {self.failed} failed, {self.errors} errors, "
             f"{self.skipped} skipped"
         )
+
+
+def check_interpreter(python: str, mode: str, requires: Sequence[str]) -> None:
+    """Fail before applying when the tests could not run at all."""
+    if mode not in TEST_MODES:
+        raise RebaserError(f"--test must be one of {', '.join(TEST_MODES)}; got {mode!r}")
+    if mode == "none":
+        return
+    modules = list(dict.fromkeys(["pytest", *requires]))
+    probe = f"import sys; import {', '.join(modules)}"
+    needs_gpu = mode == "gpu" and "torch" in modules
+    if needs_gpu:
+        probe += "; sys.exit(0 if torch.cuda.is_available() else 3)"
+    result = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    if result.returncode not in (0, 3):
+        error = (result.stderr.strip().splitlines() or ["unknown error"])[-1]
+        raise RebaserError(
+            f"the test interpreter {python} cannot import {' and '.join(modules)}: {error}",
+            next_step="install them into it (here: pip install -e '.[payload]'), "
+            "or pass --test none",
+            code=ExitCode.ENVIRONMENT,
+        )
+    if needs_gpu and result.returncode == 3:
+        raise RebaserError(
+            f"--test gpu needs CUDA, but torch in {python} sees no GPU",
+            next_step="run on a GPU machine, or use --test cpu",
+        )
+
+
+def run_series_tests(
+    series: Series,
+    tree: Path,
+    repo: Git,
+    base_sha: str,
+    *,
+    mode: str,
+    python: str,
+    progress: Callable[[str], None],
+) -> list[SuiteResult]:
+    """The overlay's tests (cpu, and gpu with --test gpu) and the listed upstream tests,
+    judged against the same tests on a throwaway checkout of the base."""
+    overlay_tests = [p for p in series.overlay_tests() if p.endswith(".py")]
+    cpu = [p for p in overlay_tests if not p.endswith(GPU_SUFFIX)]
+    progress(f"running {len(cpu)} overlay test files (cpu)")
+    suites = [run_pytest(tree, cpu, "overlay (cpu)", python=python)]
+    if mode == "gpu":
+        gpu = [p for p in overlay_tests if p.endswith(GPU_SUFFIX)]
+        progress(f"running {len(gpu)} overlay test files (gpu)")
+        suites.append(run_pytest(tree, gpu, "overlay (gpu)", python=python))
+    upstream = [p for p in series.upstream_tests if (tree / p).exists()]
+    if upstream:
+        progress(f"running {len(upstream)} upstream test files on the patched tree")
+        patched = run_pytest(tree, upstream, "upstream", python=python)
+        progress("running the same upstream tests on the base, to tell regressions apart")
+        with workspace.detached(repo, base_sha, "base") as base_tree:
+            base = run_pytest(base_tree, upstream, "upstream (base)", python=python)
+        suites.append(compare_with_base(patched, base))
+    elif series.upstream_tests:
+        suites.append(
+            SuiteResult(
+                "upstream",
+                "not run",
+                note="the base has none of the listed upstream tests (PyPI wheels ship no tests)",
+            )
+        )
+    return suites
 
 
 def run_pytest(

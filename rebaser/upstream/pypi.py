@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from rebaser.errors import ExitCode, RebaserError
-from rebaser.git import FORKKIT_IDENTITY, Git
+from rebaser.git import FORKKIT_AUTHOR, Git
 
 # Releases since 0.17 require Python >= 3.12; their sources still parse on 3.11.
 WHEEL_PYTHON_VERSION = "3.12"
@@ -139,8 +139,7 @@ class PypiUpstream:
                 f"Materialised by dsa-forkkit from {wheel.name} (sha256 {digest}):\n"
                 "megatron/ as the wheel ships it, compiled extensions left out.\n"
             ).encode()
-            name, email = FORKKIT_IDENTITY
-            ident = f"{name} <{email}> {timestamp} +0000"
+            ident = f"{FORKKIT_AUTHOR} {timestamp} +0000"
             stream = bytearray()
             stream += f"commit refs/tags/{self.tag(version)}\n".encode()
             stream += f"author {ident}\ncommitter {ident}\n".encode()

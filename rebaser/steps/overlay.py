@@ -1,0 +1,43 @@
+"""The first step of an apply: lay the overlay's new files and commit them."""
+
+from __future__ import annotations
+
+import shutil
+
+from rebaser.git import Git
+from rebaser.records import StepStatus
+from rebaser.refresh import OVERLAY_SUBJECT
+from rebaser.report import StepRow
+from rebaser.series import Series
+
+OVERLAY_STEP = "overlay"
+
+
+def lay_overlay(series: Series, worktree: Git) -> StepRow:
+    """Copy the overlay in and commit it. The commit is made even with no files: it marks
+    where the series starts on the branch (refresh and the overlay tests look for it)."""
+    files = series.overlay_files()
+    clashes = [path for path in files if (worktree.path / path).exists()]
+    if clashes:
+        return StepRow(
+            OVERLAY_STEP,
+            StepStatus.FAILED,
+            "upstream now has files at overlay paths (compare them with the overlay's, merge "
+            "by hand and commit): " + ", ".join(clashes),
+            clashes,
+        )
+    for path in files:
+        target = worktree.path / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(series.overlay_dir / path, target)  # type: ignore[operator]
+    if files:
+        worktree.run("add", "--", *files)
+    source = f"New files from {series.overlay_dir.name}/" if series.overlay_dir else "No overlay"
+    first = series.patches[0]
+    worktree.commit(
+        f"{OVERLAY_SUBJECT} ({len(files)} files)\n\n{source}, laid by dsa-forkkit.\n",
+        author=first.author,
+        date=first.date,
+        allow_empty=True,
+    )
+    return StepRow(OVERLAY_STEP, StepStatus.LAID, f"{len(files)} files", files)

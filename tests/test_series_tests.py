@@ -1,0 +1,81 @@
+"""What a series declares about its tests: upstream tests judged against the base (run in a
+throwaway checkout), and the modules the test interpreter must import (@test-requires)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from synthetic import CALC, Change, build_series, edit, git
+
+from rebaser.errors import ExitCode, RebaserError
+from rebaser.steps.testrun import check_interpreter
+
+UPSTREAM_TEST = """\
+from pkg.calc import add, mul
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_mul():
+    assert mul(2, 3) == 6
+"""
+
+
+def double_mul_series(tmp_path, upstream, base: str, directives: str):
+    return build_series(
+        tmp_path / "proj",
+        upstream,
+        base,
+        [Change("demo: double mul", {"pkg/calc.py": edit(CALC, "a * b", "2 * a * b")})],
+        extra_directives=directives,
+    )
+
+
+def test_upstream_tests_count_only_regressions_against_the_base(rebaser, tmp_path, upstream):
+    upstream.commit({"tests/test_up.py": UPSTREAM_TEST}, "upstream tests", tag="v1.1")
+    series = double_mul_series(tmp_path, upstream, "v1.1", "@upstream-test tests/test_up.py\n")
+    report = tmp_path / "r.json"
+    result = rebaser(
+        "apply", "--series", series, "--repo", upstream.path, "--base", "v1.1", "--json", report
+    )
+    assert result.code == ExitCode.TESTS_FAILED, result.out + result.err
+    suites = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}
+    upstream_suite = suites["upstream"]
+    assert upstream_suite["status"] == "failed"
+    assert upstream_suite["failures"] == ["regression: tests.test_up::test_mul (failed)"]
+    assert upstream_suite["note"].startswith("base: 2 passed, 0 failed")
+    # The base checkout was a throwaway: only the user's checkout and the apply's remain.
+    worktrees = git(upstream.path, "worktree", "list", "--porcelain").count("worktree ")
+    assert worktrees == 2
+
+
+def test_a_declared_test_requirement_is_checked_before_applying(rebaser, tmp_path, upstream):
+    series = double_mul_series(tmp_path, upstream, "v1", "@test-requires forkkit_no_such_module\n")
+    args = ("apply", "--series", series, "--repo", upstream.path, "--base", "v1")
+    refused = rebaser(*args, "--test", "cpu")
+    assert refused.code == ExitCode.ENVIRONMENT
+    assert "cannot import pytest and forkkit_no_such_module" in refused.err
+    assert "--test none" in refused.err
+    assert "forkkit/" not in git(upstream.path, "branch", "--list")  # nothing was applied
+    assert rebaser(*args, "--test", "none").code == ExitCode.OK
+
+
+def test_no_torch_probe_unless_the_series_requires_torch(tmp_path, monkeypatch):
+    broken = tmp_path / "site" / "torch"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('torch is broken here')\n")
+    monkeypatch.setenv("PYTHONPATH", str(broken.parent))
+    check_interpreter(sys.executable, "cpu", [])
+    check_interpreter(sys.executable, "gpu", [])
+    with pytest.raises(RebaserError, match="cannot import pytest and torch: .*torch is broken"):
+        check_interpreter(sys.executable, "cpu", ["torch"])
+
+
+def test_test_requires_takes_a_module_name(rebaser, tmp_path, upstream):
+    series = double_mul_series(tmp_path, upstream, "v1", "@test-requires torch; import os\n")
+    result = rebaser("apply", "--series", series, "--repo", upstream.path, "--base", "v1")
+    assert result.code == ExitCode.USAGE and "one importable module name" in result.err
