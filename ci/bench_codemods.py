@@ -17,7 +17,6 @@ from pathlib import Path
 
 import libcst as cst
 
-from rebaser.codemods import lookup, transform_sources
 from rebaser.series import load_series
 from rebaser.upstream import pypi_cache
 
@@ -29,12 +28,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--version", default="0.19.2")
     args = parser.parse_args()
-    names = [patch.codemod for patch in load_series(SERIES).patches if patch.codemod]
+    series = load_series(SERIES)
+    names = [patch.codemod for patch in series.patches if patch.codemod]
     with tempfile.TemporaryDirectory(prefix="forkkit-bench-") as cache:
         os.environ.setdefault("DSA_FORKKIT_CACHE", cache)
         upstream = pypi_cache("megatron-core")
         sha = upstream.materialise(args.version).sha
-        paths = list(dict.fromkeys(lookup(name).PATH for name in names))
+        paths = list(dict.fromkeys(series.codemods.lookup(name).PATH for name in names))
         sources = {path: upstream.git.run("show", f"{sha}:{path}").stdout for path in paths}
     for path, text in sources.items():
         started = time.perf_counter()
@@ -43,7 +43,7 @@ def main() -> None:
     seconds = []
     for run in range(1, args.runs + 1):
         started = time.perf_counter()
-        result = transform_sources(names, sources)
+        result = series.codemods.transform_sources(names, sources)
         seconds.append(time.perf_counter() - started)
         changed = sum(result[p] != sources[p] for p in paths)
         print(

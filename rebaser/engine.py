@@ -14,7 +14,6 @@ from typing import Callable, Optional
 
 from rebaser import state as state_store
 from rebaser import workspace
-from rebaser.codemods import lookup
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.git import Git
 from rebaser.records import StepStatus, Stop, StopPhase
@@ -50,7 +49,7 @@ def apply(options: ApplyOptions, progress: Progress) -> Report:
     series = load_series(options.series_file)
     for patch in series.patches:
         if patch.codemod:
-            lookup(patch.codemod)
+            series.codemods.lookup(patch.codemod)
     check_interpreter(options.python, options.test, series.test_requires)
     progress(f"resolving upstream {options.upstream or options.repo or series.base}")
     target = resolve_target(
@@ -143,7 +142,9 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
                 stop = Stop(StopPhase.APPLY, name, row.detail)
         else:
             patch = series.patches[state.next_step - 1]
-            outcome = apply_patch(worktree, patch, base_objects=base_objects)
+            outcome = apply_patch(
+                worktree, patch, base_objects=base_objects, codemods=series.codemods
+            )
             row = StepRow(
                 patch.name,
                 outcome.status,

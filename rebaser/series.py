@@ -5,6 +5,7 @@ Series file syntax, one item a line, `#` starts a comment:
     @name dsa-topk                          the series' name (branch names use it)
     @base pypi:megatron-core==0.19.2        the upstream the patches were exported against
     @overlay ../megatron_overlay            new files laid before the patches (mirrors upstream)
+    @codemods codemods                      the series' codemods (default: codemods/ if present)
     @upstream-test tests/unit_tests/...     an upstream test file to run (when the base has it)
     @test-requires torch                    a module the tests import (checked before applying)
     0001-config-fields.patch                a patch, applied in file order
@@ -23,14 +24,16 @@ import email.parser
 import email.policy
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Optional
 
 import unidiff
 
+from rebaser.codemods import Codemods, load_codemods
 from rebaser.errors import RebaserError
 
-_DIRECTIVES = ("name", "base", "overlay", "upstream-test", "test-requires")
+_DIRECTIVES = ("name", "base", "overlay", "codemods", "upstream-test", "test-requires")
 _LISTS = ("upstream-test", "test-requires")  # directives that may be given several times
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _SYMBOL_RE = re.compile(
@@ -162,6 +165,12 @@ class Series:
     upstream_tests: list[str]
     patches: list[Patch]
     test_requires: list[str] = field(default_factory=list)
+    codemods_dir: Optional[Path] = None
+
+    @cached_property
+    def codemods(self) -> Codemods:
+        """The codemods the patches may name, loaded from `codemods_dir` on first use."""
+        return load_codemods(self.codemods_dir)
 
     @property
     def patches_dir(self) -> Path:
@@ -241,10 +250,10 @@ class Series:
             names.append(line)
         if not names:
             raise RebaserError("the series lists no patches", where=str(file))
-        overlay = settings.get("overlay")
-        overlay_dir = (file.parent / overlay).resolve() if overlay else None
-        if overlay_dir is not None and not overlay_dir.is_dir():
-            raise RebaserError(f"@overlay folder {overlay_dir} does not exist", where=str(file))
+        overlay_dir = _folder(file, settings, "overlay")
+        codemods_dir = _folder(file, settings, "codemods")
+        if codemods_dir is None and (file.parent / "codemods").is_dir():
+            codemods_dir = (file.parent / "codemods").resolve()
         return cls(
             file=file.resolve(),
             name=settings.get("name", file.parent.name),
@@ -253,7 +262,18 @@ class Series:
             upstream_tests=lists["upstream-test"],
             patches=[Patch.load(file.parent / name) for name in names],
             test_requires=lists["test-requires"],
+            codemods_dir=codemods_dir,
         )
+
+
+def _folder(file: Path, settings: dict[str, str], key: str) -> Optional[Path]:
+    """The folder a directive names, relative to the series file (None when not given)."""
+    if key not in settings:
+        return None
+    folder = (file.parent / settings[key]).resolve()
+    if not folder.is_dir():
+        raise RebaserError(f"@{key} folder {folder} does not exist", where=str(file))
+    return folder
 
 
 def _unfold(value: str) -> str:

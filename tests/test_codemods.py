@@ -11,7 +11,7 @@ import unidiff
 from conftest import SERIES
 from synthetic import SyntheticUpstream, git
 
-from rebaser.codemods import CODEMODS, AnchorNotFound, run_codemods, transform_sources
+from rebaser.codemods import AnchorNotFound
 from rebaser.errors import ExitCode
 from rebaser.series import load_series
 from rebaser.upstream import pypi_cache
@@ -20,6 +20,7 @@ pytestmark = pytest.mark.network
 
 CONFIG = "megatron/core/transformer/transformer_config.py"
 DSA = "megatron/core/transformer/experimental_attention_variant/dsa.py"
+CODEMODS = load_series(SERIES).codemods  # the series' own, loaded by path from patches/codemods
 
 
 def sources(repo: SyntheticUpstream, rev: str = "HEAD") -> dict[str, str]:
@@ -47,13 +48,13 @@ def base_sources(version: str) -> dict[str, str]:
 
 
 def test_codemods_make_exactly_the_patches_change(patched_0192):
-    result = transform_sources(list(CODEMODS), base_sources("0.19.2"))
+    result = CODEMODS.transform_sources(CODEMODS.names, base_sources("0.19.2"))
     for path in (CONFIG, DSA):
         assert result[path] == patched_0192[path], f"{path}: codemods and patches differ"
 
 
 def test_codemods_are_idempotent(patched_0192):
-    assert transform_sources(list(CODEMODS), patched_0192) == patched_0192
+    assert CODEMODS.transform_sources(CODEMODS.names, patched_0192) == patched_0192
 
 
 def test_each_codemod_alone_matches_its_patch():
@@ -64,7 +65,7 @@ def test_each_codemod_alone_matches_its_patch():
         expected = dict(current)
         for patched_file in unidiff.PatchSet(patch.path.read_text()):
             expected[patched_file.path] = _apply_hunks(expected[patched_file.path], patched_file)
-        assert transform_sources([patch.codemod], current) == expected, patch.name
+        assert CODEMODS.transform_sources([patch.codemod], current) == expected, patch.name
         current = expected
 
 
@@ -196,4 +197,4 @@ def test_a_renamed_anchor_stops_with_the_codemod_and_candidates(rebaser, release
 
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(AnchorNotFound, match="the file .*dsa.py"):
-        run_codemods(["topk_dispatch"], tmp_path, write=False)
+        CODEMODS.run(["topk_dispatch"], tmp_path, write=False)

@@ -83,6 +83,7 @@ class IndexerLoss(PatchCodemod):
     DESCRIPTION = (
         "dsa.py: indexer loss keeps the explicitly selected indices in forward and backward"
     )
+    REQUIRES = ("topk_dispatch",)  # reads the `topk_policy` that dispatch sets up in forward
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         tree = self._fwd_takes_indices(tree)

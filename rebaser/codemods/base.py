@@ -2,6 +2,9 @@
 precise "anchor not found" error, and small helpers to find and build syntax.
 
 A codemod's contract:
+* it is a `libcst.codemod.Codemod` constructed with a `CodemodContext` (so LibCST's
+  `CodemodTest` can test it) and sets NAME, PATH (the upstream file it edits) and
+  DESCRIPTION; REQUIRES names the codemods whose change it builds on;
 * it makes its patch's change by meaning (anchored on names, not line numbers);
 * it is idempotent: on a tree that already has the change it returns the module unchanged;
 * when its anchor is gone it raises `AnchorNotFound`, naming the anchor and the nearest
@@ -14,7 +17,7 @@ import difflib
 from typing import ClassVar, Iterable, Optional, Sequence, Union
 
 import libcst as cst
-from libcst.codemod import Codemod, CodemodContext
+from libcst.codemod import Codemod
 
 Body = Union[cst.Module, cst.IndentedBlock]
 
@@ -42,9 +45,7 @@ class PatchCodemod(Codemod):
     NAME: ClassVar[str]
     PATH: ClassVar[str]
     DESCRIPTION: ClassVar[str]
-
-    def __init__(self) -> None:
-        super().__init__(CodemodContext(filename=self.PATH))
+    REQUIRES: ClassVar[tuple[str, ...]] = ()  # run after these; their change must be there
 
     def missing(self, anchor: str, candidates: Iterable[str] = ()) -> AnchorNotFound:
         return AnchorNotFound(self.NAME, self.PATH, anchor, list(candidates)[:6])

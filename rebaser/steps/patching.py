@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from rebaser.codemods import AnchorNotFound, run_codemods
+from rebaser.codemods import AnchorNotFound, Codemods
 from rebaser.git import Git
 from rebaser.records import StepStatus
 from rebaser.series import Patch
@@ -33,7 +33,9 @@ class PatchOutcome:
         return self.status != StepStatus.FAILED
 
 
-def apply_patch(worktree: Git, patch: Patch, *, base_objects: Optional[Path]) -> PatchOutcome:
+def apply_patch(
+    worktree: Git, patch: Patch, *, base_objects: Optional[Path], codemods: Codemods
+) -> PatchOutcome:
     """Change the worktree's index and files as the patch says; nothing is committed here.
 
     `base_objects` is the object folder of the repository the series was exported from: it
@@ -81,7 +83,7 @@ def apply_patch(worktree: Git, patch: Patch, *, base_objects: Optional[Path]) ->
             hunks=hunks,
         )
     try:
-        changed = run_codemods([patch.codemod], worktree.path, write=True)
+        changed = codemods.run([patch.codemod], worktree.path, write=True)
     except AnchorNotFound as missing:
         _leave_for_user(worktree, patch_file, env, conflicts)
         return PatchOutcome(

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from rebaser.codemods import AnchorNotFound, run_codemods
+from rebaser.codemods import AnchorNotFound, Codemods
 from rebaser.git import Git
 from rebaser.series import Series, SymbolSpec
 
@@ -39,7 +39,9 @@ def verify(worktree: Git, base_sha: str, series: Series) -> list[Check]:
         _compiles(worktree.path, [path for path in existing if path.endswith(".py")]),
         _diff_check(worktree, base_sha),
         _symbols(worktree.path, [spec for patch in series.patches for spec in patch.symbols]),
-        _codemods_idempotent(worktree.path, [p.codemod for p in series.patches if p.codemod]),
+        _codemods_idempotent(
+            worktree.path, series.codemods, [p.codemod for p in series.patches if p.codemod]
+        ),
     ]
 
 
@@ -143,9 +145,9 @@ def _member(node: ast.AST, name: str) -> Optional[ast.AST]:
     return None
 
 
-def _codemods_idempotent(root: Path, names: list[str]) -> Check:
+def _codemods_idempotent(root: Path, codemods: Codemods, names: list[str]) -> Check:
     try:
-        changed = run_codemods(names, root, write=False)
+        changed = codemods.run(names, root, write=False)
     except AnchorNotFound as missing:
         return Check(
             "codemods are no-ops", False, f"codemod {missing.codemod}: {missing}", [str(missing)]
