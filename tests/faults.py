@@ -1,0 +1,119 @@
+"""Faults for the safety tests: the rebaser CLI run in a subprocess that dies at a chosen
+call of a chosen function, as a `kill -9` (no cleanup at all) or a Ctrl-C would leave it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Sequence
+
+# Runs in the subprocess: wraps `module:Qualified.name` so that its nth call dies before or
+# after the original runs, then hands the remaining arguments to the CLI.
+_DRIVER = r"""
+import importlib, os, sys
+target, when, nth, how, *argv = sys.argv[1:]
+module, _, qualname = target.partition(":")
+owner = importlib.import_module(module)
+*parents, name = qualname.split(".")
+for parent in parents:
+    owner = getattr(owner, parent)
+original = getattr(owner, name)
+calls = 0
+
+def fault():
+    if how == "kill":
+        os._exit(137)  # what kill -9 leaves: no finally, no atexit, no flushing
+    raise KeyboardInterrupt  # what Ctrl-C raises in the main thread
+
+def wrapper(*args, **kwargs):
+    global calls
+    calls += 1
+    if calls == int(nth) and when == "before":
+        fault()
+    result = original(*args, **kwargs)
+    if calls == int(nth) and when == "after":
+        fault()
+    return result
+
+setattr(owner, name, wrapper)
+from rebaser.cli import main
+sys.exit(main(argv))
+"""
+
+
+@dataclass(frozen=True)
+class FaultPoint:
+    """Die at the `nth` call of `target` ("module:Class.method"), `when` before or after it."""
+
+    target: str
+    when: Literal["before", "after"]
+    nth: int = 1
+
+
+def run_with_fault(
+    point: FaultPoint, args: Sequence[object], *, how: Literal["kill", "interrupt"] = "kill"
+) -> subprocess.CompletedProcess:
+    command = [
+        sys.executable,
+        "-c",
+        _DRIVER,
+        point.target,
+        point.when,
+        str(point.nth),
+        how,
+        *map(str, args),
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def run_cli(args: Sequence[object], **popen: object) -> subprocess.Popen:
+    """`rebaser ARGS` as its own process, for signals sent from outside."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "rebaser", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,  # type: ignore[arg-type]
+    )
+
+
+def wait_for_file(path: Path, process: subprocess.Popen, timeout: float = 120) -> str:
+    """The text of `path` once it exists (written by a test in the patched tree)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        if process.poll() is not None:
+            raise AssertionError(f"rebaser ended first: {process.communicate()}")
+        time.sleep(0.05)
+    process.kill()
+    raise AssertionError(f"{path} never appeared")
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie counts as ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_until_gone(pid: int, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not process_alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def kill_leftover(pid: int) -> None:
+    """Clean up after a failing test: never leave a process of ours behind."""
+    if process_alive(pid):
+        os.kill(pid, signal.SIGKILL)

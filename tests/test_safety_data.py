@@ -1,0 +1,104 @@
+"""Issue 9 item 1: `continue`, `abort` and `apply --force` never delete the user's files in
+the worktree: untracked files are refused before anything happens, ignored ones are kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from synthetic import CALC, Change, build_series, edit, git
+from test_apply_synthetic import ADD_DOC, apply, two_patch_series, worktree_of
+
+from rebaser.errors import ExitCode
+
+DOUBLE_MUL = edit(ADD_DOC, "    return a * b\n", "    return 2 * a * b\n")
+HALF_DIV = edit(DOUBLE_MUL, "    return a / b\n", "    return a / b / 2\n")
+# v2 changes both lines the second and third patches change: each stops in turn.
+V2 = edit(edit(CALC, "    return a * b\n", "    return b * a\n"), "    return a / b\n", "    return (a / b)\n")
+RESOLVED_MUL = edit(edit(V2, "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n'), "    return b * a\n", "    return 2 * b * a\n")
+
+
+def stopped_twice_series(tmp_path, upstream) -> Path:
+    """Three patches; on v2 the second stops, and after its fix the third stops too."""
+    series = build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1",
+        [
+            Change("demo: document add", {"pkg/calc.py": ADD_DOC}),
+            Change("demo: double mul", {"pkg/calc.py": DOUBLE_MUL}),
+            Change("demo: halve div", {"pkg/calc.py": HALF_DIV}),
+        ],
+    )
+    upstream.commit({"pkg/calc.py": V2, ".gitignore": "*.log\n"}, "v2", tag="v2")
+    return series
+
+
+def stop_at_second_patch(rebaser, tmp_path, upstream) -> Path:
+    series = stopped_twice_series(tmp_path, upstream)
+    report = tmp_path / "r.json"
+    assert apply(rebaser, series, upstream, "v2", "--json", report).code == ExitCode.NOT_APPLIED
+    tree = worktree_of(report)
+    (tree / "pkg/calc.py").write_text(RESOLVED_MUL)
+    git(tree, "add", "pkg/calc.py")
+    return tree
+
+
+def test_continue_refuses_untracked_files_before_doing_anything(rebaser, tmp_path, upstream):
+    tree = stop_at_second_patch(rebaser, tmp_path, upstream)
+    (tree / "notes.txt").write_text("what I tried\n")
+    (tree / "pkg/helper.py").write_text("def helper():\n    pass\n")
+    head = git(tree, "rev-parse", "HEAD")
+
+    refused = rebaser("continue", "--repo", upstream.path)
+    assert refused.code == ExitCode.USAGE
+    assert "untracked" in refused.err and "notes.txt" in refused.err
+    assert "pkg/helper.py" in refused.err and "git add" in refused.err
+    assert git(tree, "rev-parse", "HEAD") == head  # nothing committed, nothing reset
+    assert (tree / "notes.txt").read_text() == "what I tried\n"
+    assert git(tree, "diff", "--cached", "--name-only") == "pkg/calc.py"
+
+    # The user adds what belongs to the fix and moves the notes out: continue goes on and
+    # stops at the third patch, the added module committed with the second.
+    git(tree, "add", "pkg/helper.py")
+    (tree / "notes.txt").rename(tmp_path / "notes.txt")
+    again = rebaser("continue", "--repo", upstream.path)
+    assert again.code == ExitCode.NOT_APPLIED and "0003-change-3.patch" in again.out
+    assert "pkg/helper.py" in git(tree, "show", "--name-only", "--format=", "HEAD")
+
+
+def test_ignored_files_survive_a_continue_that_stops_again(rebaser, tmp_path, upstream):
+    tree = stop_at_second_patch(rebaser, tmp_path, upstream)
+    (tree / "run.log").write_text("my test log\n")
+    again = rebaser("continue", "--repo", upstream.path)
+    assert again.code == ExitCode.NOT_APPLIED and "0003-change-3.patch" in again.out
+    assert (tree / "run.log").read_text() == "my test log\n"
+
+
+def backups(upstream) -> list[str]:
+    return git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/").split()
+
+
+def test_abort_keeps_ignored_files_in_the_backup(rebaser, tmp_path, upstream):
+    tree = stop_at_second_patch(rebaser, tmp_path, upstream)
+    (tree / "results.log").write_text("measurements\n")
+    result = rebaser("abort", "--repo", upstream.path)
+    assert result.code == 0 and "ignored" in result.out
+    (backup,) = backups(upstream)
+    assert git(upstream.path, "show", f"{backup}:results.log") == "measurements"
+    assert git(upstream.path, "show", f"{backup}:pkg/calc.py") + "\n" == RESOLVED_MUL
+
+
+def test_apply_force_keeps_ignored_files_in_the_backup(rebaser, tmp_path, upstream):
+    upstream.commit({".gitignore": "*.log\n"}, "ignore logs", tag="v1i")
+    series = two_patch_series(tmp_path, upstream)
+    report = tmp_path / "r.json"
+    assert apply(rebaser, series, upstream, "v1i", "--json", report).code == ExitCode.OK
+    (worktree_of(report) / "bench.log").write_text("numbers\n")
+    replaced = apply(rebaser, series, upstream, "v1i", "--force", "--json", report)
+    assert replaced.code == ExitCode.OK, replaced.err
+    (backup,) = backups(upstream)
+    assert git(upstream.path, "show", f"{backup}:bench.log") == "numbers"
+    # The new branch does not carry the saved files.
+    assert not (worktree_of(report) / "bench.log").exists()
+    assert json.loads(report.read_text())["steps"][-1]["status"] == "clean"

@@ -1,0 +1,143 @@
+"""Issue 9 items 5 and 6: no dead ends. Whatever happened to the worktree, the state file or
+the cache, rebaser says what is wrong and `abort` can always clean up; and it never commits
+onto a branch the user switched to inside the worktree."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from synthetic import SyntheticUpstream, git
+from test_apply_synthetic import (
+    ADD_DOC,
+    apply,
+    conflicting_upstream,
+    two_patch_series,
+    worktree_of,
+)
+
+from rebaser.errors import ExitCode
+from rebaser.state import state_path
+from rebaser.git import Git
+
+BRANCH = "forkkit/demo/v2"
+
+
+def stopped_apply(rebaser, tmp_path, upstream) -> Path:
+    """An apply of the two-patch series stopped at its second patch; the worktree."""
+    series = two_patch_series(tmp_path, upstream)
+    conflicting_upstream(upstream)
+    report = tmp_path / "r.json"
+    assert apply(rebaser, series, upstream, "v2", "--json", report).code == ExitCode.NOT_APPLIED
+    return worktree_of(report)
+
+
+def assert_abort_cleans_up(rebaser, upstream) -> None:
+    result = rebaser("abort", "--repo", upstream.path)
+    assert result.code == 0, result.err
+    assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
+    assert git(upstream.path, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert rebaser("status", "--repo", upstream.path).out.strip() == "no apply in progress"
+
+
+def test_a_patch_already_in_the_base_is_recorded_in_upstream(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    upstream.commit({"pkg/calc.py": ADD_DOC}, "upstream documents add", tag="v2")
+    report = tmp_path / "r.json"
+    result = apply(rebaser, series, upstream, "v2", "--json", report)
+    assert result.code == ExitCode.OK, result.out + result.err
+    steps = json.loads(report.read_text())["steps"]
+    assert [step["status"] for step in steps] == ["laid", "in upstream", "clean"]
+    assert git(worktree_of(report), "log", "--format=%s", "v2..HEAD").splitlines() == [
+        "demo: double mul",
+        "forkkit: overlay (0 files)",
+    ]
+
+
+def test_a_deleted_worktree_folder_is_named_and_abort_cleans_up(rebaser, tmp_path, upstream):
+    tree = stopped_apply(rebaser, tmp_path, upstream)
+    git(tree, "commit", "-qam", "half-done fix")
+    os.system(f"rm -rf '{tree}'")
+    status = rebaser("status", "--repo", upstream.path)
+    assert status.code == 0 and "missing" in status.out and str(tree) in status.out
+    refused = rebaser("continue", "--repo", upstream.path)
+    assert refused.code == ExitCode.USAGE, refused.err
+    assert f"the worktree {tree} is missing" in refused.err and "rebaser abort" in refused.err
+    assert_abort_cleans_up(rebaser, upstream)
+    # The commit the user made there is kept.
+    backup = git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/")
+    assert git(upstream.path, "log", "-1", "--format=%s", backup) == "half-done fix"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncated", "foreign", "folder"],
+)
+def test_a_damaged_state_file_is_named_and_abort_cleans_up(rebaser, tmp_path, upstream, damage):
+    stopped_apply(rebaser, tmp_path, upstream)
+    path = state_path(Git(upstream.path))
+    text = path.read_text()
+    if damage == "truncated":
+        path.write_text(text[: len(text) // 2])
+    elif damage == "foreign":
+        path.write_text(json.dumps({"tool": "something else", "version": 1}))
+    else:
+        path.unlink()
+        path.mkdir()
+    for command in ("status", "continue"):
+        result = rebaser(command, "--repo", upstream.path)
+        assert result.code == ExitCode.USAGE, result.err
+        assert str(path) in result.err and "rebaser abort" in result.err
+    blocked = apply(rebaser, two_patch_series(tmp_path / "again", upstream), upstream, "v1")
+    assert blocked.code == ExitCode.USAGE and "rebaser abort" in blocked.err
+    result = rebaser("abort", "--repo", upstream.path)
+    assert result.code == 0, result.err
+    assert not path.exists()
+    if damage == "truncated":  # the branch could still be read from what was left
+        assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
+    else:
+        assert BRANCH in result.out  # named, for the user to remove with --force or git
+    assert apply(rebaser, two_patch_series(tmp_path / "new", upstream), upstream, "v1").code == 0
+
+
+def test_a_folder_in_place_of_a_registry_file_is_skipped(
+    rebaser, tmp_path, upstream, isolated_cache, monkeypatch
+):
+    stopped_apply(rebaser, tmp_path, upstream)
+    (isolated_cache / "in-progress" / "0123456789abcdef").mkdir()
+    monkeypatch.chdir(tmp_path)  # not inside a repository: the registry finds the apply
+    status = rebaser("status")
+    assert status.code == 0 and f"apply in progress: branch {BRANCH}" in status.out
+    assert_abort_cleans_up(rebaser, upstream)
+
+
+def test_a_repository_path_that_is_not_utf8_is_refused_clearly(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    odd = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9"))
+    git(tmp_path, "clone", "-q", str(upstream.path), str(odd))
+    result = apply(rebaser, series, SyntheticUpstream(odd), "v1")
+    assert result.code == ExitCode.USAGE, result.err
+    assert "not valid UTF-8" in result.err and "caf" in result.err
+    assert git(odd, "branch", "--list", "forkkit/*") == ""
+
+
+def test_continue_and_abort_refuse_a_worktree_switched_to_another_branch(
+    rebaser, tmp_path, upstream
+):
+    tree = stopped_apply(rebaser, tmp_path, upstream)
+    (tree / "pkg/calc.py").write_text(ADD_DOC)
+    git(tree, "add", "pkg/calc.py")
+    git(tree, "switch", "-q", "-c", "mine")
+    head = git(tree, "rev-parse", "HEAD")
+    for command in ("continue", "abort"):
+        refused = rebaser(command, "--repo", upstream.path)
+        assert refused.code == ExitCode.USAGE, refused.out + refused.err
+        assert "on branch mine" in refused.err and BRANCH in refused.err
+        assert f"git switch {BRANCH}" in refused.err
+    assert git(tree, "rev-parse", "HEAD") == head  # nothing committed onto the user's branch
+    assert git(tree, "diff", "--cached", "--name-only") == "pkg/calc.py"
+    git(tree, "switch", "-q", BRANCH)
+    assert_abort_cleans_up(rebaser, upstream)
+    assert git(upstream.path, "rev-parse", "--verify", "-q", "mine") == head

@@ -1,0 +1,168 @@
+"""Issue 9 item 4: an apply killed (kill -9) or interrupted (Ctrl-C) at any point can be
+resumed with `continue` or undone with `abort`, and `status` tells the truth meanwhile."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+from faults import (
+    FaultPoint,
+    kill_leftover,
+    run_cli,
+    run_with_fault,
+    wait_for_file,
+    wait_until_gone,
+)
+from synthetic import git
+from test_apply_synthetic import apply, two_patch_series
+
+from rebaser.errors import ExitCode
+
+OVERLAY = {"pkg/extra.py": "EXTRA = 1\n"}
+BRANCH = "forkkit/demo/v1"
+
+# Commit 1 lays the overlay, commit 2 the first patch; save 3 follows the first patch.
+KILL_POINTS = {
+    "overlay files laid, not committed": FaultPoint("rebaser.git:Git.commit", "before", 1),
+    "overlay committed, state not saved": FaultPoint("rebaser.git:Git.commit", "after", 1),
+    "patch in the index, not committed": FaultPoint("rebaser.git:Git.commit", "before", 2),
+    "patch committed, state not saved": FaultPoint("rebaser.git:Git.commit", "after", 2),
+    "between patches": FaultPoint("rebaser.state:ApplyState.save", "after", 3),
+}
+
+
+def apply_args(series, upstream, *extra):
+    return ["apply", "--series", series, "--repo", upstream.path, "--base", "v1", *extra]
+
+
+@pytest.fixture
+def killed_apply(tmp_path, upstream, request):
+    """An apply of the two-patch series (with an overlay) killed at `request.param`."""
+    series = two_patch_series(tmp_path, upstream, overlay=OVERLAY)
+    died = run_with_fault(KILL_POINTS[request.param], apply_args(series, upstream, "--test", "none"))
+    assert died.returncode == 137, died.stdout + died.stderr
+    return series
+
+
+@pytest.mark.parametrize("killed_apply", KILL_POINTS, indirect=True)
+def test_kill_then_status_and_continue(rebaser, tmp_path, upstream, killed_apply):
+    status = rebaser("status", "--repo", upstream.path)
+    assert status.code == 0 and f"apply in progress: branch {BRANCH}" in status.out
+    assert "interrupted" in status.out and "rebaser continue" in status.out
+
+    report = tmp_path / "r.json"
+    done = rebaser("continue", "--repo", upstream.path, "--json", report)
+    assert done.code == ExitCode.OK, done.out + done.err
+    data = json.loads(report.read_text())
+    assert [step["status"] for step in data["steps"]] == ["laid", "clean", "clean"]
+    tree = data["worktree"]
+    assert git(tree, "log", "--format=%s", "v1..HEAD").splitlines() == [
+        "demo: double mul",
+        "demo: document add",
+        "forkkit: overlay (1 files)",
+    ]
+    assert git(tree, "status", "--porcelain", "--ignored") == ""
+    assert rebaser("status", "--repo", upstream.path).out.strip() == "no apply in progress"
+
+
+@pytest.mark.parametrize("killed_apply", KILL_POINTS, indirect=True)
+def test_kill_then_abort_restores(rebaser, tmp_path, upstream, killed_apply):
+    result = rebaser("abort", "--repo", upstream.path)
+    assert result.code == 0, result.err
+    assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
+    assert len(git(upstream.path, "worktree", "list", "--porcelain").split("\n\n")) == 1
+    assert rebaser("status", "--repo", upstream.path).out.strip() == "no apply in progress"
+    assert apply(rebaser, killed_apply, upstream, "v1").code == ExitCode.OK
+
+
+SLOW_TEST = """\
+import os, time
+
+
+def test_waits():
+    if "FORKKIT_PIDFILE" in os.environ and {condition}:
+        with open(os.environ["FORKKIT_PIDFILE"], "w") as out:
+            out.write(str(os.getpid()))
+        time.sleep(120)
+"""
+
+
+def start_slow_apply(tmp_path, upstream, *, in_base: bool):
+    """An apply whose overlay test (or, with `in_base`, the upstream test on the base) waits
+    after writing its pid: the moment to send a signal."""
+    upstream.commit(
+        {"tests/test_up.py": SLOW_TEST.format(condition="not os.path.exists('pkg/extra.py')")},
+        "upstream test",
+        tag="v1t",
+    )
+    overlay = dict(OVERLAY)
+    if not in_base:
+        overlay["tests/test_overlay.py"] = SLOW_TEST.format(condition="True")
+    series = two_patch_series(
+        tmp_path, upstream, overlay=overlay, extra_directives="@upstream-test tests/test_up.py\n"
+    )
+    pidfile = tmp_path / "pytest.pid"
+    args = ["apply", "--series", series, "--repo", upstream.path, "--base", "v1t"]
+    process = run_cli(args, env={**os.environ, "FORKKIT_PIDFILE": str(pidfile)})
+    return process, int(wait_for_file(pidfile, process))
+
+
+def our_worktrees(upstream) -> list[str]:
+    listing = git(upstream.path, "worktree", "list", "--porcelain").splitlines()
+    return [line.split(" ", 1)[1] for line in listing[1:] if line.startswith("worktree ")]
+
+
+@pytest.mark.parametrize("in_base", [False, True], ids=["overlay tests", "base tests"])
+def test_kill_during_tests_leaves_no_pytest_and_can_be_continued(
+    rebaser, tmp_path, upstream, in_base
+):
+    process, pytest_pid = start_slow_apply(tmp_path, upstream, in_base=in_base)
+    try:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        assert wait_until_gone(pytest_pid), "pytest outlived the killed rebaser"
+    finally:
+        kill_leftover(pytest_pid)
+    worktrees = our_worktrees(upstream)
+    assert len(worktrees) == 1 and "worktrees" in worktrees[0]  # the apply's own, no base tree
+
+    status = rebaser("status", "--repo", upstream.path)
+    assert "interrupted" in status.out and "tests" in status.out
+    done = rebaser("continue", "--repo", upstream.path)
+    assert done.code == ExitCode.OK, done.out + done.err
+    assert "tests passed" in done.out
+    assert rebaser("status", "--repo", upstream.path).out.strip() == "no apply in progress"
+
+
+def test_ctrl_c_during_tests_stops_pytest_and_says_what_is_possible(rebaser, tmp_path, upstream):
+    process, pytest_pid = start_slow_apply(tmp_path, upstream, in_base=True)
+    try:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+        assert wait_until_gone(pytest_pid), "pytest outlived the interrupted rebaser"
+    finally:
+        kill_leftover(pytest_pid)
+    assert process.returncode != 0
+    assert "interrupted" in err and "rebaser continue" in err and "rebaser abort" in err
+    assert len(our_worktrees(upstream)) == 1
+    status = rebaser("status", "--repo", upstream.path)
+    assert "interrupted" in status.out and "tests" in status.out
+    assert rebaser("abort", "--repo", upstream.path).code == 0
+    assert our_worktrees(upstream) == []
+
+
+def test_ctrl_c_while_applying_can_be_continued(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream, overlay=OVERLAY)
+    point = FaultPoint("rebaser.git:Git.commit", "before", 2)
+    args = apply_args(series, upstream, "--test", "none")
+    interrupted = run_with_fault(point, args, how="interrupt")
+    assert interrupted.returncode != 0 and "rebaser continue" in interrupted.stderr
+    report = tmp_path / "r.json"
+    done = rebaser("continue", "--repo", upstream.path, "--json", report)
+    assert done.code == ExitCode.OK, done.out + done.err
+    # The half-applied patch is applied again from scratch, not "merged 3-way".
+    statuses = [step["status"] for step in json.loads(report.read_text())["steps"]]
+    assert statuses == ["laid", "clean", "clean"]
