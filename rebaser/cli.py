@@ -12,7 +12,7 @@ from typing import Iterator, Optional, Sequence
 
 from rich.console import Console
 
-from rebaser import __version__, bisect, engine, matrix
+from rebaser import __version__, bisect, engine, matrix, recovery
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.refresh import refresh
 from rebaser.report import render, write_json
@@ -175,8 +175,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if error.next_step:
             err.print(f"  next: {error.next_step}", highlight=False)
         return int(error.code)
-    except KeyboardInterrupt:
-        err.print("interrupted; `rebaser status` shows what was done, `rebaser continue` goes on")
+    except KeyboardInterrupt as interrupted:
+        err.print(f"interrupted {interrupted}".strip(), highlight=False)
         return int(ExitCode.ENVIRONMENT)
 
 
@@ -295,7 +295,8 @@ def _status(args: argparse.Namespace, out: Console) -> int:
         out.print(f"  stopped at {state.stopped.patch}: {state.stopped.reason}")
         for line in state.stopped.hunks:
             out.print("    " + line.replace("\n", "\n    "))
-        out.print("  next: fix it there, `git add`, then `rebaser continue` (or `rebaser abort`)")
+    for line in recovery.describe(state):
+        out.print(f"  {line}")
     return int(ExitCode.OK)
 
 

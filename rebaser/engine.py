@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from rebaser import recovery
 from rebaser import state as state_store
 from rebaser import workspace
 from rebaser.errors import ExitCode, RebaserError
@@ -46,6 +47,8 @@ class ApplyOptions:
 
 
 def apply(options: ApplyOptions, progress: Progress) -> Report:
+    for path in (options.series_file, options.repo, options.worktree):
+        workspace.require_utf8(path)
     series = load_series(options.series_file)
     for patch in series.patches:
         if patch.codemod:
@@ -69,6 +72,7 @@ def apply_to(target: Target, series: Series, options: ApplyOptions, progress: Pr
             where=existing.worktree,
             next_step="finish it with `rebaser continue`, or drop it with `rebaser abort`",
         )
+    workspace.require_utf8(target.git.path)
     branch = workspace.branch_name(series.name, target.label, options.branch_prefix)
     progress(f"creating branch {branch}")
     space = workspace.create(
@@ -86,36 +90,42 @@ def apply_to(target: Target, series: Series, options: ApplyOptions, progress: Pr
         json_report=str(options.json_report) if options.json_report else None,
         python=options.python,
         ephemeral=options.ephemeral,
+        head=target.base_sha,
     )
     state.save()
-    return _drive(state, series, progress, "apply")
+    return _driven(state, series, progress, "apply")
 
 
 def resume(repo_hint: Optional[Path], progress: Progress) -> Report:
-    """`rebaser continue`: take the user's fix for the stopped step and go on."""
+    """`rebaser continue`: take the user's fix for the stopped step (or, after an
+    interruption, redo the step that was under way) and go on."""
     state = state_store.find_in_progress(repo_hint)
     series = load_series(Path(state.series_file))
-    worktree = Git(state.worktree)
-    if state.stopped is not None and state.stopped.phase == StopPhase.APPLY:
-        _take_manual_fix(state, series, worktree)
+    worktree = recovery.worktree_of(state)
+    if state.stopped is None:
+        if backup := recovery.restore_last_step(state, worktree):
+            progress(f"redoing the interrupted step; what it had left is kept at {backup}")
+    else:
+        if state.stopped.phase == StopPhase.APPLY:
+            recovery.refuse_untracked(worktree, state.stopped.patch)
+            _take_manual_fix(state, series, worktree)
+        state.head = worktree.out("rev-parse", "HEAD")  # the user's fix is part of the branch
     state.stopped = None
     state.save()
-    return _drive(state, series, progress, "continue")
+    return _driven(state, series, progress, "continue")
 
 
 def abort(repo_hint: Optional[Path]) -> str:
-    """`rebaser abort`: remove the branch and worktree; keep every commit and change in a ref."""
-    state = state_store.find_in_progress(repo_hint)
-    space = workspace.Workspace(state.branch, Path(state.worktree))
-    saved = space.path.exists() and workspace.save_work_in_progress(space)
-    backup = workspace.remove(state.repo_git, state.branch, reason="aborted")
+    """`rebaser abort`: remove the branch and worktree; keep every commit and change in a ref.
+
+    Works whatever happened meanwhile: a deleted worktree, a damaged state file."""
+    try:
+        state = state_store.find_in_progress(repo_hint)
+    except state_store.BrokenState as broken:
+        return recovery.abort_broken(broken)
+    said = recovery.drop(state.repo_git, state.branch, Path(state.worktree))
     state.clear()
-    kept = (
-        f"; its commits{' and your uncommitted work' if saved else ''} are kept at {backup}"
-        if backup
-        else ""
-    )
-    return f"aborted: removed branch {state.branch} and worktree {state.worktree}{kept}"
+    return said
 
 
 def status(repo_hint: Optional[Path]) -> Optional[ApplyState]:
@@ -136,6 +146,7 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
     while state.next_step < len(steps):
         name = steps[state.next_step]
         progress(name)
+        _starting(state, name)
         if name == OVERLAY_STEP:
             row, stop = lay_overlay(series, worktree), None
             if row.status == StepStatus.FAILED:
@@ -162,7 +173,10 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
                     hunks=[report.describe() for report in outcome.hunks],
                 )
             elif outcome.status != StepStatus.IN_UPSTREAM:
-                worktree.commit(patch.message, author=patch.author, date=patch.date)
+                if _nothing_staged(worktree):  # e.g. a 3-way merge that changed nothing
+                    row.status, row.detail = StepStatus.IN_UPSTREAM, "its change is already there"
+                else:
+                    worktree.commit(patch.message, author=patch.author, date=patch.date)
         if stop is not None:
             state.stopped = stop
             state.stopped_head = worktree.out("rev-parse", "HEAD")
@@ -172,15 +186,18 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
             )
         state.steps.append(asdict(row))
         state.next_step += 1
+        state.head = worktree.out("rev-parse", "HEAD")
         state.save()
 
     progress("verifying")
+    _starting(state, "verification")
     checks = verify(worktree, state.base_sha, series)
     if not all(check.ok for check in checks):
         state.stopped = Stop(StopPhase.VERIFY, "verification", "verification failed")
         state.save()
         return _finish(state, series, _rows(state), checks, [], command, ExitCode.VERIFY_FAILED)
-    state.clear()
+    if state.test != "none":
+        _starting(state, "tests")
     suites = (
         run_series_tests(
             series,
@@ -194,10 +211,35 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
         if state.test != "none"
         else []
     )
+    state.clear()
     code = (
         ExitCode.TESTS_FAILED if any(suite.status == "failed" for suite in suites) else ExitCode.OK
     )
     return _finish(state, series, _rows(state), checks, suites, command, code)
+
+
+def _starting(state: ApplyState, step: str) -> None:
+    """Record the step under way, so that after an interruption `status` can name it."""
+    state.running = step
+    state.save()
+
+
+def _nothing_staged(worktree: Git) -> bool:
+    return worktree.run("diff", "--cached", "--quiet", check=False).ok
+
+
+def _driven(state: ApplyState, series: Series, progress: Progress, command: str) -> Report:
+    """_drive, saying after a Ctrl-C what can be done with the apply it leaves."""
+    try:
+        return _drive(state, series, progress, command)
+    except KeyboardInterrupt:
+        if state.ephemeral:
+            raise
+        raise KeyboardInterrupt(
+            f"during {state.running or 'the apply'} of branch {state.branch}: `rebaser status` "
+            "shows what was done; `rebaser continue` goes on from the last finished step, "
+            "`rebaser abort` drops the apply (its work is kept in a ref)"
+        ) from None
 
 
 def _rows(state: ApplyState) -> list[StepRow]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -42,6 +44,8 @@ class ApplyState:
     steps: list[dict[str, Any]] = field(default_factory=list)
     stopped: Optional[Stop] = None  # why and where the apply stopped
     stopped_head: Optional[str] = None
+    head: Optional[str] = None  # HEAD after the last finished step: where to resume from
+    running: Optional[str] = None  # the step (or "verification", "tests") under way
     version: int = STATE_VERSION
     # Throwaway applies (verify, bisect) keep their state in memory only, so they never
     # disturb an apply the user has in progress in the same repository.
@@ -77,21 +81,52 @@ def load(repo: Git) -> Optional[ApplyState]:
     path = state_path(repo)
     if not path.exists():
         return None
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise BrokenState(repo, path, str(exc)) from None
+    if not isinstance(data, dict):
+        raise BrokenState(repo, path, "it is not a JSON object")
     if data.get("version") != STATE_VERSION:
-        raise RebaserError(
-            f"{path} was written by another rebaser version",
-            next_step=f"finish it with that version, or remove {path} and the branch by hand",
+        raise BrokenState(
+            repo, path, f"it was written by another rebaser version ({data.get('version')})"
         )
     try:
         stopped = data.pop("stopped", None)
         return ApplyState(**data, stopped=Stop.from_json(stopped) if stopped else None)
     except (TypeError, ValueError) as exc:
-        raise RebaserError(
-            f"{path} cannot be read: {exc}",
-            next_step=f"finish it with the rebaser version that wrote it, or remove {path} "
-            "and the branch by hand",
-        ) from None
+        raise BrokenState(repo, path, f"it is not a rebaser state ({exc})") from None
+
+
+class BrokenState(RebaserError):
+    """A state file that cannot be read: `abort` still cleans up what it can tell."""
+
+    def __init__(self, repo: Git, path: Path, why: str) -> None:
+        super().__init__(
+            f"the apply state {path} cannot be read: {why}",
+            next_step="`rebaser abort` removes the apply it belonged to (its commits are kept "
+            "under refs/forkkit/backups/) and sets the file aside",
+        )
+        self.repo, self.path = repo, path
+
+    def salvage(self) -> dict[str, str]:
+        """The string fields still legible in the damaged file (a truncated one keeps its
+        first fields: the branch and worktree among them)."""
+        try:
+            text = self.path.read_text(errors="replace")
+        except OSError:
+            return {}
+        found = {}
+        for key in ("repo", "branch", "worktree"):
+            if match := re.search(rf'"{key}":\s*("(?:[^"\\]|\\.)*")', text):
+                found[key] = json.loads(match.group(1))
+        return found
+
+    def set_aside(self) -> Path:
+        """Move the damaged file (or whatever sits there) out of the way, keeping it."""
+        kept = self.path.with_name(f"{self.path.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}")
+        self.path.rename(kept)
+        return kept
 
 
 def find_in_progress(repo_hint: Optional[Path]) -> ApplyState:
@@ -123,7 +158,12 @@ def registered_repos() -> list[Path]:
     folder = cache_dir() / "in-progress"
     if not folder.is_dir():
         return []
-    repos = [Path(entry.read_text().strip()) for entry in sorted(folder.glob("*"))]
+    repos = []
+    for entry in sorted(folder.glob("*")):
+        try:
+            repos.append(Path(entry.read_text().strip()))
+        except (OSError, UnicodeDecodeError):
+            continue  # not a registry entry of ours (a folder, unreadable): nothing to find
     return [repo for repo in repos if repo.exists()]
 
 

@@ -4,13 +4,15 @@ Everything happens in a separate `git worktree` on a new branch. An existing bra
 worktree of an earlier apply is replaced only with --force, never when it has uncommitted
 changes, and its commits are kept under refs/forkkit/backups/ first.
 
-Throwaway work (verify's and bisect's applies, the base checkout for upstream tests, the
-tree `git bisect` walks) uses `throwaway_branch` and `detached`, which always clean up.
+Throwaway work (verify's and bisect's applies, the tree `git bisect` walks) uses
+`throwaway_branch` and `detached`, which always clean up. The base checkout for upstream
+tests is `exported`: no worktree is registered, so even a kill leaves none behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import time
@@ -90,7 +92,7 @@ def remove(repo: Git, branch: str, *, reason: str) -> Optional[str]:
     Refuses when the worktree has uncommitted changes or is the user's main checkout.
     Returns the backup ref, if one was written.
     """
-    where = checked_out_at(repo, branch)
+    where = _registered_worktree(repo, branch)
     if where is not None:
         if not _is_forkkit_worktree(where):
             raise RebaserError(
@@ -105,6 +107,7 @@ def remove(repo: Git, branch: str, *, reason: str) -> Optional[str]:
                 where=", ".join(line[3:] for line in dirty[:5]),
                 next_step="commit or stash them there, or remove that worktree yourself",
             )
+        save_uncommitted(Git(where), f"forkkit: ignored files kept by rebaser ({reason})\n")
         repo.run("worktree", "remove", "--force", str(where))
     backup = None
     if repo.ref_exists(f"refs/heads/{branch}"):
@@ -156,18 +159,104 @@ def detached(repo: Git, sha: str, purpose: str) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def save_work_in_progress(workspace: Workspace) -> bool:
-    """Commit everything uncommitted in the worktree (conflicts included) so nothing is lost."""
-    git = workspace.git
-    if not git.status_porcelain():
-        return False
-    git.run("add", "--all")
-    git.commit(
-        "forkkit: work in progress saved by rebaser abort\n",
-        author=FORKKIT_AUTHOR,
-        date=f"{int(time.time())} +0000",
-    )
-    return True
+@contextlib.contextmanager
+def exported(repo: Git, sha: str, purpose: str) -> Iterator[Path]:
+    """The files of `sha` in a temporary folder, removed after the block. Written with a
+    private index, so nothing is registered in the repository: a kill leaves no worktree
+    of rebaser's behind in it."""
+    folder = Path(tempfile.mkdtemp(prefix=f"forkkit-{purpose}-"))
+    tree = folder / "tree"
+    tree.mkdir()
+    try:
+        index = {"GIT_INDEX_FILE": str(folder / "index")}
+        repo.run("--work-tree", str(tree), "checkout", sha, "--", ".", env=index)
+        yield tree
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def save_uncommitted(git: Git, message: str) -> Optional[SavedFiles]:
+    """Commit everything uncommitted in the worktree, conflicts and ignored files (logs,
+    results) included, so that removing the worktree loses nothing. None if nothing was."""
+    ignored = [line[3:] for line in _status(git, "--ignored") if line.startswith("!! ")]
+    changed = _status(git)
+    if not changed and not ignored:
+        return None
+    git.run("add", "--all", "--force")
+    git.commit(message, author=FORKKIT_AUTHOR, date=f"{int(time.time())} +0000")
+    return SavedFiles(len(changed), ignored)
+
+
+@dataclass(frozen=True)
+class SavedFiles:
+    changed: int
+    ignored: list[str]
+
+    def describe(self) -> str:
+        parts = [f"{self.changed} uncommitted changes"] if self.changed else []
+        if self.ignored:
+            shown = ", ".join(self.ignored[:3]) + (", ..." if len(self.ignored) > 3 else "")
+            parts.append(f"{len(self.ignored)} ignored files ({shown})")
+        return " and ".join(parts)
+
+
+def require_utf8(path: Optional[Path]) -> None:
+    """rebaser keeps paths in JSON and git's text output: refuse one it cannot spell."""
+    if path is None:
+        return
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        spelled = os.fsencode(path).decode("utf-8", errors="backslashreplace")
+        raise RebaserError(
+            f"the path {spelled} is not valid UTF-8; rebaser cannot keep track of it",
+            next_step="rename the folder, or clone the repository to a UTF-8 path",
+        ) from None
+
+
+def current_branch(git: Git) -> Optional[str]:
+    """The branch checked out in a worktree; None when HEAD is detached."""
+    result = git.run("symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+    return result.stdout.strip() if result.ok else None
+
+
+def check_on_branch(git: Git, branch: str) -> None:
+    """Refuse to commit in or remove a worktree the user switched to another branch."""
+    current = current_branch(git)
+    if current != branch:
+        on = f"on branch {current}" if current else "on a detached HEAD"
+        raise RebaserError(
+            f"the worktree {git.path} is {on}, not on the apply's branch {branch}; rebaser "
+            "commits only onto its own branch",
+            next_step=f"run `git switch {branch}` there (commits on {current or 'HEAD'} stay "
+            "where they are), then run the command again",
+        )
+
+
+def forkkit_branches(repo: Git) -> list[str]:
+    """The branches checked out in worktrees rebaser created."""
+    branches, current = [], None
+    for line in repo.out("worktree", "list", "--porcelain").splitlines():
+        if line.startswith("worktree "):
+            current = Path(line[len("worktree ") :])
+        elif line.startswith("branch refs/heads/") and current and current.is_dir():
+            if _is_forkkit_worktree(current):
+                branches.append(line[len("branch refs/heads/") :])
+    return branches
+
+
+def _status(git: Git, *options: str) -> list[str]:
+    out = git.run("status", "--porcelain=v1", "--untracked-files=all", *options).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def _registered_worktree(repo: Git, branch: str) -> Optional[Path]:
+    """Where `branch` is checked out; a worktree whose folder was deleted is pruned first."""
+    where = checked_out_at(repo, branch)
+    if where is not None and not where.exists():
+        repo.run("worktree", "prune")
+        where = checked_out_at(repo, branch)
+    return where
 
 
 def _is_forkkit_worktree(path: Path) -> bool:

@@ -14,8 +14,16 @@ from rebaser.errors import ExitCode
 DOUBLE_MUL = edit(ADD_DOC, "    return a * b\n", "    return 2 * a * b\n")
 HALF_DIV = edit(DOUBLE_MUL, "    return a / b\n", "    return a / b / 2\n")
 # v2 changes both lines the second and third patches change: each stops in turn.
-V2 = edit(edit(CALC, "    return a * b\n", "    return b * a\n"), "    return a / b\n", "    return (a / b)\n")
-RESOLVED_MUL = edit(edit(V2, "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n'), "    return b * a\n", "    return 2 * b * a\n")
+V2 = edit(
+    edit(CALC, "    return a * b\n", "    return b * a\n"),
+    "    return a / b\n",
+    "    return (a / b)\n",
+)
+RESOLVED_MUL = edit(
+    edit(V2, "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n'),
+    "    return b * a\n",
+    "    return 2 * b * a\n",
+)
 
 
 def stopped_twice_series(tmp_path, upstream) -> Path:
@@ -76,7 +84,9 @@ def test_ignored_files_survive_a_continue_that_stops_again(rebaser, tmp_path, up
 
 
 def backups(upstream) -> list[str]:
-    return git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/").split()
+    return git(
+        upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/"
+    ).split()
 
 
 def test_abort_keeps_ignored_files_in_the_backup(rebaser, tmp_path, upstream):

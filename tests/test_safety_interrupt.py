@@ -42,7 +42,9 @@ def apply_args(series, upstream, *extra):
 def killed_apply(tmp_path, upstream, request):
     """An apply of the two-patch series (with an overlay) killed at `request.param`."""
     series = two_patch_series(tmp_path, upstream, overlay=OVERLAY)
-    died = run_with_fault(KILL_POINTS[request.param], apply_args(series, upstream, "--test", "none"))
+    died = run_with_fault(
+        KILL_POINTS[request.param], apply_args(series, upstream, "--test", "none")
+    )
     assert died.returncode == 137, died.stdout + died.stderr
     return series
 

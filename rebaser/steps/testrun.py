@@ -26,6 +26,8 @@ from rebaser.errors import ExitCode, RebaserError
 from rebaser.git import Git
 from rebaser.series import Series
 
+from rebaser.processes import run_own_group
+
 PLUGIN = "rebaser.testing.pytest_plugin"
 GPU_SUFFIX = "_gpu.py"  # overlay test files that need CUDA (run by --test gpu)
 TEST_MODES = ("cpu", "gpu", "none")
@@ -105,7 +107,7 @@ def run_series_tests(
         progress(f"running {len(upstream)} upstream test files on the patched tree")
         patched = run_pytest(tree, upstream, "upstream", python=python)
         progress("running the same upstream tests on the base, to tell regressions apart")
-        with workspace.detached(repo, base_sha, "base") as base_tree:
+        with workspace.exported(repo, base_sha, "base") as base_tree:
             base = run_pytest(base_tree, upstream, "upstream (base)", python=python)
         suites.append(compare_with_base(patched, base))
     elif series.upstream_tests:
@@ -156,9 +158,7 @@ def run_pytest(
         ]
         started = time.monotonic()
         try:
-            completed = subprocess.run(
-                command, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout
-            )
+            completed = run_own_group(command, cwd=tree, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
             return SuiteResult(name, "failed", note=f"timed out after {timeout:.0f} s")
         seconds = time.monotonic() - started

@@ -1,0 +1,61 @@
+"""Child processes that do not outlive rebaser: a test run stopped by Ctrl-C, a timeout or
+a `kill -9` of rebaser leaves nothing running behind it."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+from typing import Callable, Mapping, Optional, Sequence
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def run_own_group(
+    command: Sequence[str], *, cwd: os.PathLike, env: Mapping[str, str], timeout: float
+) -> subprocess.CompletedProcess:
+    """Run `command` in a process group of its own, capturing its text output.
+
+    On any way out but its own end (Ctrl-C, TimeoutExpired) the whole group is killed: the
+    pytest run and whatever it started. If rebaser itself is killed, Linux kills the child.
+    """
+    process = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # Ctrl-C reaches rebaser only; it stops the group itself
+        preexec_fn=_die_with(os.getpid()),
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except BaseException:
+        _kill_group(process)
+        raise
+    return subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.communicate()
+
+
+def _die_with(parent: int) -> Optional[Callable[[], None]]:
+    """In the child, before it runs: ask the kernel for SIGKILL when `parent` dies."""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def setup() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os._exit(1)
+
+    return setup
