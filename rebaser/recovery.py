@@ -14,7 +14,7 @@ from typing import Optional
 
 from rebaser import workspace
 from rebaser.errors import RebaserError
-from rebaser.git import Git
+from rebaser.git import Git, forkkit_env
 from rebaser.state import ApplyState, BrokenState
 
 _SHOWN = 8  # paths named in a message
@@ -101,14 +101,8 @@ def snapshot(git: Git, message: str) -> str:
         git.run("read-tree", "HEAD", env=env)
         git.run("add", "--all", env=env)
         tree = git.out("write-tree", env=env)
-    author, _, email = workspace.FORKKIT_AUTHOR.partition(" <")
-    identity = {
-        "GIT_AUTHOR_NAME": author,
-        "GIT_AUTHOR_EMAIL": email.rstrip(">"),
-        "GIT_COMMITTER_NAME": author,
-        "GIT_COMMITTER_EMAIL": email.rstrip(">"),
-    }
-    return git.out("commit-tree", tree, "-p", "HEAD", "-m", message, env=identity)
+    date = f"{int(time.time())} +0000"
+    return git.out("commit-tree", tree, "-p", "HEAD", "-m", message, env=forkkit_env(date))
 
 
 def drop(repo: Git, branch: str, worktree: Path) -> str:
