@@ -52,9 +52,10 @@ def _die_with(parent: int) -> Optional[Callable[[], None]]:
     if not sys.platform.startswith("linux"):
         return None
 
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+
     def setup() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:  # the parent died before the request took effect
             os._exit(1)
 

@@ -95,7 +95,7 @@ def load(repo: Git) -> Optional[ApplyState]:
         stopped = data.pop("stopped", None)
         return ApplyState(**data, stopped=Stop.from_json(stopped) if stopped else None)
     except (TypeError, ValueError) as exc:
-        raise BrokenState(repo, path, f"it is not a rebaser state ({exc})") from None
+        raise BrokenState(repo, path, f"{exc} (not a state this rebaser writes)") from None
 
 
 class BrokenState(RebaserError):

@@ -24,13 +24,14 @@ from rebaser.errors import ExitCode
 OVERLAY = {"pkg/extra.py": "EXTRA = 1\n"}
 BRANCH = "forkkit/demo/v1"
 
-# Commit 1 lays the overlay, commit 2 the first patch; save 3 follows the first patch.
+# Commit 1 lays the overlay, commit 2 the first patch. The state is saved when the apply
+# starts, then as each step starts and when it is recorded: save 5 records the first patch.
 KILL_POINTS = {
     "overlay files laid, not committed": FaultPoint("rebaser.git:Git.commit", "before", 1),
     "overlay committed, state not saved": FaultPoint("rebaser.git:Git.commit", "after", 1),
     "patch in the index, not committed": FaultPoint("rebaser.git:Git.commit", "before", 2),
     "patch committed, state not saved": FaultPoint("rebaser.git:Git.commit", "after", 2),
-    "between patches": FaultPoint("rebaser.state:ApplyState.save", "after", 3),
+    "between patches": FaultPoint("rebaser.state:ApplyState.save", "after", 5),
 }
 
 
