@@ -110,6 +110,11 @@ class Git:
                 command, cwd=self.path, env=full_env, input=stdin, capture_output=True
             )
         except FileNotFoundError as exc:
+            if not self.path.is_dir():  # the folder to run in, not git, is what is missing
+                raise RebaserError(
+                    f"the folder {self.path} does not exist (moved or deleted?)",
+                    next_step="`rebaser status` says what rebaser expected there",
+                ) from None
             raise RebaserError(
                 "git is not installed or not on PATH",
                 next_step="install git (2.30 or newer)",

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from faults import FaultPoint, run_with_fault
 from synthetic import SyntheticUpstream, git
 from test_apply_synthetic import (
     ADD_DOC,
@@ -18,7 +19,7 @@ from test_apply_synthetic import (
     worktree_of,
 )
 
-from rebaser.errors import ExitCode
+from rebaser.errors import ExitCode, RebaserError
 from rebaser.state import state_path
 from rebaser.git import Git
 
@@ -141,3 +142,30 @@ def test_continue_and_abort_refuse_a_worktree_switched_to_another_branch(
     git(tree, "switch", "-q", BRANCH)
     assert_abort_cleans_up(rebaser, upstream)
     assert git(upstream.path, "rev-parse", "--verify", "-q", "mine") == head
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        FaultPoint("rebaser.workspace:remove", "before"),  # the work in progress is saved
+        FaultPoint("rebaser.state:ApplyState.clear", "before"),  # branch and worktree gone
+    ],
+    ids=["before removing", "before clearing the state"],
+)
+def test_an_abort_killed_midway_can_be_run_again(rebaser, tmp_path, upstream, point):
+    tree = stopped_apply(rebaser, tmp_path, upstream)
+    (tree / "notes.txt").write_text("half-done fix\n")
+    died = run_with_fault(point, ["abort", "--repo", upstream.path])
+    assert died.returncode == 137, died.stdout + died.stderr
+    assert_abort_cleans_up(rebaser, upstream)
+    (backup,) = git(
+        upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/"
+    ).split()
+    assert git(upstream.path, "show", f"{backup}:notes.txt") == "half-done fix"
+
+
+def test_a_missing_folder_is_named_not_blamed_on_git(tmp_path):
+    gone = tmp_path / "gone"
+    with pytest.raises(RebaserError) as raised:
+        Git(gone).run("status")
+    assert f"the folder {gone} does not exist" in str(raised.value)
