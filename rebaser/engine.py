@@ -73,6 +73,8 @@ def apply_to(target: Target, series: Series, options: ApplyOptions, progress: Pr
             next_step="finish it with `rebaser continue`, or drop it with `rebaser abort`",
         )
     workspace.require_utf8(target.git.path)
+    if not options.ephemeral:
+        state_store.check_registry(str(target.git.path))
     branch = workspace.branch_name(series.name, target.label, options.branch_prefix)
     progress(f"creating branch {branch}")
     space = workspace.create(

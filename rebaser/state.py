@@ -167,5 +167,15 @@ def registered_repos() -> list[Path]:
     return [repo for repo in repos if repo.exists()]
 
 
+def check_registry(repo: str) -> None:
+    """Refuse, before anything is created, a registry entry that could not be written."""
+    entry = _registry_file(repo)
+    if entry.exists() and not entry.is_file():
+        raise RebaserError(
+            f"{entry} is a folder, where rebaser keeps a file noting the apply in progress",
+            next_step="remove it (rebaser writes the file again), then run the command again",
+        )
+
+
 def _registry_file(repo: str) -> Path:
     return cache_dir() / "in-progress" / hashlib.sha1(repo.encode()).hexdigest()[:16]

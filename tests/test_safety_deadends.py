@@ -169,3 +169,18 @@ def test_a_missing_folder_is_named_not_blamed_on_git(tmp_path):
     with pytest.raises(RebaserError) as raised:
         Git(gone).run("status")
     assert f"the folder {gone} does not exist" in str(raised.value)
+
+
+def test_a_folder_in_place_of_this_repositorys_registry_file_is_refused_first(
+    rebaser, tmp_path, upstream, isolated_cache
+):
+    series = two_patch_series(tmp_path, upstream)
+    stopped_apply(rebaser, tmp_path / "first", upstream)  # writes the registry entry
+    (entry,) = (isolated_cache / "in-progress").iterdir()
+    assert_abort_cleans_up(rebaser, upstream)
+    entry.mkdir()
+    refused = apply(rebaser, series, upstream, "v1")
+    assert refused.code == ExitCode.USAGE and f"{entry} is a folder" in refused.err
+    assert git(upstream.path, "branch", "--list", "forkkit/*") == ""  # nothing created
+    entry.rmdir()
+    assert apply(rebaser, series, upstream, "v1").code == ExitCode.OK
