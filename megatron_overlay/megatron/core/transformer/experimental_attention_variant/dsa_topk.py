@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import warnings
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Union
@@ -101,6 +102,7 @@ def validate_config(config: Any) -> None:
     backend = config.dsa_indexer_topk_backend
     deterministic = config.dsa_indexer_topk_deterministic
     tie_break = config.dsa_indexer_topk_tie_break
+    _check_option_types(backend, deterministic, tie_break)
     if backend is None and not deterministic and tie_break == TIE_BREAK_UNSET:
         return
     variant = config.experimental_attention_variant
@@ -112,15 +114,6 @@ def validate_config(config: Any) -> None:
             "dsa_indexer_topk_backend, dsa_indexer_topk_deterministic and "
             "dsa_indexer_topk_tie_break apply only to experimental_attention_variant='dsa'; "
             f"got experimental_attention_variant={variant!r}{hint}."
-        )
-    if backend is not None and backend not in BACKENDS:
-        raise ValueError(
-            f"dsa_indexer_topk_backend must be None, 'torch' or 'flashinfer'; got {backend!r}."
-        )
-    if isinstance(tie_break, bool) or tie_break not in TIE_BREAKS:
-        raise ValueError(
-            "dsa_indexer_topk_tie_break must be 0 (unset), 1 (prefer small indices) or "
-            f"2 (prefer large indices); got {tie_break!r}."
         )
     if backend is None:
         raise ValueError(
@@ -134,6 +127,24 @@ def validate_config(config: Any) -> None:
             f"dsa_indexer_topk_backend='flashinfer' supports dsa_indexer_topk <= "
             f"{FLASHINFER_MAX_K} (its graph-safe tie-break kernels); got {topk}. "
             "Use dsa_indexer_topk_backend='torch' for larger k."
+        )
+
+
+def _check_option_types(backend: Any, deterministic: Any, tie_break: Any) -> None:
+    """Types first: a string "false" must not pass as a truthy deterministic flag."""
+    if backend is not None and (not isinstance(backend, str) or backend not in BACKENDS):
+        raise ValueError(
+            f"dsa_indexer_topk_backend must be None, 'torch' or 'flashinfer'; got {backend!r}."
+        )
+    if not isinstance(deterministic, bool):
+        raise TypeError(
+            "dsa_indexer_topk_deterministic must be a bool (True or False); got "
+            f"{deterministic!r} of type {type(deterministic).__name__}."
+        )
+    if not isinstance(tie_break, int) or isinstance(tie_break, bool) or tie_break not in TIE_BREAKS:
+        raise ValueError(
+            "dsa_indexer_topk_tie_break must be the int 0 (unset), 1 (prefer small indices) or "
+            f"2 (prefer large indices); got {tie_break!r} of type {type(tie_break).__name__}."
         )
 
 
@@ -157,7 +168,7 @@ def select_topk(
     n = scores.size(-1)
     width = min(k, n)
     lead = scores.shape[:-1]
-    rows = scores.reshape(-1, n)
+    rows = scores.reshape(math.prod(lead), n)  # -1 is ambiguous when n == 0
     if width == 0 or rows.size(0) == 0:
         indices = torch.empty(rows.size(0), width, dtype=torch.int64, device=scores.device)
     elif backend == "torch":

@@ -49,7 +49,7 @@ def test_valid_combinations_become_a_policy(make_config, backend, deterministic,
         ),
         (
             dict(dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=3),
-            "must be 0 .* got 3",
+            "must be the int 0 .* got 3",
         ),
         (dict(dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=-1), "got -1"),
         (dict(dsa_indexer_topk_tie_break=1), "need an explicit dsa_indexer_topk_backend"),
@@ -62,6 +62,36 @@ def test_valid_combinations_become_a_policy(make_config, backend, deterministic,
 )
 def test_invalid_options_are_rejected_with_a_clear_message(make_config, overrides, match):
     with pytest.raises(ValueError, match=match):
+        make_config(**overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides, error, match",
+    [
+        (
+            dict(dsa_indexer_topk_backend="torch", dsa_indexer_topk_deterministic="false"),
+            TypeError,
+            "deterministic must be a bool .* got 'false' of type str",
+        ),
+        (dict(dsa_indexer_topk_deterministic=1), TypeError, "got 1 of type int"),
+        (
+            dict(dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=True),
+            ValueError,
+            "tie_break must be the int 0 .* got True of type bool",
+        ),
+        (
+            dict(dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break="1"),
+            ValueError,
+            "got '1' of type str",
+        ),
+        (dict(dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=1.0), ValueError, "float"),
+        (dict(dsa_indexer_topk_backend=["torch"]), ValueError, r"got \['torch'\]"),
+        (dict(dsa_indexer_topk_backend="Torch"), ValueError, "got 'Torch'"),
+    ],
+)
+def test_option_types_are_checked(make_config, overrides, error, match):
+    """A string "false" is truthy: it must be refused, not read as deterministic=True."""
+    with pytest.raises(error, match=match):
         make_config(**overrides)
 
 

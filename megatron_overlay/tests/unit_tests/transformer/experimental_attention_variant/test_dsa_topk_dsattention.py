@@ -74,6 +74,17 @@ def test_explicit_backend_selects_exactly_the_policy_keys(
     assert (indices[:, 0, 1:] == -1).all()
 
 
+def test_no_keys_give_an_empty_selection_like_upstream(upstream_dsa):
+    """fused_qk_topk_naive with sk == 0: upstream returns an empty [b, sq, 0]; so must we."""
+    q, _, weights = tie_heavy_indexer(5, 2)
+    keys = torch.zeros(0, 2, q.size(-1))
+    _, ours = dsa.fused_qk_topk_naive(
+        q, keys, weights, TOPK, topk_policy=dsa_topk.TopkPolicy("torch", tie_break=1)
+    )
+    _, theirs = upstream_dsa.fused_qk_topk_naive(q, keys, weights, TOPK)
+    assert ours.shape == theirs.shape == (2, 5, 0)
+
+
 def test_indexer_forward_uses_the_configured_backend(
     make_config, build_attention, monkeypatch, reference_topk
 ):

@@ -95,6 +95,13 @@ def test_k_larger_than_row_and_k_equal_to_row():
     assert wide.tolist() == exact.tolist() == [[0, 2, -1]]
 
 
+@pytest.mark.parametrize("backend", ["torch", "flashinfer"])
+def test_no_keys_give_an_empty_selection(backend):
+    """sk == 0 (as upstream's naive path): an empty [b, sq, 0], whatever the backend."""
+    values, indices = select_topk(torch.zeros(2, 3, 0), 4, backend=backend, tie_break=1)
+    assert indices.shape == values.shape == (2, 3, 0) and indices.dtype == torch.int32
+
+
 def test_leading_dimensions_are_kept(reference_topk):
     scores = tie_heavy_rows(12, 20, seed=3).reshape(2, 6, 20)
     _, indices = select_topk(scores, 7, backend="torch", tie_break=2)
