@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 from conftest import SERIES
@@ -11,6 +15,7 @@ from rebaser.errors import ExitCode
 from rebaser.upstream import pypi_cache
 
 pytestmark = pytest.mark.network
+OVERLAY_TESTS = "tests/unit_tests/transformer/experimental_attention_variant"
 
 
 def test_pypi_releases_materialise_as_tagged_reproducible_commits(tmp_path, monkeypatch):
@@ -90,3 +95,23 @@ def test_older_design_stops_at_the_dispatch_patch_with_the_missing_anchor(rebase
     )
     assert data["stop"]["hunks"], "each failing hunk is shown against upstream's text"
     assert rebaser("abort").code == ExitCode.OK
+
+
+def test_overlay_suite_runs_under_plain_pytest(rebaser, tmp_path):
+    """Upstream developers' command in the patched tree, without rebaser's pytest plugin: the
+    overlay's conftest alone makes megatron.training importable (typing.override on 3.11)."""
+    report = tmp_path / "report.json"
+    result = rebaser("apply", "--series", SERIES, "--test", "none", "--json", report)
+    assert result.code == ExitCode.OK, result.out + result.err
+    tree = json.loads(report.read_text())["worktree"]
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", OVERLAY_TESTS, "-q", "-p", "no:cacheprovider", "-k", "cli"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert re.search(r"\b3 passed, \d+ deselected", run.stdout), run.stdout[-1000:]

@@ -3,14 +3,21 @@
 """Fixtures for the DSA top-k tests: small DSA configs and modules that run on the CPU, a
 brute-force top-k reference, and the unpatched upstream dsa.py for regression checks.
 
-Nothing here is autouse, so upstream's tests in this folder are unaffected.
+Nothing here is autouse, so upstream's tests in this folder are unaffected; on Python < 3.12
+`typing.override` is provided, so upstream's plain `python -m pytest <this folder>` runs it.
 """
 
 import importlib.util
 import struct
 import subprocess
+import typing
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
+
+if not hasattr(typing, "override"):
+    # megatron.training (the CLI tests) uses Python 3.12's typing.override; megatron-core
+    # supports 3.10+, so plain `pytest` on 3.11 gets the same no-op decorator.
+    typing.override = lambda method: method
 
 import pytest
 import torch
