@@ -34,6 +34,7 @@ SHAPES = [
     (4096, 131072, 2048, torch.bfloat16, "relu"),
     (16, 1 << 20, 2048, torch.float32, "relu"),
     (4096, 131072, 2048, torch.float32, "plateau"),
+    (4096, 131072, 2048, torch.bfloat16, "plateau"),
 ]
 
 

@@ -14,14 +14,18 @@ policy decides the selected set. This module makes the selection explicit:
     ``-inf`` for padding;
   - tie policy 1 ("small") keeps, among keys equal to the k-th largest score, the smallest
     columns; 2 ("large") the largest; 0 leaves it to the backend. Scores compare by their
-    bit patterns, as FlashInfer does: ``-0.0`` ranks below ``+0.0``.
+    bit patterns, as FlashInfer does: ``-0.0`` ranks below ``+0.0``;
+  - NaN ranks as ``-inf`` on every path: never selected over a real score, and reported as
+    padding (``-1``, value ``-inf``) when selected.
 * ``torch`` backend: exact for every policy on CPU and GPU (policy 0 behaves as 1), and
-  deterministic by construction. A float ``topk`` of width k+1 settles every row without a
+  deterministic by construction. On CUDA one Triton program per row selects
+  (``dsa_topk_triton``). Elsewhere a float ``topk`` of width k+1 settles every row without a
   tie at the k-th score; rows with boundary ties take one ``topk`` over order-preserving
   integer keys to find the k-th value and fill the remaining slots with ties in column
   order. No full sort of a row.
 * ``flashinfer`` backend: ``flashinfer.top_k(..., sorted=False, deterministic=...,
-  tie_break=..., dsa_graph_safe=True)`` on CUDA, with the keywords detected at run time.
+  tie_break=..., dsa_graph_safe=True)`` on CUDA, with the keywords detected at run time;
+  NaN is replaced by ``-inf`` first (FlashInfer itself ranks a NaN above ``+inf``).
 
 ``DSAttention`` reads the policy from ``TransformerConfig`` (``policy_from_config``); with
 no backend configured (the default) upstream's selection runs unchanged.
@@ -222,13 +226,15 @@ def warn_dense_indexer_loss_once() -> None:
 
 
 def _finalize(rows: torch.Tensor, indices: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Gather values, mark -inf slots -1, order by column with the -1 padding last."""
+    """Gather values, mark -inf (and NaN) slots -1 with value -inf, order by column with the
+    -1 padding last."""
     n = rows.size(-1)
     values = rows.gather(-1, indices.long())
+    padding = torch.isneginf(values) | torch.isnan(values)
     column = indices.to(torch.int32)
-    order_key = torch.where(values == float("-inf"), torch.full_like(column, n), column)
+    order_key = torch.where(padding, torch.full_like(column, n), column)
     order_key, order = order_key.sort(dim=-1)
-    values = values.gather(-1, order)
+    values = values.gather(-1, order).masked_fill(padding.gather(-1, order), float("-inf"))
     indices = torch.where(order_key == n, torch.full_like(order_key, -1), order_key)
     return values, indices
 
@@ -250,156 +256,40 @@ def _order_key(rows: torch.Tensor) -> torch.Tensor:
 def _torch_select(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.Tensor:
     """Exact tie-policy top-k.
 
-    One float topk of width k+1 settles every row whose k-th score is strictly above the
-    next one and is not a signed zero (where float comparison and bit order disagree): its
-    top k+1 minus the smallest is the answer under every policy. Rows whose k-th score is
-    -inf are settled too (the rest of the row is padding). Rows with ties at the boundary
-    are completed on CUDA by one pass that collects the policy's ties (Triton), elsewhere by
-    the exact integer-key path.
+    On CUDA (float32 / 16-bit) one Triton program per row selects (dsa_topk_triton). Elsewhere
+    one float topk of width k+1 settles every row whose k-th score is strictly above the next
+    one and is not a signed zero (where float comparison and bit order disagree): its top k+1
+    minus the smallest is the answer under every policy. Rows whose k-th score is -inf are
+    settled too (the rest of the row is padding). Rows with ties at the boundary, or with a
+    NaN (which topk ranks first), take the exact integer-key path.
     """
     rows_count, n = rows.shape
     if width == n:
         return torch.arange(n, device=rows.device).expand(rows_count, n)
+    triton_rows = _triton_rows() if rows.is_cuda else None
+    if triton_rows is not None and rows.dtype in triton_rows.KEY_BITS_OF:
+        return triton_rows.select_rows(rows, width, prefer_large)
     values, indices = rows.topk(width + 1, dim=-1, sorted=False)
     lowest = values.topk(2, dim=-1, largest=False, sorted=True)
     below, kth = lowest.values[:, 0], lowest.values[:, 1]
     settled = ((kth > below) & (kth != 0)) | torch.isneginf(kth)
+    settled &= ~values.isnan().any(dim=-1)
     slot = torch.arange(width, device=rows.device)
     chosen = indices.gather(-1, slot + (slot >= lowest.indices[:, :1]))  # drop the (k+1)-th
     unsettled = (~settled).nonzero().squeeze(1)
-    if unsettled.numel() == 0:
-        return chosen
-    if rows.is_cuda and _tie_fill_kernel() is not None:
-        chosen[unsettled] = _fill_boundary_ties(
-            rows,
-            unsettled,
-            values[unsettled],
-            indices[unsettled],
-            kth[unsettled],
-            width,
-            prefer_large,
-        )
-    else:
+    if unsettled.numel() > 0:
         chosen[unsettled] = _exact_select(rows.index_select(0, unsettled), width, prefer_large)
     return chosen
 
 
-def _fill_boundary_ties(
-    rows: torch.Tensor,
-    row_ids: torch.Tensor,
-    values: torch.Tensor,
-    indices: torch.Tensor,
-    kth: torch.Tensor,
-    width: int,
-    prefer_large: bool,
-) -> torch.Tensor:
-    """Rows with ties at the k-th score: everything above it, then the policy's ties.
-
-    Ties are scores with the k-th score's bit pattern. At a zero boundary +0.0 ranks above
-    -0.0, so the +0.0 ties come first and -0.0 ties fill what is left.
-    """
-    n = rows.size(-1)
-    bits = rows.view(_BITS_DTYPE[rows.dtype])
-    zero = kth == 0
-    boundary = torch.where(zero, torch.zeros_like(kth), kth)  # +0.0 first at a zero boundary
-    greater = values > boundary.unsqueeze(-1)
-    slots = width - greater.sum(dim=-1)
-    ties = _tie_fill(bits, row_ids, boundary.view(bits.dtype), slots, width, prefer_large)
-    taken = (ties < n).sum(dim=-1)
-    negative_zero = torch.tensor(-0.0, dtype=rows.dtype, device=rows.device).view(bits.dtype)
-    more = torch.where(zero, slots - taken, torch.zeros_like(slots))
-    negative_ties = _tie_fill(
-        bits, row_ids, negative_zero.expand_as(taken), more, width, prefer_large
-    )
-    candidates = torch.cat(
-        [torch.where(greater, indices, torch.full_like(indices, n)), ties, negative_ties], dim=-1
-    )
-    # Exactly `width` entries are real columns; sorting puts them first.
-    return candidates.sort(dim=-1).values[:, :width]
-
-
-def _tie_fill(
-    bits: torch.Tensor,
-    row_ids: torch.Tensor,
-    target: torch.Tensor,
-    need: torch.Tensor,
-    width: int,
-    prefer_large: bool,
-) -> torch.Tensor:
-    """For each row, the columns of its first `need` entries equal to `target` (bitwise), in
-    column order (from the end with prefer_large); unused slots hold n."""
-    n = bits.size(-1)
-    out = torch.full((row_ids.numel(), width), n, dtype=torch.int64, device=bits.device)
-    _tie_fill_kernel()[(row_ids.numel(),)](
-        bits,
-        bits.stride(0),
-        n,
-        row_ids,
-        target.contiguous(),
-        need.to(torch.int32).contiguous(),
-        out,
-        width,
-        BLOCK=1024,
-        FROM_END=prefer_large,
-    )
-    return out
-
-
-_BITS_DTYPE = {
-    torch.float32: torch.int32,
-    torch.float16: torch.int16,
-    torch.bfloat16: torch.int16,
-    torch.float64: torch.int64,
-}
-
-
 @functools.lru_cache(maxsize=1)
-def _tie_fill_kernel():
-    """The Triton kernel behind _tie_fill, or None without Triton (then the torch path runs)."""
+def _triton_rows():
+    """The CUDA selection module, or None without Triton (then the torch path runs)."""
     try:
-        import triton
-        import triton.language as tl
+        from megatron.core.transformer.experimental_attention_variant import dsa_topk_triton
     except ImportError:
         return None
-
-    @triton.jit
-    def tie_fill(
-        bits_ptr,
-        row_stride,
-        n,
-        rows_ptr,
-        target_ptr,
-        need_ptr,
-        out_ptr,
-        out_stride,
-        BLOCK: tl.constexpr,
-        FROM_END: tl.constexpr,
-    ):
-        # One program per row: walk the row a block at a time, numbering the matches with a
-        # running count, until `need` of them are stored.
-        pid = tl.program_id(0)
-        row = tl.load(rows_ptr + pid).to(tl.int64)
-        target = tl.load(target_ptr + pid)
-        need = tl.load(need_ptr + pid)
-        offsets = tl.arange(0, BLOCK).to(tl.int64)
-        out_row = out_ptr + pid.to(tl.int64) * out_stride
-        found = need * 0
-        start = need.to(tl.int64) * 0
-        while (found < need) & (start < n):
-            step = start + offsets
-            if FROM_END:
-                columns = n - 1 - step
-            else:
-                columns = step
-            inside = step < n
-            loaded = tl.load(bits_ptr + row * row_stride + columns, mask=inside, other=0)
-            match = (loaded == target) & inside
-            rank = found + tl.cumsum(match.to(tl.int32), axis=0)
-            tl.store(out_row + rank - 1, columns, mask=match & (rank <= need))
-            found += tl.sum(match.to(tl.int32), axis=0)
-            start += BLOCK
-
-    return tie_fill
+    return dsa_topk_triton
 
 
 def _exact_select(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.Tensor:
@@ -416,7 +306,7 @@ def _exact_select(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.T
 def _exact_select_chunk(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.Tensor:
     """k-th value threshold: take every key strictly above it, fill the rest with its ties."""
     n = rows.size(-1)
-    key = _order_key(rows)
+    key = _order_key(rows.masked_fill(rows.isnan(), float("-inf")))  # NaN ranks as -inf
     top_key, top_idx = key.topk(width, dim=-1, sorted=False)
     kth = top_key.amin(dim=-1, keepdim=True)
     is_greater = top_key > kth
@@ -479,8 +369,10 @@ def _flashinfer_select(
         )
     if rows.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"FlashInfer top-k takes float32/float16/bfloat16; got {rows.dtype}.")
+    # FlashInfer ranks scores by bit pattern, so a NaN would outrank +inf: rank it as -inf.
+    finite_or_inf = rows.nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
     _, indices = _flashinfer_top_k()(
-        rows.contiguous(),
+        finite_or_inf,
         width,
         sorted=False,
         deterministic=deterministic,

@@ -39,6 +39,38 @@ def test_cuda_tie_path_matches_cpu_on_signed_zero_plateaus(tie_break, dtype):
     assert torch.equal(on_gpu.cpu(), on_cpu)
 
 
+@pytest.mark.parametrize("tie_break", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", ["transposed", "strided"])
+def test_cuda_kernel_reads_any_layout(tie_break, dtype, layout):
+    """Transposed and strided score rows (last-dimension stride != 1), with NaN and signed
+    zeros: the CUDA selection equals the CPU's on a contiguous copy."""
+    scores = tie_heavy(128, 20000, torch.float32, seed=5)
+    scores[2::9, ::11] = float("nan")
+    scores[3::9] = torch.where(scores[3::9] == 0, torch.full_like(scores[3::9], -0.0), 0.0)
+    scores = scores.to(dtype)
+    if layout == "transposed":
+        view = scores.t().contiguous().t()
+    else:
+        view = torch.stack([scores, scores.neg()], dim=-1)[..., 0]
+    assert view.stride(-1) != 1 and torch.equal(view.isnan(), scores.isnan())
+    on_gpu = select_topk(view, 2048, backend="torch", tie_break=tie_break)
+    on_cpu = select_topk(scores.cpu(), 2048, backend="torch", tie_break=tie_break)
+    assert torch.equal(on_gpu[1].cpu(), on_cpu[1])
+    assert torch.equal(on_gpu[0].cpu(), on_cpu[0])
+    assert ((on_gpu[1] >= -1) & (on_gpu[1] < scores.size(-1))).all()
+
+
+@pytest.mark.parametrize("tie_break", [1, 2])
+def test_torch_backend_raw_output_is_deterministic(tie_break):
+    """The kernel's raw columns (before select_topk orders them), run after run."""
+    scores = tie_heavy(128, 131072, torch.float32, seed=11)
+    scores[64:] = scores[64:].bfloat16().float().mul(7).floor()  # ties at non-zero k-th
+    first = dsa_topk._torch_select(scores, 2048, prefer_large=tie_break == 2)
+    for _ in range(20):
+        assert torch.equal(first, dsa_topk._torch_select(scores, 2048, tie_break == 2))
+
+
 @pytest.fixture(scope="module")
 def flashinfer():
     module = pytest.importorskip("flashinfer", reason="flashinfer-python is not installed")
@@ -93,6 +125,27 @@ def test_flashinfer_deterministic_over_20_runs(flashinfer, dtype, tie_break):
             scores, 2048, sorted=False, deterministic=True, tie_break=tie_break, dsa_graph_safe=True
         )[1]
         assert torch.equal(raw_first, raw)
+
+
+@pytest.mark.parametrize("backend", ["torch", "flashinfer"])
+def test_nan_ranks_as_negative_infinity_on_cuda(flashinfer, backend):
+    """NaN is never selected over a real score, is padding when selected, and never gives an
+    out-of-range index; both backends agree with the CPU."""
+    scores = tie_heavy(64, 8192, torch.float32, seed=2)
+    scores[:, ::5] = float("nan")
+    scores[7] = float("nan")
+    values, indices = select_topk(
+        scores, 2048, backend=backend, deterministic=True, tie_break=2
+    )
+    expected = select_topk(scores.cpu(), 2048, backend="torch", tie_break=2)
+    assert torch.equal(indices.cpu(), expected[1]) and torch.equal(values.cpu(), expected[0])
+    assert not values.isnan().any() and (indices[7] == -1).all()
+
+
+@pytest.mark.parametrize("backend", ["torch", "flashinfer"])
+def test_no_keys_give_an_empty_selection_on_cuda(flashinfer, backend):
+    values, indices = select_topk(torch.zeros(2, 3, 0, device="cuda"), 8, backend=backend)
+    assert indices.shape == values.shape == (2, 3, 0) and indices.is_cuda
 
 
 def test_flashinfer_masked_rows_give_minus_one(flashinfer):

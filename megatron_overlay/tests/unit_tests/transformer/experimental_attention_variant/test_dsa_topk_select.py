@@ -109,13 +109,59 @@ def test_leading_dimensions_are_kept(reference_topk):
     torch.testing.assert_close(indices, reference_topk(scores, 7, 2), rtol=0, atol=0)
 
 
-def test_deterministic_bit_identical_across_runs():
+@pytest.mark.parametrize("tie_break", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_nan_ranks_as_negative_infinity(tie_break, dtype, reference_topk):
+    """A NaN is never selected over a real score and a selected one is padding (-1, -inf),
+    on the settled path (rows without ties) and the exact path (rows with ties) alike."""
+    generator = torch.Generator().manual_seed(tie_break)
+    scores = torch.rand(6, 64, generator=generator)
+    scores[3:] = torch.randint(0, 3, (3, 64), generator=generator).float()  # boundary ties
+    scores[:, ::3] = float("nan")
+    scores[2, 40:] = NEG_INF
+    scores[5] = float("nan")
+    scores = scores.to(dtype)
+    for k in (5, 40, 63):
+        values, indices = select_topk(scores, k, backend="torch", tie_break=tie_break)
+        expected = reference_topk(scores.masked_fill(scores.isnan(), NEG_INF), k, tie_break)
+        torch.testing.assert_close(indices, expected, rtol=0, atol=0)
+        assert not values.isnan().any()
+        assert torch.isneginf(values[indices == -1]).all()
+
+
+def test_flashinfer_wrapper_ranks_nan_as_negative_infinity(fake_flashinfer, monkeypatch):
+    """FlashInfer orders scores by bit pattern, so a NaN outranks +inf: the wrapper hands it
+    -inf instead, and never reports a NaN column."""
+
+    def by_bit_pattern(input, k, sorted=False, deterministic=False, tie_break=0, dsa_graph_safe=False):
+        bits = input.view(torch.int32).long()
+        order = torch.where(bits < 0, -bits - 2**31, bits)
+        return None, order.topk(k, dim=-1).indices
+
+    fake_flashinfer(by_bit_pattern, "0.6.18")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    rows = torch.tensor([[1.0, float("nan"), 3.0, float("inf"), 2.0], [float("nan")] * 5])
+    values, indices = dsa_topk._finalize(rows, dsa_topk._flashinfer_select(rows, 3, True, 1))
+    assert indices.tolist() == [[2, 3, 4], [-1, -1, -1]]
+    assert torch.isneginf(values[1]).all()
+
+
+@pytest.mark.parametrize("tie_break", [1, 2])
+def test_deterministic_raw_output_across_runs(tie_break):
+    """The backend's raw columns (before the canonical ordering of select_topk), run after run
+    and with other thread counts, on tie-heavy rows where any choice among ties would show."""
     scores = tie_heavy_rows(64, 300, seed=11).float()
-    first = select_topk(scores, 50, backend="torch", deterministic=True, tie_break=1)
-    for _ in range(5):
-        again = select_topk(scores.clone(), 50, backend="torch", deterministic=True, tie_break=1)
-        assert torch.equal(first[1], again[1])
-        assert torch.equal(first[0], again[0])
+    scores[32:] = torch.rand(32, 300, generator=torch.Generator().manual_seed(2)).mul(3).floor()
+    first = dsa_topk._torch_select(scores, 50, prefer_large=tie_break == 2)
+    threads = torch.get_num_threads()
+    try:
+        for run in range(6):
+            torch.set_num_threads(1 + run % 2)
+            again = dsa_topk._torch_select(scores.clone(), 50, prefer_large=tie_break == 2)
+            assert torch.equal(first, again), f"run {run}"
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_row_chunks_give_the_same_answer(monkeypatch):
@@ -143,31 +189,52 @@ def test_no_full_sort_of_the_row(monkeypatch):
     assert widths and max(widths) <= 2 * k
 
 
-TIE_FILL_ON_CPU = """
+KERNEL_ON_CPU = """
 import json, sys, torch
-from megatron.core.transformer.experimental_attention_variant import dsa_topk
+from megatron.core.transformer.experimental_attention_variant import dsa_topk, dsa_topk_triton
+# Small blocks, so every loop of the kernel carries its state across steps.
+dsa_topk_triton.ROW_BLOCK, dsa_topk_triton.CANDIDATE_BLOCK = 64, 16
 scores = torch.load(sys.argv[1])
-width, prefer_large = int(sys.argv[2]), sys.argv[3] == "large"
-values, indices = scores.topk(width + 1, dim=-1, sorted=False)
-kth = values.topk(2, dim=-1, largest=False, sorted=True).values[:, 1]
-rows = torch.arange(scores.size(0))
-chosen = dsa_topk._fill_boundary_ties(scores, rows, values, indices, kth, width, prefer_large)
-print(json.dumps(dsa_topk._finalize(scores, chosen)[1].tolist()))
+width = int(sys.argv[2])
+found = {}
+for dtype in (torch.float32, torch.bfloat16):
+    rows = scores.to(dtype)
+    layouts = [
+        ("contiguous", rows, "small"),
+        ("contiguous", rows, "large"),
+        ("transposed", rows.t().contiguous().t(), "small"),
+        ("strided", torch.stack([rows, rows.neg()], dim=-1)[..., 0], "large"),
+    ]
+    for layout, view, policy in layouts:
+        chosen = dsa_topk_triton.select_rows(view, width, policy == "large")
+        found[f"{dtype} {layout} {policy}"] = dsa_topk._finalize(rows, chosen)[1].tolist()
+print(json.dumps(found))
 """
 
 
-@pytest.mark.parametrize("tie_break", [1, 2])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cuda_tie_fill_kernel_logic_is_exact(tmp_path, tie_break, dtype, reference_topk):
-    """The boundary-tie path CUDA takes (a Triton kernel), run on the CPU by Triton's
-    interpreter, which must be switched on before Triton is imported: a fresh process."""
+def kernel_test_rows() -> torch.Tensor:
+    """Rows for every branch of the CUDA kernel: a unique k-th score, ties at a non-zero k-th
+    score, ±0.0 and NaN rows (radix select), fewer visible keys than k."""
+    generator = torch.Generator().manual_seed(4)
+    scores = torch.rand(9, 70, generator=generator)  # unique k-th score
+    scores[1:3] = torch.randint(0, 5, (2, 70), generator=generator).float()  # non-zero ties
+    scores[3] = torch.randint(-2, 3, (70,), generator=generator).float().clamp_min(0.0)
+    scores[3, torch.rand(70, generator=generator) < 0.3] = -0.0  # signed zeros at the k-th
+    scores[4] = torch.where(torch.rand(70, generator=generator) < 0.5, -0.0, 0.0)
+    scores[5, :50] = NEG_INF  # fewer visible keys than k
+    scores[6, ::7] = float("nan")  # NaN ranks as -inf
+    scores[7] = -torch.randint(1, 4, (70,), generator=generator).float()  # negative ties
+    scores[8, 10:] = NEG_INF
+    scores[8, :10] = float("nan")  # only NaN and -inf below the visible keys
+    return scores
+
+
+def test_cuda_kernel_logic_is_exact_for_any_layout(tmp_path, reference_topk):
+    """The CUDA selection (a Triton kernel), run on the CPU by Triton's interpreter, which must
+    be switched on before Triton is imported: a fresh process. Transposed and strided score
+    rows are read through their strides."""
     pytest.importorskip("triton")
-    generator = torch.Generator().manual_seed(tie_break)
-    scores = torch.randint(-2, 3, (8, 70), generator=generator).float().clamp_min(0.0)
-    scores[torch.rand(8, 70, generator=generator) < 0.3] = -0.0  # signed zeros at the boundary
-    scores[1, :50] = NEG_INF
-    scores[2] = torch.where(torch.rand(70, generator=generator) < 0.5, -0.0, 0.0)
-    scores = scores.to(dtype)
+    scores = kernel_test_rows()
     torch.save(scores, tmp_path / "scores.pt")
     tree = str(Path(dsa_topk.__file__).resolve().parents[4])
     env = dict(
@@ -175,16 +242,20 @@ def test_cuda_tie_fill_kernel_logic_is_exact(tmp_path, tie_break, dtype, referen
         TRITON_INTERPRET="1",
         PYTHONPATH=os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]),
     )
-    policy = "large" if tie_break == 2 else "small"
     result = subprocess.run(
-        [sys.executable, "-c", TIE_FILL_ON_CPU, str(tmp_path / "scores.pt"), "30", policy],
+        [sys.executable, "-c", KERNEL_ON_CPU, str(tmp_path / "scores.pt"), "30"],
         capture_output=True,
         text=True,
         env=env,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    expected = reference_topk(scores, 30, tie_break)
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == expected.tolist()
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(found) == 8
+    as_neg_inf = scores.nan_to_num(nan=NEG_INF, posinf=float("inf"), neginf=NEG_INF)
+    for case, indices in found.items():
+        dtype = torch.bfloat16 if "bfloat16" in case else torch.float32
+        expected = reference_topk(as_neg_inf.to(dtype), 30, 2 if "large" in case else 1)
+        assert indices == expected.tolist(), case
 
 
 def test_preselected_indices_pass_through_as_int32():
