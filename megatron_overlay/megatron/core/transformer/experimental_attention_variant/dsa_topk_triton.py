@@ -96,9 +96,9 @@ def radix_kth(
     known_bits = tl.zeros((), tl.int64)
     remaining = width  # rank of the k-th key among the keys matching the known bits
     for level in tl.static_range(KEY_BITS // 8):
-        shift: tl.constexpr = KEY_BITS - 8 * (level + 1)
+        shift = KEY_BITS - 8 * (level + 1)
         # The top digit holds the sign: flip it so digits order like the keys.
-        flip: tl.constexpr = 128 if level == 0 else 0
+        flip = 128 if level == 0 else 0
         histogram = tl.zeros((256,), tl.int32)
         for start in range(0, n, ROW_BLOCK):
             columns = start + offsets
