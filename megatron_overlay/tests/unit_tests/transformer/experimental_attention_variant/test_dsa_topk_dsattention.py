@@ -192,37 +192,41 @@ def test_index_sharing_layers_get_the_same_indices(
     assert torch.equal(first, second)
 
 
+@pytest.mark.parametrize("tie_break", [1, 2])
 def test_sequence_local_tp_rows_use_the_backend(
-    make_config, build_attention, attention_inputs, captured_topk, monkeypatch
+    make_config,
+    build_attention,
+    attention_inputs,
+    captured_topk,
+    monkeypatch,
+    reference_topk,
+    tie_break,
 ):
-    """TP rank 1 of 2 with sequence parallelism: the indexer sees all rows, attention its own."""
+    """TP rank 1 of 2 with sequence parallelism: the indexer sees all rows, attention its own,
+    selected by the backend's tie policy on tie-heavy scores."""
     seq_len, tp_size = 6, 2
     full = seq_len * tp_size
-    generator = torch.Generator().manual_seed(5)
-    q = torch.randn(full, 1, 3, 4, generator=generator)
-    k = torch.randn(full, 1, 4, generator=generator)
-    weights = torch.rand(full, 1, 3, generator=generator)
-    results = {}
-    for backend in (None, "torch"):
-        config = make_config(dsa_indexer_topk_backend=backend)
-        attention = build_attention(config).eval()
-        tp_group = type(attention.pg_collection.cp)(tp_size, 1)
-        monkeypatch.setattr(config, "sequence_parallel", True)
-        monkeypatch.setattr(attention.pg_collection, "tp", tp_group)
-        # Without torch.distributed, get_pg_size() says 1 whatever the group.
-        monkeypatch.setattr(dsa, "get_pg_size", lambda group=None: group.size() if group else 1)
-        use_indexer(attention, monkeypatch, q, k, weights)
-        monkeypatch.setattr(
-            dsa,
-            "gather_from_sequence_parallel_region",
-            lambda tensor, group: torch.cat([tensor] * tp_size) if group is tp_group else tensor,
-        )
-        inputs = attention_inputs(config, seq_len=seq_len, batch=1)
-        with torch.no_grad():
-            attention(**inputs)
-        results[backend] = captured_topk.pop()
-    ours, upstream = results["torch"], results[None]
-    assert ours.shape == upstream.shape == (1, seq_len, TOPK)
-    assert ours.dtype == torch.int32
-    # Continuous scores have no ties: the same keys as upstream's selection, row for row.
-    assert torch.equal(ours.long().sort(-1).values, upstream.sort(-1).values)
+    q, k, weights = tie_heavy_indexer(full, 1, seed=5)
+    config = make_config(dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=tie_break)
+    attention = build_attention(config).eval()
+    tp_group = type(attention.pg_collection.cp)(tp_size, 1)
+    monkeypatch.setattr(config, "sequence_parallel", True)
+    monkeypatch.setattr(attention.pg_collection, "tp", tp_group)
+    # Without torch.distributed, get_pg_size() says 1 whatever the group.
+    monkeypatch.setattr(dsa, "get_pg_size", lambda group=None: group.size() if group else 1)
+    use_indexer(attention, monkeypatch, q, k, weights)
+    monkeypatch.setattr(
+        dsa,
+        "gather_from_sequence_parallel_region",
+        lambda tensor, group: torch.cat([tensor] * tp_size) if group is tp_group else tensor,
+    )
+    inputs = attention_inputs(config, seq_len=seq_len, batch=1)
+    with torch.no_grad():
+        attention(**inputs)
+    (ours,) = captured_topk
+    assert ours.shape == (1, seq_len, TOPK) and ours.dtype == torch.int32
+    # Rank 1 holds rows seq_len..2*seq_len of the full causal selection.
+    expected = reference_topk(causal_scores(q, k, weights), TOPK, tie_break)[:, seq_len:]
+    torch.testing.assert_close(ours, expected, rtol=0, atol=0)
+    other_policy = reference_topk(causal_scores(q, k, weights), TOPK, 3 - tie_break)
+    assert not torch.equal(expected, other_policy[:, seq_len:]), "the scores must tie at k"
