@@ -107,7 +107,7 @@ def test_overlay_suite_runs_under_plain_pytest(rebaser, tmp_path):
     env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", OVERLAY_TESTS, "-q", "-p", "no:cacheprovider", "-k", "cli"],
+        [sys.executable, "-m", "pytest", OVERLAY_TESTS, "-q", "-p", "no:cacheprovider", "-k=cli"],
         cwd=tree,
         env=env,
         capture_output=True,

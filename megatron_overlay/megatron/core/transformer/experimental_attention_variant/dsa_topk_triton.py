@@ -85,6 +85,14 @@ def order_key(x, neg_inf_key, KEY_BITS: tl.constexpr):
 
 
 @triton.jit
+def candidate_keys(values_row, start, offsets, count, neg_inf_key, KEY_BITS: tl.constexpr):
+    """Which of the candidates start + offsets exist (< count), their keys, which are NaN."""
+    inside = start + offsets < count
+    x = tl.load(values_row + start + offsets, mask=inside, other=0)
+    return inside, order_key(x, neg_inf_key, KEY_BITS), inside & (x != x)
+
+
+@triton.jit
 def radix_kth(
     row_ptr, col_stride, n, width, neg_inf_key,
     ROW_BLOCK: tl.constexpr, KEY_BITS: tl.constexpr,
@@ -174,19 +182,19 @@ def select_row(
         lowest = tl.full((), 2**62, tl.int64)
         has_nan = tl.zeros((), tl.int32)
         for start in range(0, width + 1, CANDIDATE_BLOCK):
-            inside = start + offsets < width + 1
-            x = tl.load(values_row + start + offsets, mask=inside, other=0)
-            key = order_key(x, neg_inf_key, KEY_BITS)
+            inside, key, nan = candidate_keys(
+                values_row, start, offsets, width + 1, neg_inf_key, KEY_BITS
+            )
             lowest = tl.minimum(lowest, tl.min(tl.where(inside, key, 2**62), axis=0))
-            has_nan = tl.maximum(has_nan, tl.max((inside & (x != x)).to(tl.int32), axis=0))
+            has_nan = tl.maximum(has_nan, tl.max(nan.to(tl.int32), axis=0))
         # The k-th key is the lowest if it repeats, else the next lowest (with its count).
         lowest_count = tl.zeros((), tl.int32)
         next_lowest = tl.full((), 2**62, tl.int64)
         next_count = tl.zeros((), tl.int32)
         for start in range(0, width + 1, CANDIDATE_BLOCK):
-            inside = start + offsets < width + 1
-            x = tl.load(values_row + start + offsets, mask=inside, other=0)
-            key = order_key(x, neg_inf_key, KEY_BITS)
+            inside, key, _ = candidate_keys(
+                values_row, start, offsets, width + 1, neg_inf_key, KEY_BITS
+            )
             lowest_count += tl.sum((inside & (key == lowest)).to(tl.int32), axis=0)
             above = inside & (key > lowest)
             block_min = tl.min(tl.where(above, key, 2**62), axis=0)
@@ -208,10 +216,10 @@ def select_row(
             taken = tl.zeros((), tl.int32)
             ties_taken = tl.zeros((), tl.int32)
             for start in range(0, width + 1, CANDIDATE_BLOCK):
-                inside = start + offsets < width + 1
-                x = tl.load(values_row + start + offsets, mask=inside, other=0)
+                inside, key, _ = candidate_keys(
+                    values_row, start, offsets, width + 1, neg_inf_key, KEY_BITS
+                )
                 column = tl.load(indices_row + start + offsets, mask=inside, other=0)
-                key = order_key(x, neg_inf_key, KEY_BITS)
                 tie = tl.where(ties_in_candidates, inside & (key == kth), False)
                 tie_rank = ties_taken + tl.cumsum(tie.to(tl.int32), axis=0)
                 chosen = (inside & (key > kth)) | (tie & (tie_rank <= width - greater))

@@ -84,7 +84,11 @@ def test_invalid_options_are_rejected_with_a_clear_message(make_config, override
             ValueError,
             "got '1' of type str",
         ),
-        (dict(dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=1.0), ValueError, "float"),
+        (
+            dict(dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=1.0),
+            ValueError,
+            "got 1.0 of type float",
+        ),
         (dict(dsa_indexer_topk_backend=["torch"]), ValueError, r"got \['torch'\]"),
         (dict(dsa_indexer_topk_backend="Torch"), ValueError, "got 'Torch'"),
     ],

@@ -194,13 +194,13 @@ def test_index_sharing_layers_get_the_same_indices(
 
 @pytest.mark.parametrize("tie_break", [1, 2])
 def test_sequence_local_tp_rows_use_the_backend(
+    tie_break,
     make_config,
     build_attention,
+    monkeypatch,
     attention_inputs,
     captured_topk,
-    monkeypatch,
     reference_topk,
-    tie_break,
 ):
     """TP rank 1 of 2 with sequence parallelism: the indexer sees all rows, attention its own,
     selected by the backend's tie policy on tie-heavy scores."""

@@ -133,7 +133,9 @@ def test_flashinfer_wrapper_ranks_nan_as_negative_infinity(fake_flashinfer, monk
     """FlashInfer orders scores by bit pattern, so a NaN outranks +inf: the wrapper hands it
     -inf instead, and never reports a NaN column."""
 
-    def by_bit_pattern(input, k, sorted=False, deterministic=False, tie_break=0, dsa_graph_safe=False):
+    def by_bit_pattern(
+        input, k, sorted=False, deterministic=False, tie_break=0, dsa_graph_safe=False
+    ):
         bits = input.view(torch.int32).long()
         order = torch.where(bits < 0, -bits - 2**31, bits)
         return None, order.topk(k, dim=-1).indices
