@@ -112,7 +112,7 @@ def bisect(
 
 def probe(series_file: Path, git: Git, sha: str, test: str) -> Report:
     """Apply the series onto one commit in a throwaway worktree."""
-    target = Target(git, sha, sha, sha[:12], f"{git.path} at {sha[:12]}")
+    target = Target(git, sha, sha, sha[:12], str(git.path))  # the report adds the sha
     return matrix.throwaway_apply(target, series_file, test, lambda _message: None)
 
 

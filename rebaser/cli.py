@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from rich.console import Console
+from rich.text import Text
 
 from rebaser import __version__, bisect, engine, matrix, recovery
 from rebaser.errors import ExitCode, RebaserError
@@ -169,7 +170,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return _dispatch(args, out, err)
     except RebaserError as error:
-        err.print(f"[bold red]error:[/bold red] {error.what}", highlight=False)
+        err.print(Text.assemble(("error:", "bold red"), " ", error.what))
         if error.where:
             err.print(f"  where: {error.where}", highlight=False)
         if error.next_step:
@@ -181,10 +182,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _console(*, stderr: bool) -> Console:
-    """Rich on a terminal; in CI logs, wide lines that never wrap paths."""
-    console = Console(stderr=stderr, highlight=False)
+    """Rich on a terminal; in CI logs, wide lines that never wrap paths.
+
+    No markup: what rebaser prints quotes code (`Optional[torch.Tensor]`), which rich would
+    take for style tags; styles are given as Text styles instead.
+    """
+    console = Console(stderr=stderr, highlight=False, markup=False)
     if not console.is_terminal:
-        console = Console(stderr=stderr, highlight=False, width=160, soft_wrap=True)
+        console = Console(stderr=stderr, highlight=False, markup=False, width=160, soft_wrap=True)
     return console
 
 
@@ -247,7 +252,7 @@ def _bisect(args: argparse.Namespace, out: Console, err: Console) -> int:
             test=args.test,
             progress=step,
         )
-    out.print(f"first bad commit: [bold]{found.culprit}[/bold] {found.subject}")
+    out.print(Text.assemble("first bad commit: ", (found.culprit, "bold"), " ", found.subject))
     out.print(f"there: {found.report.outcome}")
     if found.report.stop:
         out.print(f"  {found.report.stop.patch}: {found.report.stop.reason}")

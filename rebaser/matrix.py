@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from rebaser import engine, workspace
 from rebaser.errors import ExitCode, RebaserError
@@ -137,14 +138,13 @@ def render_matrix(results: Sequence[BaseResult], console: Console) -> None:
         table.add_column(title, overflow="fold")
     for result in results:
         cells, verify, tests, outcome = _row(result, steps)
-        table.add_row(result.base, *map(styled, cells), styled(verify), tests, outcome)
+        table.add_row(result.base, *map(styled, cells), styled(verify), Text(tests), Text(outcome))
     console.print(table)
     for result in results:
         if result.report is not None and result.report.stop:
             stop = result.report.stop
             console.print(
-                f"[bold]{result.base}[/bold] stopped at {stop.patch}: {stop.reason}",
-                highlight=False,
+                Text.assemble((result.base, "bold"), f" stopped at {stop.patch}: {stop.reason}")
             )
 
 

@@ -88,11 +88,17 @@ def styled(status: str) -> Text:
 
 def render(report: Report, console: Console) -> None:
     console.print(
-        f"[bold]rebaser {report.command}[/bold]: series [cyan]{report.series}[/cyan] onto "
-        f"{report.upstream} ({report.base_sha[:12]})"
+        Text.assemble(
+            (f"rebaser {report.command}", "bold"),
+            ": series ",
+            (report.series, "cyan"),
+            f" onto {report.upstream} ({report.base_sha[:12]})",
+        )
     )
     if report.branch:
-        console.print(f"branch [cyan]{report.branch}[/cyan]  worktree {report.worktree}")
+        console.print(
+            Text.assemble("branch ", (report.branch, "cyan"), f"  worktree {report.worktree}")
+        )
     table = Table(show_header=True, header_style="bold", expand=False)
     table.add_column("step")
     table.add_column("result")
@@ -101,30 +107,34 @@ def render(report: Report, console: Console) -> None:
         files = ", ".join(Path(f).name for f in step.files) if len(step.files) <= 3 else ""
         hunks = f" ({step.hunks} hunk{'s' if step.hunks > 1 else ''})" if step.hunks else ""
         detail = "; ".join(filter(None, [f"{files}{hunks}" if files else "", step.detail]))
-        table.add_row(step.name, styled(step.status), detail)
+        table.add_row(step.name, styled(step.status), Text(detail))
     for check in report.checks:
         problems = "; ".join(check.problems[:3])
         table.add_row(
             f"verify: {check.name}",
             styled("ok" if check.ok else "failed"),
-            check.detail + (f": {problems}" if problems else ""),
+            Text(check.detail + (f": {problems}" if problems else "")),
         )
     for suite in report.suites:
         detail = f"{suite.counts} in {suite.seconds:.1f} s" if suite.status != "not run" else ""
         detail = "; ".join(filter(None, [detail, suite.note]))
-        table.add_row(f"tests: {suite.name}", styled(suite.status), detail)
+        table.add_row(f"tests: {suite.name}", styled(suite.status), Text(detail))
     console.print(table)
     for suite in report.suites:
         for failure in suite.failures[:10]:
-            console.print(f"  [red]{suite.name}[/red] {failure}", highlight=False)
+            console.print(Text.assemble("  ", (suite.name, "red"), " ", failure))
     if report.stop:
-        console.print(f"[bold red]stopped at {report.stop.patch}[/bold red]: {report.stop.reason}")
+        console.print(
+            Text.assemble(
+                (f"stopped at {report.stop.patch}", "bold red"), f": {report.stop.reason}"
+            )
+        )
         for line in report.stop.hunks:
             console.print(Text(line))
     style = "green" if report.exit_code == 0 else "bold red"
-    console.print(f"[{style}]{report.outcome}[/{style}] (exit {report.exit_code})")
+    console.print(Text.assemble((report.outcome, style), f" (exit {report.exit_code})"))
     for step in report.next_steps:
-        console.print(f"next: {step}", highlight=False)
+        console.print(Text(f"next: {step}"))
 
 
 def outcome_text(

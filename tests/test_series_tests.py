@@ -79,3 +79,25 @@ def test_test_requires_takes_a_module_name(rebaser, tmp_path, upstream):
     series = double_mul_series(tmp_path, upstream, "v1", "@test-requires torch; import os\n")
     result = rebaser("apply", "--series", series, "--repo", upstream.path, "--base", "v1")
     assert result.code == ExitCode.USAGE and "one importable module name" in result.err
+
+
+def test_a_listed_upstream_test_missing_on_the_base_is_reported(rebaser, tmp_path, upstream):
+    upstream.commit({"tests/test_up.py": UPSTREAM_TEST}, "upstream tests", tag="v1.1")
+    listed = "@upstream-test tests/test_up.py\n@upstream-test tests/test_gone.py\n"
+    series = build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1.1",
+        [Change("demo: document add", {"pkg/calc.py": edit(CALC, "a + b", "b + a")})],
+        extra_directives=listed,
+    )
+    report = tmp_path / "r.json"
+    result = rebaser(
+        "apply", "--series", series, "--repo", upstream.path, "--base", "v1.1", "--json", report
+    )
+    assert result.code == ExitCode.OK, result.out + result.err
+    suite = {s["name"]: s for s in json.loads(report.read_text())["suites"]}["upstream"]
+    found = "1 of 2 listed upstream test files exist on this base (missing: tests/test_gone.py)"
+    assert suite["status"] == "passed" and suite["note"].startswith(found)
+    assert suite["missing_files"] == ["tests/test_gone.py"]
+    assert "1 of 2 listed upstream test files exist on this base" in result.out

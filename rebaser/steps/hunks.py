@@ -1,20 +1,32 @@
-"""Why a hunk does not apply: where its context was expected, and what upstream has there now."""
+"""Why a hunk does not apply: where its context was expected, and what upstream has there now.
+
+Only hunks git itself rejects are described (and, after a 3-way merge, only those in files
+left with conflicts). A hint points at upstream text only when it resembles the hunk's
+context enough to help; below that the report says nothing similar is left.
+"""
 
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import unidiff
 
+from rebaser.git import Git
+
 _MAX_DIFF_LINES = 24
+MIN_SIMILARITY = 0.5  # below this the "closest" text is noise, not a lead
+_REJECTED_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.MULTILINE)
 
 
 @dataclass
 class HunkReport:
     file: str
     header: str  # "@@ -1383,6 +1383,11 @@ ..." as in the patch
+    start: int  # the hunk's first line in the file the patch was made against
     applies: bool
     found_at: int  # 1-based line of the best match in the current file (0: file missing)
     similarity: float
@@ -26,10 +38,31 @@ class HunkReport:
         where = f"{self.file}:{self.found_at}"
         if self.applies:
             return f"{where}: {self.header} still matches here"
+        if self.similarity < MIN_SIMILARITY:
+            return (
+                f"{self.file}: {self.header} does not match, and nothing upstream resembles its "
+                "context (rewritten or removed?)"
+            )
         return (
             f"{where}: {self.header} does not match; closest upstream text here "
             f"({self.similarity:.0%} similar):\n" + "\n".join(self.current_vs_expected)
         )
+
+
+def failing_hunks(worktree: Git, patch_file: Path, conflicts: Sequence[str]) -> list[HunkReport]:
+    """The hunks of a patch that git rejects on the worktree, each located and described.
+
+    `conflicts`: files a 3-way merge left conflicted; when given, hunks in other files
+    merged and are not reported.
+    """
+    check = worktree.run("apply", "--check", "--reject", "--verbose", str(patch_file), check=False)
+    rejected = {(path, int(line)) for path, line in _REJECTED_RE.findall(check.stderr)}
+    return [
+        report
+        for report in diagnose(patch_file.read_text(), worktree.path)
+        if (report.found_at == 0 or (report.file, report.start) in rejected)
+        and (not conflicts or report.file in conflicts)
+    ]
 
 
 def diagnose(patch_text: str, tree: Path) -> list[HunkReport]:
@@ -42,7 +75,9 @@ def diagnose(patch_text: str, tree: Path) -> list[HunkReport]:
             continue
         if not target.exists():
             for hunk in patched:
-                reports.append(HunkReport(path, _header(hunk), False, 0, 0.0, []))
+                reports.append(
+                    HunkReport(path, _header(hunk), hunk.source_start, False, 0, 0.0, [])
+                )
             continue
         current = target.read_text(encoding="utf-8", errors="replace").splitlines()
         for hunk in patched:
@@ -59,7 +94,7 @@ def _locate(path: str, hunk: unidiff.Hunk, expected: list[str], current: list[st
     for start in range(0, max(1, len(current) - size + 1)):
         window = current[start : start + size]
         if window == expected:
-            return HunkReport(path, _header(hunk), True, start + 1, 1.0, [])
+            return HunkReport(path, _header(hunk), hunk.source_start, True, start + 1, 1.0, [])
         matcher.set_seq1(window)
         if matcher.real_quick_ratio() <= best_ratio or matcher.quick_ratio() <= best_ratio:
             continue
@@ -77,7 +112,9 @@ def _locate(path: str, hunk: unidiff.Hunk, expected: list[str], current: list[st
             n=1,
         )
     )[:_MAX_DIFF_LINES]
-    return HunkReport(path, _header(hunk), False, best_at + 1, max(best_ratio, 0.0), diff)
+    return HunkReport(
+        path, _header(hunk), hunk.source_start, False, best_at + 1, max(best_ratio, 0.0), diff
+    )
 
 
 def _header(hunk: unidiff.Hunk) -> str:

@@ -14,7 +14,7 @@ from rebaser.codemods import AnchorNotFound, Codemods
 from rebaser.git import Git
 from rebaser.records import StepStatus
 from rebaser.series import Patch
-from rebaser.steps.hunks import HunkReport, diagnose
+from rebaser.steps.hunks import HunkReport, failing_hunks
 
 _OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
 
@@ -71,9 +71,7 @@ def apply_patch(
         else _first_error(merged.stderr)
     )
 
-    hunks = [
-        report for report in diagnose(patch.path.read_text(), worktree.path) if not report.applies
-    ]
+    hunks = failing_hunks(worktree, patch.path, conflicts)
     if patch.codemod is None:
         _leave_for_user(worktree, patch_file, env, conflicts)
         return PatchOutcome(

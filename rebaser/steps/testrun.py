@@ -45,6 +45,7 @@ class SuiteResult:
     seconds: float = 0.0
     note: str = ""
     failures: list[str] = field(default_factory=list)
+    missing_files: list[str] = field(default_factory=list)  # listed, but not on this base
     outcomes: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -102,23 +103,43 @@ def run_series_tests(
         gpu = [p for p in overlay_tests if p.endswith(GPU_SUFFIX)]
         progress(f"running {len(gpu)} overlay test files (gpu)")
         suites.append(run_pytest(tree, gpu, "overlay (gpu)", python=python))
-    upstream = [p for p in series.upstream_tests if (tree / p).exists()]
-    if upstream:
-        progress(f"running {len(upstream)} upstream test files on the patched tree")
-        patched = run_pytest(tree, upstream, "upstream", python=python)
-        progress("running the same upstream tests on the base, to tell regressions apart")
-        with workspace.exported(repo, base_sha, "base") as base_tree:
-            base = run_pytest(base_tree, upstream, "upstream (base)", python=python)
-        suites.append(compare_with_base(patched, base))
-    elif series.upstream_tests:
+    if series.upstream_tests:
         suites.append(
-            SuiteResult(
-                "upstream",
-                "not run",
-                note="the base has none of the listed upstream tests (PyPI wheels ship no tests)",
-            )
+            _upstream_suite(series.upstream_tests, tree, repo, base_sha, python, progress)
         )
     return suites
+
+
+def _upstream_suite(
+    listed: list[str],
+    tree: Path,
+    repo: Git,
+    base_sha: str,
+    python: str,
+    progress: Callable[[str], None],
+) -> SuiteResult:
+    """The listed upstream tests that exist on this base, judged by regressions; the count
+    of those that exist is always stated, so a missing file is never silently dropped."""
+    present = [path for path in listed if (tree / path).exists()]
+    missing = [path for path in listed if path not in present]
+    found = f"{len(present)} of {len(listed)} listed upstream test files exist on this base"
+    if not present:
+        return SuiteResult(
+            "upstream",
+            "not run",
+            note=f"{found} (PyPI wheels ship no tests)",
+            missing_files=missing,
+        )
+    progress(f"running {len(present)} upstream test files on the patched tree")
+    patched = run_pytest(tree, present, "upstream", python=python)
+    progress("running the same upstream tests on the base, to tell regressions apart")
+    with workspace.exported(repo, base_sha, "base") as base_tree:
+        base = run_pytest(base_tree, present, "upstream (base)", python=python)
+    suite = compare_with_base(patched, base)
+    if missing:
+        suite.note = f"{found} (missing: {', '.join(missing)}); {suite.note}"
+        suite.missing_files = missing
+    return suite
 
 
 def run_pytest(

@@ -133,7 +133,10 @@ def _resolve_in_clone(repo: Path, base: str) -> Target:
             where=str(git.path),
             next_step=hint,
         )
-    return Target(git, base, sha, _label(base), f"{git.path} at {base} ({sha[:12]})")
+    # The report shows the sha itself; a description names what the user asked for.
+    named_by_sha = re.fullmatch(r"[0-9a-f]{7,40}", base) and sha.startswith(base)
+    where = str(git.path) if named_by_sha else f"{git.path} at {base}"
+    return Target(git, base, sha, _label(base), where)
 
 
 def _label(rev: str) -> str:

@@ -1,0 +1,115 @@
+"""What a stop tells the maintainer: hints only for hunks git really rejected, none below a
+useful similarity, the base sha once in the header, and code in brackets shown intact."""
+
+from __future__ import annotations
+
+import json
+
+from synthetic import CALC, Change, build_series, edit, git
+
+from rebaser.errors import ExitCode
+
+OTHER = "".join(f"line_{n} = {n}\n" for n in range(1, 11))
+MUL_DOUBLED = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
+
+
+def stop_of(rebaser, tmp_path, upstream, series, base="v2"):
+    report = tmp_path / "r.json"
+    result = rebaser(
+        "apply", "--series", series, "--repo", upstream.path, "--base", base,
+        "--test", "none", "--json", report,
+    )  # fmt: skip
+    assert result.code == ExitCode.NOT_APPLIED, result.out + result.err
+    return json.loads(report.read_text())["stop"], result
+
+
+def test_hints_only_for_hunks_git_rejects(rebaser, tmp_path, upstream):
+    upstream.commit({"pkg/other.py": OTHER}, "other", tag="v1.1")
+    series = build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1.1",
+        [
+            Change(
+                "demo: two files",
+                {
+                    "pkg/calc.py": MUL_DOUBLED,
+                    "pkg/other.py": edit(OTHER, "line_5 = 5", "line_5 = 50"),
+                },
+            )
+        ],
+    )
+    # Upstream conflicts with the calc.py hunk; in other.py it changes a context line only,
+    # which a 3-way merge takes (the hunk's context no longer matches verbatim).
+    upstream.commit(
+        {
+            "pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n"),
+            "pkg/other.py": edit(OTHER, "line_3 = 3", "line_3 = 30"),
+        },
+        "v2",
+        tag="v2",
+    )
+    stop, _ = stop_of(rebaser, tmp_path, upstream, series)
+    assert stop["conflicts"] == ["pkg/calc.py"]
+    assert [hint.split(":")[0] for hint in stop["hunks"]] == ["pkg/calc.py"]
+    assert "% similar" in stop["hunks"][0]
+
+
+def test_no_hint_below_a_useful_similarity(rebaser, tmp_path, upstream):
+    series = build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1",
+        [Change("demo: double mul", {"pkg/calc.py": MUL_DOUBLED})],
+    )
+    rewritten = "".join(f"CONSTANT_{n} = {n}  # generated\n" for n in range(40))
+    upstream.commit({"pkg/calc.py": rewritten}, "v2", tag="v2")
+    stop, result = stop_of(rebaser, tmp_path, upstream, series)
+    (hint,) = stop["hunks"]
+    assert hint.startswith("pkg/calc.py: @@ -")
+    assert "nothing upstream resembles its context" in hint
+    assert "% similar" not in result.out and "pkg/calc.py:1:" not in result.out
+
+
+def test_the_header_names_the_base_sha_once(rebaser, tmp_path, upstream):
+    series = build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1",
+        [Change("demo: double mul", {"pkg/calc.py": MUL_DOUBLED})],
+    )
+    sha = git(upstream.path, "rev-parse", "v1")
+    for base in ("v1", sha):
+        result = rebaser(
+            "apply", "--series", series, "--repo", upstream.path, "--base", base,
+            "--test", "none", "--force",
+        )  # fmt: skip
+        assert result.code == ExitCode.OK, result.err
+        header = result.out.splitlines()[0]
+        assert header.count(sha[:12]) == 1, header
+        assert header.endswith(
+            f"onto {upstream.path}{' at v1' if base == 'v1' else ''} ({sha[:12]})"
+        )
+
+
+def test_status_and_report_show_bracketed_code_intact(rebaser, tmp_path, upstream):
+    series = build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1",
+        [Change("demo: double mul", {"pkg/calc.py": MUL_DOUBLED})],
+    )
+    upstream.commit(
+        {
+            "pkg/calc.py": edit(
+                CALC, "    return a * b\n", "    return a * b  # Optional[torch.Tensor]\n"
+            )
+        },
+        "v2",
+        tag="v2",
+    )
+    stop, result = stop_of(rebaser, tmp_path, upstream, series)
+    assert "Optional[torch.Tensor]" in stop["hunks"][0]
+    assert "# Optional[torch.Tensor]" in result.out
+    status = rebaser("status", "--repo", upstream.path)
+    assert status.code == 0 and "# Optional[torch.Tensor]" in status.out
