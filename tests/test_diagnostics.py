@@ -13,6 +13,15 @@ OTHER = "".join(f"line_{n} = {n}\n" for n in range(1, 11))
 MUL_DOUBLED = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
 
 
+def double_mul_series(tmp_path, upstream):
+    return build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1",
+        [Change("demo: double mul", {"pkg/calc.py": MUL_DOUBLED})],
+    )
+
+
 def stop_of(rebaser, tmp_path, upstream, series, base="v2"):
     report = tmp_path / "r.json"
     result = rebaser(
@@ -56,12 +65,7 @@ def test_hints_only_for_hunks_git_rejects(rebaser, tmp_path, upstream):
 
 
 def test_no_hint_below_a_useful_similarity(rebaser, tmp_path, upstream):
-    series = build_series(
-        tmp_path / "proj",
-        upstream,
-        "v1",
-        [Change("demo: double mul", {"pkg/calc.py": MUL_DOUBLED})],
-    )
+    series = double_mul_series(tmp_path, upstream)
     rewritten = "".join(f"CONSTANT_{n} = {n}  # generated\n" for n in range(40))
     upstream.commit({"pkg/calc.py": rewritten}, "v2", tag="v2")
     stop, result = stop_of(rebaser, tmp_path, upstream, series)
@@ -72,12 +76,7 @@ def test_no_hint_below_a_useful_similarity(rebaser, tmp_path, upstream):
 
 
 def test_the_header_names_the_base_sha_once(rebaser, tmp_path, upstream):
-    series = build_series(
-        tmp_path / "proj",
-        upstream,
-        "v1",
-        [Change("demo: double mul", {"pkg/calc.py": MUL_DOUBLED})],
-    )
+    series = double_mul_series(tmp_path, upstream)
     sha = git(upstream.path, "rev-parse", "v1")
     for base in ("v1", sha):
         result = rebaser(
@@ -93,12 +92,7 @@ def test_the_header_names_the_base_sha_once(rebaser, tmp_path, upstream):
 
 
 def test_status_and_report_show_bracketed_code_intact(rebaser, tmp_path, upstream):
-    series = build_series(
-        tmp_path / "proj",
-        upstream,
-        "v1",
-        [Change("demo: double mul", {"pkg/calc.py": MUL_DOUBLED})],
-    )
+    series = double_mul_series(tmp_path, upstream)
     upstream.commit(
         {
             "pkg/calc.py": edit(
