@@ -13,8 +13,9 @@ from typing import Iterator, Optional, Sequence
 from rich.console import Console
 from rich.text import Text
 
-from rebaser import __version__, bisect, engine, matrix, recovery
+from rebaser import __version__, bisect, engine, importer, matrix, recovery
 from rebaser.errors import ExitCode, RebaserError
+from rebaser.rangediff import to_markdown
 from rebaser.refresh import refresh
 from rebaser.report import render, write_json
 from rebaser.steps.testrun import TEST_MODES
@@ -118,6 +119,27 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write nothing; exit 4 if the series differs from the branch",
     )
+    refresh.add_argument(
+        "--range-diff-markdown",
+        type=Path,
+        metavar="FILE",
+        help="write what changed in the series (git range-diff) as Markdown, for a PR description",
+    )
+
+    import_cmd = commands.add_parser(
+        "import", help="turn a fork's branch (BASE..TIP) into a series: one patch per commit"
+    )
+    import_cmd.add_argument("--repo", type=Path, required=True, help=_REPO_HELP["import"])
+    import_cmd.add_argument(
+        "--range",
+        required=True,
+        metavar="BASE..TIP",
+        help="the commits to import: on top of BASE (recorded as @base), up to TIP",
+    )
+    import_cmd.add_argument(
+        "--series-dir", type=Path, required=True, help="a new folder for the patches and series"
+    )
+    import_cmd.add_argument("--name", help="the series' @name (default: the folder's name)")
 
     status = commands.add_parser("status", help="show where an interrupted apply stands")
     _repo_option(status, _REPO_HELP["in progress"])
@@ -135,6 +157,7 @@ _REPO_HELP = {
     "base the cache repository (default: the current folder's, else the only apply in progress)",
     "refresh": "the repository (or a worktree of it) holding --branch "
     "(default: the current folder)",
+    "import": "the fork's git clone, holding both ends of --range",
 }
 
 
@@ -223,6 +246,8 @@ def _dispatch(args: argparse.Namespace, out: Console, err: Console) -> int:
         return _status(args, out)
     if args.command == "refresh":
         return _refresh(args, out)
+    if args.command == "import":
+        return _import(args, out)
     if args.command == "bisect":
         return _bisect(args, out, err)
     if args.command == "verify":
@@ -273,16 +298,35 @@ def _bisect(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _refresh(args: argparse.Namespace, out: Console) -> int:
-    changes = refresh(_series_file(args), args.repo, args.branch, write=not args.check)
-    for change in changes:
+    refreshed = refresh(_series_file(args), args.repo, args.branch, write=not args.check)
+    for change in refreshed.files:
         out.print(
             f"  {change.status:9} {change.path}",
             style=None if change.status == "unchanged" else "bold",
         )
-    changed = [c for c in changes if c.status != "unchanged"]
+    changed = [c for c in refreshed.files if c.status != "unchanged"]
     verb = "would change" if args.check else "changed"
-    out.print(f"refresh: {len(changed)} of {len(changes)} files {verb}")
+    out.print(f"refresh: {len(changed)} of {len(refreshed.files)} files {verb}")
+    diff = refreshed.range_diff
+    if diff.note:
+        out.print(diff.note)
+    elif diff.changed:
+        out.print("range-diff (old series → branch):")
+        out.print(diff.text.rstrip("\n"), markup=False)
+    if args.range_diff_markdown:
+        args.range_diff_markdown.write_text(to_markdown(diff, "Patch series changes"))
     return int(ExitCode.VERIFY_FAILED if args.check and changed else ExitCode.OK)
+
+
+def _import(args: argparse.Namespace, out: Console) -> int:
+    imported = importer.import_range(args.repo, args.range, args.series_dir.resolve(), args.name)
+    for empty in imported.skipped_empty:
+        out.print(f"  skipped (changes nothing): {empty}")
+    out.print(
+        f"imported {len(imported.patches)} patches into {imported.series_file} "
+        f"(@base git:{imported.base})"
+    )
+    return int(ExitCode.OK)
 
 
 def _status(args: argparse.Namespace, out: Console) -> int:

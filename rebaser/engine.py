@@ -14,16 +14,15 @@ from typing import Callable, Optional
 
 from rebaser import recovery
 from rebaser import state as state_store
-from rebaser import workspace
+from rebaser import resolutions, series_start, workspace
 from rebaser.errors import ExitCode, RebaserError
-from rebaser.git import Git
+from rebaser.git import FORKKIT_IDENTITY, Git
 from rebaser.records import StepStatus, Stop, StopPhase
-from rebaser.refresh import OVERLAY_SUBJECT
 from rebaser.report import Report, StepRow, outcome_text
-from rebaser.series import Series, load_series
+from rebaser.series import Patch, Series, identity, load_series, with_identity
 from rebaser.state import ApplyState
 from rebaser.steps.overlay import OVERLAY_STEP, lay_overlay
-from rebaser.steps.patching import apply_patch
+from rebaser.steps.patching import PatchOutcome, apply_patch
 from rebaser.steps.testrun import SuiteResult, check_interpreter, run_series_tests
 from rebaser.steps.verify import find_conflict_markers, verify
 from rebaser.upstream import PypiSpec, Target, pypi_cache, resolve_target
@@ -111,6 +110,7 @@ def resume(repo_hint: Optional[Path], progress: Progress) -> Report:
         if state.stopped.phase == StopPhase.APPLY:
             recovery.refuse_untracked(worktree, state.stopped.patch)
             _take_manual_fix(state, series, worktree)
+            _record_resolution(state, series, worktree)
         state.head = worktree.out("rev-parse", "HEAD")  # the user's fix is part of the branch
     state.stopped = None
     state.save()
@@ -150,7 +150,7 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
         progress(name)
         _starting(state, name)
         if name == OVERLAY_STEP:
-            row, stop = lay_overlay(series, worktree), None
+            row, stop = lay_overlay(series, worktree, state.branch), None
             if row.status == StepStatus.FAILED:
                 stop = Stop(StopPhase.APPLY, name, row.detail)
         else:
@@ -158,6 +158,8 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
             outcome = apply_patch(
                 worktree, patch, base_objects=base_objects, codemods=series.codemods
             )
+            if not outcome.applied and outcome.conflicts:
+                outcome = _replay_resolution(worktree, patch, series, outcome)
             row = StepRow(
                 patch.name,
                 outcome.status,
@@ -284,7 +286,7 @@ def _take_manual_fix(state: ApplyState, series: Series, worktree: Git) -> None:
     head = worktree.out("rev-parse", "HEAD")
     if staged:
         first = series.patches[0]
-        message = patch.message if patch else f"{OVERLAY_SUBJECT} (merged by hand)\n"
+        message = patch.message if patch else f"{series_start.OVERLAY_SUBJECT} (merged by hand)\n"
         worktree.commit(message, author=(patch or first).author, date=(patch or first).date)
     elif head == state.stopped_head:
         raise RebaserError(
@@ -293,6 +295,8 @@ def _take_manual_fix(state: ApplyState, series: Series, worktree: Git) -> None:
             next_step="make the patch's change there and `git add` it (or commit it), then continue; "
             "or `rebaser abort`",
         )
+    elif patch is not None:
+        _carry_identity(worktree, patch)
     subject = worktree.out("log", "-1", "--format=%s")
     state.steps.append(
         asdict(
@@ -305,6 +309,54 @@ def _take_manual_fix(state: ApplyState, series: Series, worktree: Git) -> None:
         )
     )
     state.next_step += 1
+
+
+def _carry_identity(worktree: Git, patch: Patch) -> None:
+    """The user committed the fix themselves: add the patch's identity trailer to that commit,
+    so `refresh` writes it back to the patch's own file."""
+    message = worktree.run("log", "-1", "--format=%B").stdout
+    if identity(message) is not None:
+        return
+    name, email = FORKKIT_IDENTITY
+    date = worktree.out("log", "-1", "--format=%cD")
+    env = {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email, "GIT_COMMITTER_DATE": date}
+    amended = with_identity(message, patch.name).encode()
+    worktree.run(
+        "commit",
+        "--amend",
+        "--quiet",
+        "--no-verify",
+        "--cleanup=verbatim",
+        "-F",
+        "-",
+        env=env,
+        stdin=amended,
+    )
+
+
+def _replay_resolution(
+    worktree: Git, patch: Patch, series: Series, outcome: PatchOutcome
+) -> PatchOutcome:
+    """A conflict stop the series has a recorded resolution for goes on by itself; any other
+    is snapshotted, so `continue` can record how the user resolves it."""
+    replayed = resolutions.replay(worktree, patch, series)
+    if replayed:
+        return PatchOutcome(StepStatus.RESOLUTION_REPLAYED, replayed.detail)
+    resolutions.snapshot(worktree)
+    if replayed.detail:
+        outcome.detail = f"{outcome.detail}; {replayed.detail}"
+    return outcome
+
+
+def _record_resolution(state: ApplyState, series: Series, worktree: Git) -> None:
+    """After the user's fix of a conflict stop: remember it beside the series."""
+    if state.next_step < 2:  # the stop was the overlay, not a patch
+        return
+    patch = series.patches[state.next_step - 2]
+    recorded = resolutions.record(worktree, patch, series)
+    if recorded:
+        folder = resolutions.folder_for(series, patch).relative_to(series.patches_dir)
+        state.steps[-1]["detail"] += f"; {len(recorded)} resolution(s) recorded in {folder}/"
 
 
 def _series_base_objects(series: Series, progress: Progress) -> Optional[Path]:

@@ -1,10 +1,10 @@
 """`rebaser refresh`: re-export the series (and overlay) from a resolved branch.
 
-The export is stable and minimal, as Electron's patch tooling does it: no commit hashes
-(zero-commit), no diffstat, no signature, no numbering, full blob ids (3-way merges need
-them) and fixed diff options whatever the user's git config says. The author date travels
-with each patch through apply, so re-exporting an unchanged series is byte-identical and a
-changed one differs only where it changed.
+Each commit after the series start (rebaser/series_start.py) is exported by the stable rules
+of rebaser/export.py into the file its `Forkkit-Patch:` trailer names, so a patch skipped or
+dropped on the branch never lends its file name to the next one. Commits without the trailer
+(made by hand) become new patches at the end; a branch where no commit has it (made before
+the trailer existed) is read by position, as before.
 """
 
 from __future__ import annotations
@@ -14,27 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from rebaser import series_start
 from rebaser.errors import RebaserError
+from rebaser.export import export_patch, patch_file_name
 from rebaser.git import Git, find_repo
-from rebaser.series import Series, load_series
-
-OVERLAY_SUBJECT = "forkkit: overlay"
-_EXPORT_FLAGS = (
-    "--stdout",
-    "--zero-commit",
-    "--full-index",
-    "--no-signature",
-    "--no-stat",
-    "--keep-subject",
-    "--no-numbered",
-    "--no-renames",
-    "--no-color",
-    "--diff-algorithm=myers",
-    "--unified=3",
-    "--no-thread",
-    "--encoding=UTF-8",
-)
-_EXPORT_CONFIG = ("-c", "format.signOff=false", "-c", "core.quotePath=true")
+from rebaser.rangediff import RangeDiff, range_diff
+from rebaser.series import Series, identity, load_series
 
 
 @dataclass
@@ -45,28 +30,41 @@ class ExportedFile:
     status: str  # unchanged | updated | new | removed
 
 
-def export_patch(git: Git, sha: str) -> str:
-    """One commit as a stable git-format patch."""
-    return git.run(*_EXPORT_CONFIG, "format-patch", "-1", sha, *_EXPORT_FLAGS).stdout
+@dataclass(frozen=True)
+class BranchCommit:
+    sha: str
+    subject: str
+    identity: Optional[str]  # the patch file it was made from (Forkkit-Patch trailer)
 
 
-def branch_commits(git: Git, branch: str) -> tuple[Optional[str], list[str]]:
-    """The overlay commit (or None) and the patch commits after it, oldest first."""
-    log = git.out("log", "--reverse", "--format=%H %s", "--first-parent", branch)
-    lines = [line.split(" ", 1) for line in log.splitlines()]
-    overlay = [i for i, (_, subject) in enumerate(lines) if subject.startswith(OVERLAY_SUBJECT)]
-    if not overlay:
+def branch_commits(git: Git, branch: str) -> tuple[str, list[BranchCommit]]:
+    """The overlay commit and the patch commits after it, oldest first."""
+    start = series_start.find(git, branch)
+    if start is None:
         raise RebaserError(
-            f"branch {branch} has no '{OVERLAY_SUBJECT}' commit, so its series cannot be found",
+            f"branch {branch} has no {series_start.PREFIX}/ ref and no "
+            f"'{series_start.OVERLAY_SUBJECT}' commit, so its series cannot be found",
             next_step="refresh a branch made by `rebaser apply`",
         )
-    start = overlay[-1]
-    return lines[start][0], [sha for sha, _ in lines[start + 1 :]]
+    log = git.out(
+        "log", "--reverse", "--first-parent", "--format=%H%x00%B%x01", f"{start}..{branch}"
+    )
+    commits = []
+    for entry in filter(None, (part.strip("\n") for part in log.split("\x01"))):
+        sha, _, message = entry.partition("\0")
+        commits.append(BranchCommit(sha, message.split("\n", 1)[0], identity(message)))
+    return start, commits
+
+
+@dataclass
+class Refreshed:
+    files: list[ExportedFile]
+    range_diff: RangeDiff  # the old series (the files before) against the branch's commits
 
 
 def refresh(
     series_file: Path, repo: Optional[Path], branch: Optional[str], *, write: bool
-) -> list[ExportedFile]:
+) -> Refreshed:
     series = load_series(series_file)
     git = find_repo(repo or Path.cwd())
     if git is None:
@@ -77,18 +75,23 @@ def refresh(
         branch = git.out("rev-parse", "--abbrev-ref", "HEAD")
         if branch == "HEAD":
             raise RebaserError("no branch is checked out here", next_step="pass --branch NAME")
-    overlay_sha, patch_shas = branch_commits(git, branch)
+    overlay_sha, commits = branch_commits(git, branch)
     changes = _refresh_overlay(series, git, overlay_sha, branch, write=write)
-    names = _patch_names(series, [git.out("log", "-1", "--format=%s", sha) for sha in patch_shas])
-    for name, sha in zip(names, patch_shas):
-        changes.append(_write(series.patches_dir / name, export_patch(git, sha), write=write))
+    names = _patch_names(series, commits)
+    changed = range_diff(
+        git, series, [(c.sha, name) for c, name in zip(commits, names)], overlay_sha
+    )
+    for name, commit in zip(names, commits):
+        changes.append(
+            _write(series.patches_dir / name, export_patch(git, commit.sha), write=write)
+        )
     for stale in [p.name for p in series.patches if p.name not in names]:
         changes.append(ExportedFile(f"patches/{stale}", "removed"))
         if write:
             (series.patches_dir / stale).unlink()
     if [p.name for p in series.patches] != names:
         changes.append(_write(series.file, _series_text(series, names), write=write))
-    return changes
+    return Refreshed(changes, changed)
 
 
 def _refresh_overlay(
@@ -121,13 +124,27 @@ def _write(path: Path, text: str, *, write: bool, label: Optional[str] = None) -
     return ExportedFile(label, status)
 
 
-def _patch_names(series: Series, subjects: list[str]) -> list[str]:
-    """Keep the series' names in order; name extra commits NNNN-<subject>.patch."""
-    names = [patch.name for patch in series.patches][: len(subjects)]
-    for number, subject in enumerate(subjects[len(names) :], start=len(names) + 1):
-        slug = re.sub(r"[^a-z0-9]+", "-", subject.lower().split(":", 1)[-1]).strip("-")[:48]
-        names.append(f"{number:04d}-{slug or 'patch'}.patch")
-    return names
+def _patch_names(series: Series, commits: list[BranchCommit]) -> list[str]:
+    """The file each commit goes to: its identity; new commits get NNNN-<subject>.patch."""
+    known = [patch.name for patch in series.patches]
+    if not any(commit.identity for commit in commits):
+        # A branch from before identities: the series' names in order, as it was applied.
+        names = known[: len(commits)]
+        return names + _new_names(commits[len(names) :], taken=names)
+    names: list[Optional[str]] = []
+    for commit in commits:
+        fresh = commit.identity and commit.identity not in names
+        names.append(commit.identity if fresh else None)
+    taken = [name for name in names if name] + known
+    new = iter(_new_names([c for c, n in zip(commits, names) if n is None], taken=taken))
+    return [name or next(new) for name in names]
+
+
+def _new_names(commits: list[BranchCommit], *, taken: list[str]) -> list[str]:
+    """Numbered after every number in use, so a new patch never takes an existing file."""
+    numbers = [int(match[1]) for name in taken if (match := re.match(r"(\d+)-", name))]
+    first = max(numbers, default=0) + 1
+    return [patch_file_name(first + i, commit.subject) for i, commit in enumerate(commits)]
 
 
 def _series_text(series: Series, names: list[str]) -> str:

@@ -16,6 +16,9 @@ Each patch is `git format-patch` output. Its message may carry trailers:
     Forkkit-Symbol: path::Qual.name         a symbol that must exist after the series
     Forkkit-Symbol: path::func(param)       ... a function that must take `param`
     Forkkit-Symbol: path::Qual.func->callee ... a function that must call `callee`
+
+The commit an apply makes for a patch carries `Forkkit-Patch: <file name>`, its identity:
+`refresh` writes each commit back to the file it came from, whatever was skipped or dropped.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from rebaser.errors import RebaserError
 _DIRECTIVES = ("name", "base", "overlay", "codemods", "upstream-test", "test-requires")
 _LISTS = ("upstream-test", "test-requires")  # directives that may be given several times
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+PATCH_TRAILER = "Forkkit-Patch"
+_TRAILER_LINE_RE = re.compile(r"^[A-Za-z0-9-]+: ")
 _SYMBOL_RE = re.compile(
     r"^(?P<path>[^:\s]+)::(?P<qualname>[A-Za-z_][\w.]*)"
     r"(?:\((?P<param>[A-Za-z_]\w*)\)|->(?P<calls>[A-Za-z_][\w.]*))?$"
@@ -92,7 +97,9 @@ class Patch:
 
     @property
     def message(self) -> str:
-        return f"{self.subject}\n\n{self.body}\n" if self.body else f"{self.subject}\n"
+        """The commit message: the patch's own, plus its identity trailer."""
+        own = f"{self.subject}\n\n{self.body}\n" if self.body else f"{self.subject}\n"
+        return with_identity(own, self.name)
 
     @property
     def touched_paths(self) -> list[str]:
@@ -287,6 +294,30 @@ def _strip_prefix(path: str) -> str:
 def _trailers(body: str, key: str) -> list[str]:
     prefix = f"{key}:"
     return [line[len(prefix) :].strip() for line in body.splitlines() if line.startswith(prefix)]
+
+
+def with_identity(message: str, name: str) -> str:
+    """`message` with one `Forkkit-Patch: <name>` trailer, in its trailer block if it has one."""
+    message = strip_identity(message)
+    paragraphs = message.rstrip("\n").split("\n\n")
+    last = paragraphs[-1].splitlines()
+    in_block = len(paragraphs) > 1 and all(_TRAILER_LINE_RE.match(line) for line in last)
+    return message.rstrip("\n") + ("\n" if in_block else "\n\n") + f"{PATCH_TRAILER}: {name}\n"
+
+
+def strip_identity(message: str) -> str:
+    """The inverse of with_identity: `message` without its `Forkkit-Patch:` trailers."""
+    lines = message.splitlines(keepends=True)
+    kept = [line for line in lines if not line.startswith(f"{PATCH_TRAILER}:")]
+    if len(kept) == len(lines):
+        return message
+    return "".join(kept).rstrip("\n") + "\n"
+
+
+def identity(message: str) -> Optional[str]:
+    """The patch file a commit was made from (its `Forkkit-Patch:` trailer), if it says."""
+    names = _trailers(message, PATCH_TRAILER)
+    return names[-1] if names else None
 
 
 def load_series(file: Path) -> Series:

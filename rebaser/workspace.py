@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
+from rebaser import series_start
 from rebaser.errors import RebaserError
 from rebaser.git import FORKKIT_AUTHOR, Git
 
@@ -114,6 +115,7 @@ def remove(repo: Git, branch: str, *, reason: str) -> Optional[str]:
         backup = f"{BACKUP_PREFIX}/{branch}/{reason}-{time.strftime('%Y%m%d-%H%M%S')}"
         repo.run("update-ref", backup, f"refs/heads/{branch}")
         repo.run("branch", "--quiet", "-D", branch)
+    series_start.forget(repo, branch)
     repo.run("worktree", "prune")
     return backup
 
@@ -129,6 +131,7 @@ def discard(repo: Git, branch: str) -> None:
         repo.run("worktree", "remove", "--force", str(where))
     if repo.ref_exists(f"refs/heads/{branch}"):
         repo.run("branch", "--quiet", "-D", branch)
+    series_start.forget(repo, branch)
     repo.run("worktree", "prune")
 
 

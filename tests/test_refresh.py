@@ -49,7 +49,8 @@ def test_reexport_of_an_unchanged_series_is_byte_identical(rebaser, tmp_path):
 def test_manual_fix_is_exported_and_the_refreshed_series_applies_cleanly(
     rebaser, tmp_path, upstream
 ):
-    series = two_patch_series(tmp_path, upstream)
+    v1 = git(upstream.path, "rev-parse", "v1")
+    series = two_patch_series(tmp_path, upstream, extra_directives=f"@base git:{v1}\n")
     first_patch = (series.parent / "0001-change-1.patch").read_bytes()
     conflicting_upstream(upstream)
     report = tmp_path / "r.json"
@@ -64,7 +65,22 @@ def test_manual_fix_is_exported_and_the_refreshed_series_applies_cleanly(
         check.code == ExitCode.VERIFY_FAILED
         and "updated   patches/0002-change-2.patch" in check.out
     )
-    assert rebaser("refresh", "--series", series, "--repo", tree).code == ExitCode.OK
+    markdown = tmp_path / "range-diff.md"
+    result = rebaser(
+        "refresh", "--series", series, "--repo", tree, "--range-diff-markdown", markdown
+    )
+    assert result.code == ExitCode.OK
+    # What changed in the series, as git range-diff tells it: patch 1 the same, patch 2 not.
+    assert "range-diff (old series → branch):" in result.out
+    assert "-+    return 2 * a * b" in result.out and "++    return 2 * b * a" in result.out
+    assert markdown.read_text().splitlines()[2:7] == [
+        "1 unchanged, 1 changed.",
+        "",
+        "| old patch | new patch | |",
+        "|---|---|---|",
+        "| 0001-change-1.patch | 0001-change-1.patch | unchanged |",
+    ]
+    assert "| 0002-change-2.patch | 0002-change-2.patch | changed |" in markdown.read_text()
     # Patch 1 is the same change on a new base: only its blob ids (the index line) move.
     old, new = (
         first_patch.decode().splitlines(),
@@ -125,4 +141,89 @@ def test_overlay_edits_and_new_commits_are_exported(rebaser, tmp_path, upstream)
 def test_refresh_needs_a_branch_made_by_apply(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream)
     result = rebaser("refresh", "--series", series, "--repo", upstream.path, "--branch", "main")
-    assert result.code == ExitCode.USAGE and "has no 'forkkit: overlay' commit" in result.err
+    assert result.code == ExitCode.USAGE and "no refs/forkkit/series-start/ ref" in result.err
+
+
+def three_patch_series(tmp_path, upstream):
+    return build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1",
+        [
+            Change("demo: document add", {"pkg/calc.py": ADD_DOC}),
+            Change("demo: double mul", {"pkg/calc.py": edit(ADD_DOC, "a * b\n", "2 * a * b\n")}),
+            Change(
+                "demo: negate twice",
+                {
+                    "pkg/calc.py": edit(
+                        edit(ADD_DOC, "a * b\n", "2 * a * b\n"), "-a\n", "-(-(-a))\n"
+                    )
+                },
+            ),
+        ],
+    )
+
+
+def test_a_patch_dropped_on_the_branch_keeps_its_file_and_the_next_keeps_its_own(
+    rebaser, tmp_path, upstream
+):
+    """Keyed by position, refresh wrote patch 3's diff into patch 2's file when 2 was dropped."""
+    series = three_patch_series(tmp_path, upstream)
+    third = (series.parent / "0003-change-3.patch").read_bytes()
+    report = tmp_path / "r.json"
+    assert apply(rebaser, series, upstream, "v1", "--json", report).code == ExitCode.OK
+    tree = Path(json.loads(report.read_text())["worktree"])
+    # Drop patch 2 from the branch, as `rebaser skip` or --keep-going leave it.
+    git(tree, "rebase", "-q", "--onto", "HEAD~2", "HEAD~1")
+    assert "Forkkit-Patch: 0003-change-3.patch" in git(tree, "log", "-1", "--format=%B")
+
+    result = rebaser("refresh", "--series", series, "--repo", tree)
+    assert result.code == ExitCode.OK, result.err
+    assert "removed   patches/0002-change-2.patch" in result.out
+    assert "no range-diff: the series names no @base to rebuild it on" in result.out
+    assert not (series.parent / "0002-change-2.patch").exists()
+    # Patch 3 is exported into its own file; only its preimage blob id moved.
+    new_third = (series.parent / "0003-change-3.patch").read_text().splitlines()
+    changed = [(a, b) for a, b in zip(third.decode().splitlines(), new_third) if a != b]
+    assert len(changed) == 1 and changed[0][0].startswith("index "), changed
+    assert series.read_text().splitlines()[-2:] == ["0001-change-1.patch", "0003-change-3.patch"]
+
+
+def test_series_start_is_read_from_a_ref_not_from_a_subject(rebaser, tmp_path, upstream):
+    series = three_patch_series(tmp_path, upstream)
+    report = tmp_path / "r.json"
+    assert apply(rebaser, series, upstream, "v1", "--json", report).code == ExitCode.OK
+    tree = Path(json.loads(report.read_text())["worktree"])
+    overlay = git(tree, "rev-parse", "HEAD~3")
+    assert git(upstream.path, "rev-parse", "refs/forkkit/series-start/forkkit/demo/v1") == overlay
+    # A patch whose subject looks like the overlay's no longer cuts the series short.
+    git(tree, "commit", "-q", "--allow-empty", "-m", "forkkit: overlay (notes)")
+    (tree / "pkg/extra.py").write_text("X = 1\n")
+    git(tree, "add", "pkg/extra.py")
+    git(tree, "commit", "-qm", "demo: add extra")
+    result = rebaser("refresh", "--series", series, "--repo", tree, "--check")
+    assert "unchanged patches/0003-change-3.patch" in result.out, result.out
+    assert "new       patches/0005-add-extra.patch" in result.out
+
+    # A branch from before the ref is still found by its overlay commit's subject.
+    git(tree, "reset", "-q", "--hard", "HEAD~2")
+    git(upstream.path, "update-ref", "-d", "refs/forkkit/series-start/forkkit/demo/v1")
+    old = rebaser("refresh", "--series", series, "--repo", tree, "--check")
+    assert old.code == ExitCode.OK and "0 of 3 files would change" in old.out, old.out
+
+
+def test_a_fix_the_user_committed_goes_back_to_its_patch_file(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    conflicting_upstream(upstream)
+    report = tmp_path / "r.json"
+    assert apply(rebaser, series, upstream, "v2", "--json", report).code == ExitCode.NOT_APPLIED
+    tree = Path(json.loads(report.read_text())["worktree"])
+    (tree / "pkg/calc.py").write_text(edit(ADD_DOC, "    return a * b\n", "    return 2 * b * a\n"))
+    git(tree, "commit", "-qam", "demo: double mul, on top of the swap")
+    assert rebaser("continue", "--repo", upstream.path).code == ExitCode.OK
+    assert git(tree, "log", "-1", "--format=%B").endswith("Forkkit-Patch: 0002-change-2.patch")
+    result = rebaser("refresh", "--series", series, "--repo", tree)
+    assert "updated   patches/0002-change-2.patch" in result.out and "new " not in result.out
+    refreshed = (series.parent / "0002-change-2.patch").read_text()
+    assert "Subject: demo: double mul, on top of the swap" in refreshed
+    assert "Forkkit-Patch" not in refreshed

@@ -6,16 +6,17 @@ import shutil
 
 from rebaser.git import Git
 from rebaser.records import StepStatus
-from rebaser.refresh import OVERLAY_SUBJECT
+from rebaser import series_start
 from rebaser.report import StepRow
 from rebaser.series import Series
 
 OVERLAY_STEP = "overlay"
 
 
-def lay_overlay(series: Series, worktree: Git) -> StepRow:
+def lay_overlay(series: Series, worktree: Git, branch: str) -> StepRow:
     """Copy the overlay in and commit it. The commit is made even with no files: it marks
-    where the series starts on the branch (refresh and the overlay tests look for it)."""
+    where the series starts on the branch (a ref names it; refresh and the overlay tests
+    look for it)."""
     files = series.overlay_files()
     clashes = [path for path in files if (worktree.path / path).exists()]
     if clashes:
@@ -34,10 +35,11 @@ def lay_overlay(series: Series, worktree: Git) -> StepRow:
         worktree.run("add", "--", *files)
     source = f"New files from {series.overlay_dir.name}/" if series.overlay_dir else "No overlay"
     first = series.patches[0]
-    worktree.commit(
-        f"{OVERLAY_SUBJECT} ({len(files)} files)\n\n{source}, laid by dsa-forkkit.\n",
+    overlay_sha = worktree.commit(
+        f"{series_start.OVERLAY_SUBJECT} ({len(files)} files)\n\n{source}, laid by dsa-forkkit.\n",
         author=first.author,
         date=first.date,
         allow_empty=True,
     )
+    series_start.mark(worktree, branch, overlay_sha)
     return StepRow(OVERLAY_STEP, StepStatus.LAID, f"{len(files)} files", files)

@@ -1,0 +1,84 @@
+"""The stable patch export shared by `refresh` and `import`.
+
+The export is stable and minimal, as Electron's patch tooling does it: no commit hashes
+(zero-commit), no diffstat, no signature, no numbering, full blob ids (3-way merges need
+them) and fixed diff options whatever the user's git config says. The author date travels
+with each patch through apply, so re-exporting an unchanged series is byte-identical and a
+changed one differs only where it changed.
+
+A patch's identity (its file name) travels in a `Forkkit-Patch:` trailer on the commit an
+apply makes; the exported file never carries it (the file name is the identity there).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping, Optional
+
+from rebaser.git import Git
+from rebaser.series import PATCH_TRAILER, strip_identity
+
+_EXPORT_FLAGS = (
+    "--stdout",
+    "--zero-commit",
+    "--full-index",
+    "--no-signature",
+    "--no-stat",
+    "--keep-subject",
+    "--no-numbered",
+    "--no-renames",
+    "--no-color",
+    "--diff-algorithm=myers",
+    "--unified=3",
+    "--no-thread",
+    "--encoding=UTF-8",
+)
+_EXPORT_CONFIG = ("-c", "format.signOff=false", "-c", "core.quotePath=true")
+
+
+def export_patch(git: Git, sha: str) -> str:
+    """One commit as a stable git-format patch, without its `Forkkit-Patch:` trailer."""
+    message = git.run("log", "-1", "--format=%B", sha).stdout
+    if f"{PATCH_TRAILER}:" in message:
+        sha = _without_identity(git, sha, strip_identity(message))
+    return git.run(*_EXPORT_CONFIG, "format-patch", "-1", sha, *_EXPORT_FLAGS).stdout
+
+
+def patch_file_name(number: int, subject: str) -> str:
+    """`NNNN-<slug of the subject>.patch`, the subject's `area:` prefix left out."""
+    slug = re.sub(r"[^a-z0-9]+", "-", subject.lower().split(":", 1)[-1]).strip("-")[:48]
+    return f"{number:04d}-{slug or 'patch'}.patch"
+
+
+def commit_object(
+    git: Git,
+    tree: str,
+    parents: list[str],
+    message: str,
+    author: tuple[str, str, str],
+    env: Optional[Mapping[str, str]] = None,
+) -> str:
+    """An unreferenced commit (`author` = name, email, date; also the committer): for
+    exports and range-diffs, never for a branch."""
+    fields = dict(zip(("NAME", "EMAIL", "DATE"), author))
+    identity = {
+        f"GIT_{role}_{key}": v for role in ("AUTHOR", "COMMITTER") for key, v in fields.items()
+    }
+    parent_args = [arg for parent in parents for arg in ("-p", parent)]
+    created = git.run(
+        "commit-tree",
+        tree,
+        *parent_args,
+        "-F",
+        "-",
+        env={**(env or {}), **identity},
+        stdin=message.encode(),
+    )
+    return created.stdout.strip()
+
+
+def _without_identity(git: Git, sha: str, message: str) -> str:
+    """The same commit (tree, parents, author) with `message`."""
+    fields = git.out("log", "-1", "--date=raw", "--format=%an%x00%ae%x00%ad%x00%P", sha)
+    name, email, date, parents = fields.split("\0")
+    return commit_object(git, f"{sha}^{{tree}}", parents.split(), message, (name, email, date))

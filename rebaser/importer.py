@@ -1,0 +1,141 @@
+"""`rebaser import`: turn a fork's branch (BASE..TIP) into a series.
+
+One stable git-format patch per commit (rebaser/export.py, the rules `refresh` uses), and a
+series file naming the series and recording BASE as `@base git:<sha>`, so the patches'
+preimages can be found again. The series is written into a temporary folder beside the
+target and renamed into place at the end: an existing folder is never touched, and a failed
+import leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from rebaser.errors import RebaserError
+from rebaser.export import export_patch, patch_file_name
+from rebaser.git import Git, find_repo
+from rebaser.series import load_series
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class Imported:
+    series_file: Path
+    base: str
+    patches: list[str]
+    skipped_empty: list[str]  # "<short sha> <subject>" of commits that change nothing
+
+
+def import_range(
+    repo: Path, range_spec: str, series_dir: Path, name: Optional[str] = None
+) -> Imported:
+    git = _repository(repo)
+    base, tip = _parse_range(git, range_spec)
+    name = name or series_dir.name
+    if not _NAME_RE.match(name):
+        raise RebaserError(
+            f"series name {name!r} cannot be part of a branch name",
+            next_step="pass --name with letters, digits, '.', '_' or '-'",
+        )
+    if series_dir.exists() or series_dir.is_symlink():
+        raise RebaserError(
+            f"{series_dir} already exists; import never overwrites a series",
+            next_step="choose a new --series-dir, or remove that folder yourself",
+        )
+    commits = _commits(git, base, tip, range_spec)
+    series_dir.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{series_dir.name}.import-", dir=series_dir.parent))
+    try:
+        imported = _write_series(git, commits, scratch, name, base)
+        scratch.rename(series_dir)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return Imported(series_dir / "series", base, imported.patches, imported.skipped_empty)
+
+
+def _repository(repo: Path) -> Git:
+    git = find_repo(repo.expanduser())
+    if git is None and (repo / "HEAD").is_file():
+        git = Git(repo)  # a bare repository
+    if git is None:
+        raise RebaserError(
+            f"{repo} is not a git repository", next_step="point --repo at the fork's clone"
+        )
+    return git
+
+
+def _parse_range(git: Git, range_spec: str) -> tuple[str, str]:
+    base_rev, dots, tip_rev = range_spec.partition("..")
+    if not dots or not base_rev or not tip_rev or tip_rev.startswith("."):
+        raise RebaserError(
+            f"--range {range_spec!r} is not BASE..TIP",
+            next_step="e.g. --range upstream/dev..my-fork (two dots, both ends named)",
+        )
+    shas = []
+    for rev in (base_rev, tip_rev):
+        sha = git.rev_parse(rev)
+        if sha is None:
+            raise RebaserError(
+                f"unknown revision {rev!r}: not a commit, tag or branch of this repository",
+                where=str(git.path),
+                next_step="fetch it first (git fetch), or check the spelling",
+            )
+        shas.append(sha)
+    base, tip = shas
+    if not git.run("merge-base", "--is-ancestor", base, tip, check=False).ok:
+        fork_point = git.run("merge-base", base, tip, check=False).stdout.strip()
+        hint = f"the branches meet at {fork_point[:12]}; " if fork_point else ""
+        raise RebaserError(
+            f"{base_rev} is not an ancestor of {tip_rev}, so {range_spec} is not one line of "
+            "commits on top of a base",
+            where=str(git.path),
+            next_step=f"{hint}pass --range $(git merge-base {base_rev} {tip_rev})..{tip_rev}",
+        )
+    return base, tip
+
+
+def _commits(git: Git, base: str, tip: str, range_spec: str) -> list[str]:
+    merges = git.out("log", "--merges", "--format=%h %s", f"{base}..{tip}").splitlines()
+    if merges:
+        raise RebaserError(
+            f"{range_spec} holds {len(merges)} merge commit(s), which a patch series cannot "
+            "carry: " + "; ".join(merges),
+            where=str(git.path),
+            next_step="linearise the branch first (e.g. git rebase BASE on a copy of it), "
+            "then import that",
+        )
+    commits = git.out("rev-list", "--reverse", f"{base}..{tip}").split()
+    if not commits:
+        raise RebaserError(
+            f"{range_spec} holds no commits", next_step="check the order: --range BASE..TIP"
+        )
+    return commits
+
+
+def _write_series(git: Git, commits: list[str], folder: Path, name: str, base: str) -> Imported:
+    patches, skipped = [], []
+    for sha in commits:
+        if not git.out("diff-tree", "--no-commit-id", "--name-only", "-r", sha):
+            skipped.append(git.out("log", "-1", "--format=%h %s", sha))
+            continue
+        file_name = patch_file_name(len(patches) + 1, git.out("log", "-1", "--format=%s", sha))
+        (folder / file_name).write_text(export_patch(git, sha), encoding="utf-8")
+        patches.append(file_name)
+    if not patches:
+        raise RebaserError("every commit in the range is empty; there is nothing to import")
+    series_file = folder / "series"
+    lines = [
+        f"# Imported by `rebaser import` from {len(commits)} commits on top of {base[:12]}.",
+        f"@name {name}",
+        f"@base git:{base}",
+        *patches,
+    ]
+    series_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    load_series(series_file)  # what import writes, apply must be able to read
+    return Imported(series_file, base, patches, skipped)

@@ -1,0 +1,165 @@
+"""Remembered resolutions (rebaser/resolutions.py) against git rerere on the same conflict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from synthetic import AUTHOR, CALC, SyntheticUpstream, edit, git
+from test_apply_synthetic import ADD_DOC, apply, conflicting_upstream, two_patch_series, worktree_of
+
+from rebaser import resolutions
+from rebaser.errors import ExitCode
+from rebaser.export import export_patch
+from rebaser.git import Git
+from rebaser.series import load_series
+
+DOUBLE = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
+SWAP = edit(CALC, "    return a * b\n", "    return b * a\n")
+RESOLVED = edit(CALC, "    return a * b\n", "    return 2 * b * a\n")
+
+
+def conflicting_history(upstream) -> Path:
+    """Branch `patch` doubles mul; v2 swaps its operands; v3 also changes another function.
+    Returns a series holding the patch."""
+    git(upstream.path, "checkout", "-q", "-b", "patch", "v1")
+    upstream.commit({"pkg/calc.py": DOUBLE}, "demo: double mul")
+    git(upstream.path, "checkout", "-q", "main")
+    upstream.commit({"pkg/calc.py": SWAP}, "upstream: swap mul", tag="v2")
+    upstream.commit({"pkg/calc.py": edit(SWAP, "return -a", "return 0 - a")}, "v3", tag="v3")
+    folder = upstream.path.parent / "series"
+    folder.mkdir()
+    (folder / "0001-double-mul.patch").write_text(export_patch(Git(upstream.path), "patch"))
+    (folder / "series").write_text("@name demo\n0001-double-mul.patch\n")
+    return folder / "series"
+
+
+def stop_at(upstream, tag: str, name: str) -> Git:
+    """A worktree at `tag` where the patch stopped with conflict markers (as an apply leaves it)."""
+    tree = upstream.path.parent / name
+    git(upstream.path, "worktree", "add", "-q", "--detach", str(tree), tag)
+    patch = upstream.path.parent / "series" / "0001-double-mul.patch"
+    result = Git(tree).run("apply", "--3way", "--index", str(patch), check=False)
+    assert not result.ok and Git(tree).unmerged_paths() == ["pkg/calc.py"]
+    return Git(tree)
+
+
+def test_record_then_replay_on_another_base_matches_git_rerere(tmp_path, upstream):
+    series = load_series(conflicting_history(upstream))
+    patch = series.patches[0]
+
+    # Ours: stop on v2, snapshot, resolve + commit, record; then replay on v3.
+    first = stop_at(upstream, "v2", "first")
+    resolutions.snapshot(first)
+    (first.path / "pkg/calc.py").write_text(RESOLVED)
+    first.run("add", "pkg/calc.py")
+    first.commit(patch.message, author=AUTHOR, date="1700000000 +0000")
+    ids = resolutions.record(first, patch, series)
+    folder = series.patches_dir / "resolutions" / patch.name / ids[0]
+    assert len(ids) == 1 and (folder / "postimage").read_text() == "    return 2 * b * a\n"
+    assert (folder / "preimage").read_text() == (
+        "<<<<<<<\n    return 2 * a * b\n=======\n    return b * a\n>>>>>>>\n"
+    )
+    second = stop_at(upstream, "v3", "second")
+    replayed = resolutions.replay(second, patch, series)
+    assert replayed and "1 recorded conflict resolution(s) in pkg/calc.py" in replayed.detail
+    assert second.unmerged_paths() == []
+    ours = (second.path / "pkg/calc.py").read_text()
+    assert ours == edit(RESOLVED, "return -a", "return 0 - a")
+
+    # git rerere, on a clone (its records stay local): same conflict id, same result on v3.
+    clone = tmp_path / "rerere"
+    git(tmp_path, "clone", "-q", str(upstream.path), str(clone))
+    git(clone, "config", "rerere.enabled", "true")
+    git(clone, "checkout", "-q", "-b", "w2", "v2")
+    assert not Git(clone).run("cherry-pick", "origin/patch", check=False).ok
+    rr_ids = sorted(p.name for p in (clone / ".git/rr-cache").iterdir())
+    assert rr_ids == ids
+    (clone / "pkg/calc.py").write_text(RESOLVED)
+    git(clone, "add", "pkg/calc.py")
+    git(clone, "-c", "core.editor=true", "cherry-pick", "--continue")
+    git(clone, "checkout", "-q", "-b", "w3", "v3")
+    assert not Git(clone).run("cherry-pick", "origin/patch", check=False).ok  # resolved, unstaged
+    assert (clone / "pkg/calc.py").read_text() == ours
+
+
+def test_a_record_that_no_longer_matches_is_not_applied(upstream):
+    series = load_series(conflicting_history(upstream))
+    patch = series.patches[0]
+    stale = series.patches_dir / "resolutions" / patch.name / ("0" * 40)
+    stale.mkdir(parents=True)
+    (stale / "preimage").write_text("<<<<<<<\nold\n=======\nother\n>>>>>>>\n")
+    (stale / "postimage").write_text("resolved\n")
+    tree = stop_at(upstream, "v2", "tree")
+    marked = (tree.path / "pkg/calc.py").read_text()
+    replayed = resolutions.replay(tree, patch, series)
+    assert not replayed
+    assert "a recorded resolution exists" in replayed.detail
+    assert "did not match: 1 of 1 conflicts are new" in replayed.detail
+    assert (tree.path / "pkg/calc.py").read_text() == marked and tree.unmerged_paths()
+
+
+def test_resolutions_pair_each_conflict_with_its_text_when_context_was_edited_too():
+    marked = [
+        "a\n",
+        "<<<<<<< ours\n",
+        "x\n",
+        "||||||| base\n",
+        "o\n",
+        "=======\n",
+        "y\n",
+        ">>>>>>> t\n",
+        "b\n",
+        "c\n",
+        "<<<<<<< ours\n",
+        "p\n",
+        "=======\n",
+        "q\n",
+        ">>>>>>> t\n",
+        "d\n",
+    ]
+    resolved = ["a\n", "xy\n", "b\n", "C (edited)\n", "pq\n", "q2\n", "d\n"]
+    pairs = resolutions._resolutions(marked, resolved)
+    assert [(c.ours, c.theirs) for c, _ in pairs] == [(("x\n",), ("y\n",)), (("p\n",), ("q\n",))]
+    assert [text for _, text in pairs] == ["xy\n", "C (edited)\npq\nq2\n"]
+
+
+def test_continue_records_and_the_next_apply_elsewhere_replays(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    conflicting_upstream(upstream)
+    report = tmp_path / "r.json"
+    assert apply(rebaser, series, upstream, "v2", "--json", report).code == ExitCode.NOT_APPLIED
+    tree = worktree_of(report)
+    resolved = edit(ADD_DOC, "    return a * b\n", "    return 2 * b * a\n")
+    (tree / "pkg/calc.py").write_text(resolved)
+    git(tree, "add", "pkg/calc.py")
+    done = rebaser("continue", "--repo", upstream.path)
+    assert done.code == ExitCode.OK
+    assert "1 resolution(s) recorded in resolutions/0002-change-2.patch/" in done.out
+    records = list((series.parent / "resolutions" / "0002-change-2.patch").iterdir())
+    assert len(records) == 1 and (records[0] / "postimage").read_text() == "    return 2 * b * a\n"
+
+    # Another user, another clone, another base with the same conflict: replayed.
+    upstream.commit({"pkg/calc.py": edit(SWAP, "return -a", "return 0 - a")}, "v3", tag="v3")
+    clone = tmp_path / "colleague"
+    git(tmp_path, "clone", "-q", str(upstream.path), str(clone))
+    report3 = tmp_path / "r3.json"
+    result = apply(rebaser, series, SyntheticUpstream(clone), "v3", "--json", report3)
+    assert result.code == ExitCode.OK, result.out
+    steps = json.loads(report3.read_text())["steps"]
+    assert [s["status"] for s in steps] == ["laid", "clean", "resolution replayed"]
+    assert "1 recorded conflict resolution(s) in pkg/calc.py" in steps[2]["detail"]
+    assert (worktree_of(report3) / "pkg/calc.py").read_text() == edit(
+        resolved, "return -a", "return 0 - a"
+    )
+
+    # Upstream changed the conflicting line again: the record does not match; a plain stop.
+    upstream.commit({"pkg/calc.py": edit(CALC, "a * b\n", "b * a * 1\n")}, "v4", tag="v4")
+    report4 = tmp_path / "r4.json"
+    assert apply(rebaser, series, upstream, "v4", "--json", report4).code == ExitCode.NOT_APPLIED
+    stop = json.loads(report4.read_text())["stop"]
+    assert stop["patch"] == "0002-change-2.patch"
+    assert "a recorded resolution exists (resolutions/0002-change-2.patch) but did not match" in (
+        stop["reason"]
+    )
+    assert "<<<<<<<" in (worktree_of(report4) / "pkg/calc.py").read_text()
