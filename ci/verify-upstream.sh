@@ -1,28 +1,36 @@
 #!/usr/bin/env bash
-# What a fork's CI runs: verify the series against the latest upstream and a matrix of
-# supported releases; write the JSON report and a Markdown summary; fail loudly when the
-# series stops applying or its tests fail.
+# What a fork's CI runs: verify the series against upstream (one or more refs of a clone, or
+# the latest PyPI release) and a matrix of supported releases; write the JSON report and a
+# Markdown summary; fail loudly when the series stops applying or its tests fail.
 #
-#   ci/verify-upstream.sh [--repo PATH [--ref REV]] [--releases "0.19.0 0.19.2"] [--test cpu|none] [--out DIR]
+#   ci/verify-upstream.sh [--repo PATH [--ref REV]...] [--releases "0.19.0 0.19.2"]
+#                         [--series FILE] [--test cpu|none] [--out DIR]
 #
-# Latest upstream: HEAD (or --ref) of a Megatron-LM clone given with --repo, else the newest
-# megatron-core release on PyPI. Exit code: rebaser verify's (0 all green; see README).
+# Latest upstream: each --ref (default HEAD) of a Megatron-LM clone given with --repo, else
+# the newest megatron-core release on PyPI. `rebaser verify` goes on past a patch that does not
+# apply, so the report holds every patch's outcome on every base. Where a patch applied only
+# by a fallback (3-way or cherry-pick merge, codemod, replayed resolution), the series
+# refreshed from that base's branch is written to DIR/refreshed-series/<base>/ with its
+# range-diff, which also goes to the job summary: a maintainer can take the fix as it is.
+# Exit code: rebaser verify's (0 all green; see README).
 set -uo pipefail
 
-repo="" ref="HEAD" releases="0.19.0 0.19.1 0.19.2" test_mode="cpu" out="forkkit-report"
+here="$(cd "$(dirname "$0")/.." && pwd)"
+repo="" refs=() releases="0.19.0 0.19.1 0.19.2" test_mode="cpu" out="forkkit-report"
+series="$here/patches/series"
 while [ $# -gt 0 ]; do
     case "$1" in
         --repo) repo="$2"; shift 2 ;;
-        --ref) ref="$2"; shift 2 ;;
+        --ref) refs+=("$2"); shift 2 ;;
         --releases) releases="$2"; shift 2 ;;
+        --series) series="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2 ;;
         --test) test_mode="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
-        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         *) echo "ci/verify-upstream.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
 
-here="$(cd "$(dirname "$0")/.." && pwd)"
 # How to run rebaser: $REBASER (e.g. "python -m rebaser"), else the console script, else python3.
 if [ -n "${REBASER:-}" ]; then
     rebaser="$REBASER"
@@ -32,11 +40,19 @@ else
     rebaser="python3 -m rebaser"
 fi
 mkdir -p "$out"
+out="$(cd "$out" && pwd)"
 
 bases=()
 repo_args=()
 if [ -n "$repo" ]; then
-    bases+=("$(git -C "$repo" rev-parse "$ref")")
+    [ ${#refs[@]} -gt 0 ] || refs=(HEAD)
+    for ref in "${refs[@]}"; do
+        sha="$(git -C "$repo" rev-parse --verify --quiet "$ref^{commit}")" || {
+            echo "ci/verify-upstream.sh: $ref is not a commit of $repo (fetch it first)" >&2
+            exit 2
+        }
+        bases+=("$sha")
+    done
     repo_args=(--repo "$repo")
 else
     bases+=("pypi:megatron-core")  # the newest release on PyPI
@@ -46,9 +62,55 @@ for release in $releases; do
 done
 
 echo "verifying $(cd "$here" && git rev-parse --short HEAD 2>/dev/null || echo series) against: ${bases[*]}"
-$rebaser verify --series "$here/patches/series" "${repo_args[@]}" --bases "${bases[@]}" \
+# --keep: the branches stay until the refreshed series has been taken from them (below).
+$rebaser verify --series "$series" "${repo_args[@]}" --bases "${bases[@]}" --keep \
     --test "$test_mode" --json "$out/report.json" --markdown "$out/summary.md"
 status=$?
+
+# One line per base: its label, whether a patch needed a fallback, its branch and worktree.
+python3 - "$out/report.json" > "$out/branches.tsv" <<'PY' || true
+import json, re, sys
+
+FALLBACKS = {"3-way", "cherry-pick", "codemod", "resolution replayed"}
+for row in json.load(open(sys.argv[1]))["bases"]:
+    report = row["report"]
+    if report and report["branch"]:
+        fallback = not report["stop"] and any(s["status"] in FALLBACKS for s in report["steps"])
+        label = re.sub(r"[^A-Za-z0-9._=-]+", "-", row["base"])
+        print("\t".join([label, "yes" if fallback else "no", report["branch"], report["worktree"]]))
+PY
+
+series_dir="$(dirname "$series")"
+overlay="$(sed -n 's/^@overlay[[:space:]]*\([^#[:space:]]*\).*/\1/p' "$series")"
+while IFS=$'\t' read -r label fallback branch worktree; do
+    if [ "$fallback" = "yes" ]; then
+        # A copy of the series (and its overlay, at the same relative place) to refresh.
+        dest="$out/refreshed-series/$label"
+        copy="$dest/$(basename "$series_dir")"
+        mkdir -p "$dest" && cp -r "$series_dir" "$copy"
+        if [ -n "$overlay" ]; then
+            overlay_copy="$(realpath -m "$copy/$overlay")"
+            mkdir -p "$(dirname "$overlay_copy")" && cp -r "$series_dir/$overlay" "$overlay_copy"
+        fi
+        echo "refreshing the series from $branch (a patch needed a fallback on $label)"
+        $rebaser refresh --series "$copy/$(basename "$series")" --repo "$worktree" \
+            --branch "$branch" --range-diff-markdown "$dest/range-diff.md" \
+            || echo "::warning::refreshing the series from $branch failed" >&2
+        if [ -f "$dest/range-diff.md" ]; then
+            {
+                echo
+                echo "#### refreshed series for \`$label\` (artifact: refreshed-series/$label)"
+                echo
+                cat "$dest/range-diff.md"
+            } >> "$out/summary.md"
+        fi
+    fi
+    # The kept throwaway branch and worktree go now, as verify removes them without --keep.
+    common="$(git -C "$worktree" rev-parse --path-format=absolute --git-common-dir 2>/dev/null)" \
+        && git --git-dir="$common" worktree remove --force "$worktree" \
+        && git --git-dir="$common" branch -q -D "$branch"
+done < "$out/branches.tsv"
+rm -f "$out/branches.tsv"
 
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ] && [ -f "$out/summary.md" ]; then
     cat "$out/summary.md" >> "$GITHUB_STEP_SUMMARY"

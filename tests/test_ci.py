@@ -14,6 +14,7 @@ import tomllib
 import pytest
 import yaml
 from conftest import PROJECT
+from synthetic import CALC, Change, build_series, edit, git
 
 WORKFLOW = PROJECT / "ci" / "github-workflow.yml"
 SCRIPT = PROJECT / "ci" / "verify-upstream.sh"
@@ -62,6 +63,20 @@ def test_workflow_jobs_run_the_script_cache_wheels_and_upload_reports(workflow):
     assert os.access(SCRIPT, os.X_OK)
 
 
+def test_workflow_checks_upstream_main_and_dev_and_uploads_the_refreshed_series(workflow):
+    job = workflow["jobs"]["upstream"]
+    assert job["strategy"]["matrix"]["ref"] == ["main", "dev"]
+    (upstream,) = [s for s in job["steps"] if s.get("with", {}).get("path") == "upstream"]
+    assert upstream["with"]["ref"] == "${{ matrix.ref }}"
+    for job in workflow["jobs"].values():
+        (refreshed,) = [
+            s
+            for s in job["steps"]
+            if s.get("with", {}).get("path", "").endswith("refreshed-series/")
+        ]
+        assert refreshed["if"].startswith("always() && hashFiles('forkkit-report/refreshed-series/")
+
+
 def run_script(tmp_path, *args: str) -> subprocess.CompletedProcess:
     env = dict(
         os.environ,
@@ -108,3 +123,66 @@ def test_script_verifies_a_clone(tmp_path, release_clone):
     assert result.returncode == 0, result.stdout + result.stderr
     (row,) = json.loads((tmp_path / "out" / "report.json").read_text())["bases"]
     assert len(row["base"]) == 40 and row["report"]["steps"][-1]["status"] == "clean"
+
+
+# -- offline: a synthetic upstream with a `main` and a `dev` branch ---------------------------
+
+DOC_ADD = edit(CALC, "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n')
+
+
+def fork_upstream(tmp_path, upstream):
+    """A series of one patch on v1; `dev` drifts inside the patch's context, `main` does not."""
+    series = build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1",
+        [Change("demo: document add", {"pkg/calc.py": DOC_ADD})],
+        overlay={"pkg/extra.py": "X = 1\n"},
+    )
+    git(upstream.path, "checkout", "-q", "-b", "dev")
+    drifted = edit(
+        CALC, '"""A tiny upstream module."""\n\n', '"""A tiny upstream module."""\n# dev\n'
+    )
+    upstream.commit({"pkg/calc.py": drifted}, "dev drifts")
+    git(upstream.path, "checkout", "-q", "main")
+    return series
+
+
+def test_script_verifies_main_and_dev_of_a_clone(tmp_path, upstream):
+    series = fork_upstream(tmp_path, upstream)
+    result = run_script(
+        tmp_path, "--repo", str(upstream.path), "--ref", "main", "--ref", "dev",
+        "--releases", "", "--series", str(series), "--test", "none",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = json.loads((tmp_path / "out" / "report.json").read_text())["bases"]
+    assert [row["base"] for row in rows] == [
+        git(upstream.path, "rev-parse", ref) for ref in ("main", "dev")
+    ]
+    main_row, dev_row = (row["report"]["steps"][1]["status"] for row in rows)
+    assert main_row == "clean" and dev_row in ("3-way", "cherry-pick")  # a merge carried it
+    # Verify's throwaway branches are gone; the user's checkout is as it was.
+    assert "forkkit" not in git(upstream.path, "branch", "--list")
+    assert git(upstream.path, "worktree", "list").count("\n") == 0
+    assert git(upstream.path, "status", "--porcelain") == ""
+
+
+def test_script_hands_back_the_refreshed_series_with_its_range_diff(tmp_path, upstream):
+    series = fork_upstream(tmp_path, upstream)
+    original = (series.parent / "0001-change-1.patch").read_text()
+    result = run_script(
+        tmp_path, "--repo", str(upstream.path), "--ref", "main", "--ref", "dev",
+        "--releases", "", "--series", str(series), "--test", "none",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    dev = git(upstream.path, "rev-parse", "dev")
+    refreshed = tmp_path / "out" / "refreshed-series" / dev
+    assert sorted(p.name for p in (tmp_path / "out" / "refreshed-series").iterdir()) == [dev]
+    patch = (refreshed / "patches" / "0001-change-1.patch").read_text()
+    assert patch != original and "\n # dev\n" in patch  # the new context, ready to commit
+    assert (refreshed / "overlay" / "pkg" / "extra.py").read_text() == "X = 1\n"
+    assert (series.parent / "0001-change-1.patch").read_text() == original  # checkout untouched
+    summary = (tmp_path / "summary").read_text()
+    assert f"refreshed series for `{dev}` (artifact: refreshed-series/{dev})" in summary
+    assert summary.count("### Patch series changes") == 1
+    assert (refreshed / "range-diff.md").read_text() in summary
