@@ -15,6 +15,7 @@ from typing import Callable, Optional
 from rebaser import recovery
 from rebaser import state as state_store
 from rebaser import resolutions, series_start, workspace
+from rebaser.confinement import check_upstream_paths
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.git import FORKKIT_IDENTITY, Git
 from rebaser.records import StepStatus, Stop, StopPhase
@@ -74,6 +75,7 @@ def apply_to(target: Target, series: Series, options: ApplyOptions, progress: Pr
     workspace.require_utf8(target.git.path)
     if not options.ephemeral:
         state_store.check_registry(str(target.git.path))
+    check_upstream_paths(target.git, target.base_sha, series.overlay_files())
     branch = workspace.branch_name(series.name, target.label, options.branch_prefix)
     progress(f"creating branch {branch}")
     space = workspace.create(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import email.parser
 import email.policy
+import os
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -34,6 +35,7 @@ from typing import Optional
 import unidiff
 
 from rebaser.codemods import Codemods, load_codemods
+from rebaser.confinement import check_inside, overlay_files
 from rebaser.errors import RebaserError
 
 _DIRECTIVES = ("name", "base", "overlay", "codemods", "upstream-test", "test-requires")
@@ -41,6 +43,8 @@ _LISTS = ("upstream-test", "test-requires")  # directives that may be given seve
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 PATCH_TRAILER = "Forkkit-Patch"
 _TRAILER_LINE_RE = re.compile(r"^[A-Za-z0-9-]+: ")
+# @name becomes part of a branch name: one path component git accepts.
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _SYMBOL_RE = re.compile(
     r"^(?P<path>[^:\s]+)::(?P<qualname>[A-Za-z_][\w.]*)"
     r"(?:\((?P<param>[A-Za-z_]\w*)\)|->(?P<calls>[A-Za-z_][\w.]*))?$"
@@ -108,7 +112,14 @@ class Patch:
     @classmethod
     def load(cls, path: Path) -> "Patch":
         where = str(path)
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise RebaserError(
+                f"the patch is not UTF-8 (byte {exc.start}: {exc.reason})",
+                where=where,
+                next_step="re-export it as UTF-8 (`rebaser refresh` writes UTF-8)",
+            ) from exc
         header, _, rest = text.partition("\n\n")
         diff_at = rest.find("diff --git ")
         if not header.startswith("From ") or diff_at < 0:
@@ -185,13 +196,7 @@ class Series:
 
     def overlay_files(self) -> list[str]:
         """Overlay paths relative to the upstream root, sorted."""
-        if self.overlay_dir is None:
-            return []
-        return sorted(
-            str(path.relative_to(self.overlay_dir))
-            for path in self.overlay_dir.rglob("*")
-            if path.is_file() and "__pycache__" not in path.parts
-        )
+        return overlay_files(self.overlay_dir) if self.overlay_dir else []
 
     def overlay_tests(self) -> list[str]:
         return [path for path in self.overlay_files() if Path(path).name.startswith("test_")]
@@ -246,6 +251,8 @@ class Series:
                     where=where,
                     next_step="list one patch file name per line (options are not supported)",
                 )
+            check_inside(file.parent, line, what="patch entry", where=where)
+            line = os.path.normpath(line)
             if line in names:
                 raise RebaserError(f"patch {line} listed twice", where=where)
             if not (file.parent / line).is_file():
@@ -257,13 +264,26 @@ class Series:
             names.append(line)
         if not names:
             raise RebaserError("the series lists no patches", where=str(file))
+        series_name = settings.get("name", file.parent.name)
+        if (
+            not _NAME_RE.match(series_name)
+            or ".." in series_name
+            or series_name.endswith((".", ".lock"))
+        ):
+            raise RebaserError(
+                f"series name {series_name!r} cannot be part of a branch name",
+                where=str(file),
+                next_step="use letters, digits, '-', '_' and single dots in @name",
+            )
         overlay_dir = _folder(file, settings, "overlay")
         codemods_dir = _folder(file, settings, "codemods")
         if codemods_dir is None and (file.parent / "codemods").is_dir():
             codemods_dir = (file.parent / "codemods").resolve()
+        if overlay_dir is not None:
+            overlay_files(overlay_dir)  # refuses symlinks and .git entries before any work
         return cls(
             file=file.resolve(),
-            name=settings.get("name", file.parent.name),
+            name=series_name,
             base=settings.get("base"),
             overlay_dir=overlay_dir,
             upstream_tests=lists["upstream-test"],

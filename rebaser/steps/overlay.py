@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
-
+from rebaser.confinement import write_new_file
 from rebaser.git import Git
 from rebaser.records import StepStatus
 from rebaser import series_start
@@ -28,9 +27,7 @@ def lay_overlay(series: Series, worktree: Git, branch: str) -> StepRow:
             clashes,
         )
     for path in files:
-        target = worktree.path / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(series.overlay_dir / path, target)  # type: ignore[operator]
+        write_new_file(worktree.path, path, (series.overlay_dir / path).read_bytes())  # type: ignore[operator]
     if files:
         worktree.run("add", "--", *files)
     source = f"New files from {series.overlay_dir.name}/" if series.overlay_dir else "No overlay"
