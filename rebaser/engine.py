@@ -7,10 +7,11 @@ stop (a patch that does not apply, a failed verification) can be continued or ab
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from rebaser import recovery
 from rebaser import state as state_store
@@ -19,6 +20,7 @@ from rebaser.confinement import check_upstream_paths
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.git import FORKKIT_IDENTITY, Git
 from rebaser.records import StepStatus, Stop, StopPhase
+from rebaser.lock import repository_lock
 from rebaser.report import Report, StepRow, outcome_text
 from rebaser.series import Patch, Series, identity, load_series, with_identity
 from rebaser.state import ApplyState
@@ -66,6 +68,13 @@ def apply(options: ApplyOptions, progress: Progress) -> Report:
 
 def apply_to(target: Target, series: Series, options: ApplyOptions, progress: Progress) -> Report:
     """Apply onto a resolved target (verify and bisect resolve their own bases)."""
+    if options.ephemeral:  # throwaway branches, state in memory: nothing to serialise
+        return _start(target, series, options, progress)
+    with repository_lock(target.git, "apply"):
+        return _start(target, series, options, progress)
+
+
+def _start(target: Target, series: Series, options: ApplyOptions, progress: Progress) -> Report:
     if not options.ephemeral and (existing := state_store.load(target.git)) is not None:
         raise RebaserError(
             f"an apply is in progress in this repository (branch {existing.branch})",
@@ -102,21 +111,21 @@ def apply_to(target: Target, series: Series, options: ApplyOptions, progress: Pr
 def resume(repo_hint: Optional[Path], progress: Progress) -> Report:
     """`rebaser continue`: take the user's fix for the stopped step (or, after an
     interruption, redo the step that was under way) and go on."""
-    state = state_store.find_in_progress(repo_hint)
-    series = load_series(Path(state.series_file))
-    worktree = recovery.worktree_of(state)
-    if state.stopped is None:
-        if backup := recovery.restore_last_step(state, worktree):
-            progress(f"redoing the interrupted step; what it had left is kept at {backup}")
-    else:
-        if state.stopped.phase == StopPhase.APPLY:
-            recovery.refuse_untracked(worktree, state.stopped.patch)
-            _take_manual_fix(state, series, worktree)
-            _record_resolution(state, series, worktree)
-        state.head = worktree.out("rev-parse", "HEAD")  # the user's fix is part of the branch
-    state.stopped = None
-    state.save()
-    return _driven(state, series, progress, "continue")
+    with _locked_state(repo_hint, "continue") as state:
+        series = load_series(Path(state.series_file))
+        worktree = recovery.worktree_of(state)
+        if state.stopped is None:
+            if backup := recovery.restore_last_step(state, worktree):
+                progress(f"redoing the interrupted step; what it had left is kept at {backup}")
+        else:
+            if state.stopped.phase == StopPhase.APPLY:
+                recovery.refuse_untracked(worktree, state.stopped.patch)
+                _take_manual_fix(state, series, worktree)
+                _record_resolution(state, series, worktree)
+            state.head = worktree.out("rev-parse", "HEAD")  # the user's fix is part of the branch
+        state.stopped = None
+        state.save()
+        return _driven(state, series, progress, "continue")
 
 
 def abort(repo_hint: Optional[Path]) -> str:
@@ -124,12 +133,25 @@ def abort(repo_hint: Optional[Path]) -> str:
 
     Works whatever happened meanwhile: a deleted worktree, a damaged state file."""
     try:
-        state = state_store.find_in_progress(repo_hint)
+        with _locked_state(repo_hint, "abort") as state:
+            said = recovery.drop(state.repo_git, state.branch, Path(state.worktree))
+            state.clear()
+            return said
     except state_store.BrokenState as broken:
         return recovery.abort_broken(broken)
-    said = recovery.drop(state.repo_git, state.branch, Path(state.worktree))
-    state.clear()
-    return said
+
+
+@contextlib.contextmanager
+def _locked_state(repo_hint: Optional[Path], command: str) -> Iterator[ApplyState]:
+    """The apply in progress, read again once its repository's lock is held."""
+    found = state_store.find_in_progress(repo_hint)
+    with repository_lock(found.repo_git, command):
+        state = state_store.load(found.repo_git)
+        if state is None:
+            raise state_store.NothingInProgress(
+                "the apply was finished or aborted meanwhile", where=found.repo
+            )
+        yield state
 
 
 def status(repo_hint: Optional[Path]) -> Optional[ApplyState]:

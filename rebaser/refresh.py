@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Optional
 
 from rebaser import series_start
+from rebaser import state as state_store
 from rebaser.errors import RebaserError
 from rebaser.export import export_patch, patch_file_name
 from rebaser.git import Git, find_repo
 from rebaser.rangediff import RangeDiff, range_diff
 from rebaser.series import Series, identity, load_series
+from rebaser.lock import repository_lock
 
 
 @dataclass
@@ -75,6 +77,29 @@ def refresh(
         branch = git.out("rev-parse", "--abbrev-ref", "HEAD")
         if branch == "HEAD":
             raise RebaserError("no branch is checked out here", next_step="pass --branch NAME")
+    if not write:
+        return _export(series, git, branch, write=False)
+    with repository_lock(git, "refresh"):
+        _refuse_a_stopped_apply(git, branch)
+        return _export(series, git, branch, write=True)
+
+
+def _refuse_a_stopped_apply(git: Git, branch: str) -> None:
+    """A stopped apply's branch lacks the patches after the stop: exporting it would delete
+    them from the series."""
+    unfinished = state_store.load(git)
+    if unfinished is not None and unfinished.branch == branch:
+        where = f"stopped at {unfinished.stopped.patch}" if unfinished.stopped else "running"
+        raise RebaserError(
+            f"the apply on {branch} is not finished ({where}); refreshing now would drop the "
+            "patches it has not applied yet from the series",
+            where=unfinished.worktree,
+            next_step="finish it with `rebaser continue` (or `rebaser abort`), then refresh; "
+            "`refresh --check` shows the difference without writing",
+        )
+
+
+def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
     overlay_sha, commits = branch_commits(git, branch)
     changes = _refresh_overlay(series, git, overlay_sha, branch, write=write)
     names = _patch_names(series, commits)
