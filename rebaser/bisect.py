@@ -26,7 +26,7 @@ from rebaser.report import Report
 from rebaser.series import load_series
 from rebaser.steps.testrun import check_interpreter
 from rebaser.upstream import PypiSpec, Target, pypi_cache, resolve_target
-from rebaser.upstream.pypi import WHEEL_PYTHON_VERSION
+from rebaser.upstream.pypi_index import release_versions
 
 # `git bisect run` exit codes: good, bad, cannot test, abort.
 _GOOD, _BAD, _SKIP, _ABORT = 0, 1, 125, 128
@@ -132,7 +132,7 @@ def _pypi_history(
             f"--good/--bad must be release versions with --upstream: {exc}"
         ) from None
     cache = pypi_cache(spec.package)
-    versions = [v for v in _release_versions(spec.package) if low <= Version(v) <= high]
+    versions = [v for v in release_versions(spec.package) if low <= Version(v) <= high]
     if good not in versions or bad not in versions:
         raise RebaserError(
             f"{spec.package} {good} or {bad} is not a release on PyPI; releases: {', '.join(versions)}"
@@ -154,32 +154,6 @@ def _pypi_history(
     assert parent is not None
     cache.git.run("update-ref", f"refs/forkkit/history/{spec.package}", parent)
     return cache.git, chain[good], chain[bad]
-
-
-def _release_versions(package: str) -> list[str]:
-    """Final releases with Python 3.12 wheels, oldest first (what pip can download)."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "index",
-            "versions",
-            "--python-version",
-            WHEEL_PYTHON_VERSION,
-            package,
-        ],
-        capture_output=True,
-        text=True,
-    )
-    found = re.search(r"Available versions: (.*)", result.stdout)
-    if result.returncode != 0 or not found:
-        raise RebaserError(
-            f"cannot list {package} releases on PyPI: {result.stderr.strip()[-300:]}",
-            code=ExitCode.ENVIRONMENT,
-        )
-    versions = [v.strip() for v in found.group(1).split(",")]
-    return sorted((v for v in versions if not Version(v).is_prerelease), key=Version)
 
 
 def _probe_main() -> int:

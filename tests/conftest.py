@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fake_pypi import FakeIndex, serve
 from synthetic import CALC, SyntheticUpstream, git
 
 from rebaser.cli import main
@@ -29,6 +30,18 @@ def isolated_cache(tmp_path, monkeypatch, wheel_dir) -> Path:
     monkeypatch.setenv("DSA_FORKKIT_CACHE", str(cache))
     monkeypatch.setenv("DSA_FORKKIT_WHEELS", str(wheel_dir))
     return cache
+
+
+@pytest.fixture
+def fake_pypi(tmp_path, monkeypatch) -> FakeIndex:
+    """A local PyPI (JSON API over HTTP) with release 9.9.0; wheels go to a private folder."""
+    index = FakeIndex()
+    index.add("9.9.0")
+    server = serve(index)
+    monkeypatch.setenv("DSA_FORKKIT_PYPI_URL", index.url)
+    monkeypatch.setenv("DSA_FORKKIT_WHEELS", str(tmp_path / "fake-wheels"))
+    yield index
+    server.shutdown()
 
 
 @dataclass

