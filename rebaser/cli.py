@@ -5,20 +5,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.text import Text
 
-from rebaser import __version__, bisect, engine, importer, matrix, recovery
+from rebaser import __version__, bisect, crash, engine, importer, matrix, recovery
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.rangediff import to_markdown
 from rebaser.refresh import refresh
 from rebaser.report import render, write_json
 from rebaser.steps.testrun import TEST_MODES
+from rebaser.upstream import require_writable_cache
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
         "verify and test it.",
         epilog="exit codes: 0 applied, verified, tests green; 1 tests failed; 2 bad usage or "
         "refused; 3 a patch did not apply (continue/abort); 4 verification failed; "
-        "5 environment (git, PyPI, test interpreter)",
+        "5 environment (git, PyPI, test interpreter); 6 rebaser failed unexpectedly (traceback "
+        "in a log it names); 130 interrupted",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -195,13 +199,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except RebaserError as error:
         err.print(Text.assemble(("error:", "bold red"), " ", error.what))
         if error.where:
-            err.print(f"  where: {error.where}", highlight=False)
+            err.print(f"  where: {escape(error.where)}", highlight=False)
         if error.next_step:
-            err.print(f"  next: {error.next_step}", highlight=False)
+            err.print(f"  next: {escape(error.next_step)}", highlight=False)
         return int(error.code)
     except KeyboardInterrupt as interrupted:
-        err.print(f"interrupted {interrupted}".strip(), highlight=False)
-        return int(ExitCode.ENVIRONMENT)
+        err.print(escape(f"interrupted {interrupted}".strip()), highlight=False)
+        return int(ExitCode.INTERRUPTED)
+    except Exception as error:  # a bug: one line here, the traceback in a log file
+        log = crash.write_log(error, list(argv if argv is not None else sys.argv[1:]))
+        err.print(
+            "[bold red]error:[/bold red] rebaser failed unexpectedly: "
+            + escape(f"{crash.summary(error)}; the traceback is in {log}"),
+            highlight=False,
+        )
+        return int(ExitCode.INTERNAL)
 
 
 def _console(*, stderr: bool) -> Console:
@@ -216,7 +228,13 @@ def _console(*, stderr: bool) -> Console:
     return console
 
 
+# Commands that write the cache (releases, the registry of applies in progress).
+_CACHE_WRITERS = frozenset({"apply", "continue", "abort", "verify", "bisect"})
+
+
 def _dispatch(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if args.command in _CACHE_WRITERS:
+        require_writable_cache()
     if args.command == "apply":
         options = engine.ApplyOptions(
             series_file=_series_file(args),

@@ -14,6 +14,8 @@ class ExitCode(enum.IntEnum):
     NOT_APPLIED = 3  # a patch did not apply; a resumable state was left
     VERIFY_FAILED = 4  # applied, but verification found a problem
     ENVIRONMENT = 5  # something outside the series failed: git, PyPI, the test interpreter
+    INTERNAL = 6  # rebaser itself failed unexpectedly (a bug): the traceback is in a log file
+    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 
 
 class RebaserError(Exception):

@@ -127,7 +127,9 @@ class Git:
         )
         if check and not result.ok:
             raise RebaserError(
-                f"git {' '.join(args)} failed ({result.status}): {result.stderr.strip()}",
+                f"git {' '.join(args)} failed ({result.status})"
+                + _output("stdout", result.stdout)
+                + _output("stderr", result.stderr),
                 where=str(self.path),
                 code=ExitCode.ENVIRONMENT,
             )
@@ -172,6 +174,14 @@ class Git:
             stdin=message.encode(),
         )
         return self.out("rev-parse", "HEAD")
+
+
+def _output(name: str, text: str, limit: int = 2000) -> str:
+    """A failed command's output for its error message (git says some failures on stdout)."""
+    text = text.strip()
+    if len(text) > limit:
+        text = "..." + text[-limit:]
+    return f"\n  {name}: " + text.replace("\n", "\n    ") if text else f"\n  {name}: (empty)"
 
 
 def find_repo(path: Path) -> Optional[Git]:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from rebaser.errors import RebaserError
+from rebaser.errors import ExitCode, RebaserError
 from rebaser.git import Git, find_repo
 from rebaser.upstream.pypi import PypiUpstream
 
@@ -23,6 +24,24 @@ def cache_dir() -> Path:
         return Path(explicit).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(xdg) / "dsa-forkkit"
+
+
+def require_writable_cache() -> Path:
+    """The cache folder, created; exit 5 before any work when it cannot be written (an apply
+    would otherwise stop half-way, with a branch and no way to find its state)."""
+    folder = cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise RebaserError(
+            f"the cache folder {folder} is not writable: {exc.strerror or exc}",
+            where=str(folder),
+            next_step="make it writable, or point DSA_FORKKIT_CACHE at a writable folder",
+            code=ExitCode.ENVIRONMENT,
+        ) from None
+    return folder
 
 
 def pypi_cache(package: str) -> PypiUpstream:

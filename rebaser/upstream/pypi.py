@@ -91,7 +91,7 @@ class PypiUpstream:
                     return cached, version
         version, wheel = pypi_index.find_wheel(self.package, version)
         path = pypi_index.download(wheel, self.wheel_dir)
-        _digest_file(path).write_text(wheel.sha256 + "\n")
+        _record_digest(path, wheel.sha256)
         return path, version
 
     def _matches_index(self, wheel: Path, version: str) -> bool:
@@ -101,7 +101,7 @@ class PypiUpstream:
         if expected is None:  # cached before digests were recorded, or by another tool
             expected = pypi_index.listed_sha256(self.package, version, wheel.name)
             if expected is not None:
-                record.write_text(expected + "\n")
+                _record_digest(wheel, expected)
         actual = pypi_index.file_sha256(wheel)
         if actual == expected:
             return True
@@ -183,6 +183,13 @@ def _data(payload: bytes) -> bytes:
 def _digest_file(wheel: Path) -> Path:
     """Where the sha256 PyPI listed for a downloaded wheel is kept, beside it."""
     return wheel.with_name(wheel.name + ".sha256")
+
+
+def _record_digest(wheel: Path, sha256: str) -> None:
+    try:
+        _digest_file(wheel).write_text(sha256 + "\n")
+    except OSError:
+        pass  # a read-only shared wheel folder: the index is asked again next time
 
 
 def _notice(message: str) -> None:

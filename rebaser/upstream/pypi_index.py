@@ -86,9 +86,18 @@ def listed_sha256(package: str, version: str, filename: str) -> Optional[str]:
 
 def download(wheel: WheelFile, folder: Path) -> Path:
     """Download `wheel` into `folder`, checked against its sha256 before it gets its name."""
-    folder.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    with tempfile.NamedTemporaryFile(dir=folder, suffix=".part", delete=False) as part:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        part = tempfile.NamedTemporaryFile(dir=folder, suffix=".part", delete=False)
+    except OSError as exc:
+        raise RebaserError(
+            f"cannot write to the wheel folder {folder}: {exc.strerror or exc}",
+            where=str(folder),
+            next_step="make it writable, or point DSA_FORKKIT_WHEELS at a writable folder",
+            code=ExitCode.ENVIRONMENT,
+        ) from None
+    with part:
         try:
             with _open(wheel.url) as response:
                 while chunk := response.read(_CHUNK):
