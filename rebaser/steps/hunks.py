@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -20,6 +21,8 @@ from rebaser.git import Git
 _MAX_DIFF_LINES = 24
 MIN_SIMILARITY = 0.5  # below this the "closest" text is noise, not a lead
 _REJECTED_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.MULTILINE)
+_COMMON_LINE = 200  # a line found more often than this (blank, `return x`) places nothing
+_CANDIDATES = 32  # best-voted window starts scored per hunk, besides the nominal one
 
 
 @dataclass
@@ -79,29 +82,53 @@ def diagnose(patch_text: str, tree: Path) -> list[HunkReport]:
                     HunkReport(path, _header(hunk), hunk.source_start, False, 0, 0.0, [])
                 )
             continue
-        current = target.read_text(encoding="utf-8", errors="replace").splitlines()
+        current = _IndexedFile(target.read_text(encoding="utf-8", errors="replace").splitlines())
         for hunk in patched:
             expected = [line.value.rstrip("\n") for line in hunk.source_lines()]
             reports.append(_locate(path, hunk, expected, current))
     return reports
 
 
-def _locate(path: str, hunk: unidiff.Hunk, expected: list[str], current: list[str]) -> HunkReport:
+class _IndexedFile:
+    """A file's lines with the positions of each (whitespace-normalised) line, so locating a
+    hunk costs about its own size, not the file's: 600 hunks in a 30,000-line file took 29 s
+    when every hunk scanned every window."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.positions: dict[str, list[int]] = defaultdict(list)
+        for number, line in enumerate(lines):
+            self.positions[_normal(line)].append(number)
+
+    def candidates(self, expected: list[str], nominal: int) -> list[int]:
+        """Window starts worth scoring: the nominal one, and where the hunk's distinctive
+        lines line up (starts voted for by the most lines)."""
+        last_start = max(0, len(self.lines) - len(expected))
+        votes: Counter[int] = Counter()
+        for offset, line in enumerate(expected):
+            found = self.positions.get(_normal(line), [])
+            if len(found) <= _COMMON_LINE:
+                votes.update(min(max(0, at - offset), last_start) for at in found)
+        starts = [start for start, _ in votes.most_common(_CANDIDATES)]
+        return sorted({min(max(0, nominal), last_start), *starts})
+
+
+def _locate(
+    path: str, hunk: unidiff.Hunk, expected: list[str], current: _IndexedFile
+) -> HunkReport:
     size = len(expected)
     best_at, best_ratio = 0, -1.0
     matcher = difflib.SequenceMatcher(autojunk=False)
     matcher.set_seq2(expected)
-    for start in range(0, max(1, len(current) - size + 1)):
-        window = current[start : start + size]
+    for start in current.candidates(expected, hunk.source_start - 1):
+        window = current.lines[start : start + size]
         if window == expected:
             return HunkReport(path, _header(hunk), hunk.source_start, True, start + 1, 1.0, [])
         matcher.set_seq1(window)
-        if matcher.real_quick_ratio() <= best_ratio or matcher.quick_ratio() <= best_ratio:
-            continue
         ratio = matcher.ratio()
         if ratio > best_ratio:
             best_at, best_ratio = start, ratio
-    window = current[best_at : best_at + size]
+    window = current.lines[best_at : best_at + size]
     diff = list(
         difflib.unified_diff(
             expected,
@@ -115,6 +142,10 @@ def _locate(path: str, hunk: unidiff.Hunk, expected: list[str], current: list[st
     return HunkReport(
         path, _header(hunk), hunk.source_start, False, best_at + 1, max(best_ratio, 0.0), diff
     )
+
+
+def _normal(line: str) -> str:
+    return " ".join(line.split())
 
 
 def _header(hunk: unidiff.Hunk) -> str:

@@ -12,6 +12,7 @@ interpreter (and, with --test gpu and torch required, torch sees a GPU).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,11 @@ from rebaser.series import Series
 
 from rebaser.processes import run_own_group
 
-PLUGIN = "rebaser.testing.pytest_plugin"
+# The plugin goes to the test interpreter as a copy of its (self-contained) file, in a folder
+# of its own at the end of PYTHONPATH: that interpreter may not be able to import rebaser
+# (`python -m rebaser` from a source checkout, or another --python).
+PLUGIN = "forkkit_pytest_plugin"
+_PLUGIN_SOURCE = Path(__file__).resolve().parents[1] / "testing" / "pytest_plugin.py"
 GPU_SUFFIX = "_gpu.py"  # overlay test files that need CUDA (run by --test gpu)
 TEST_MODES = ("cpu", "gpu", "none")
 _FAILURE_LINES = 6
@@ -152,10 +157,15 @@ def run_pytest(
     extra_args: Sequence[str] = (),
 ) -> SuiteResult:
     """Run pytest on `paths` (relative to `tree`) with the tree first on PYTHONPATH."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # keep the worktree clean
     with tempfile.TemporaryDirectory(prefix="forkkit-pytest-") as tmp:
+        plugin_dir = Path(tmp) / "plugin"
+        plugin_dir.mkdir()
+        shutil.copyfile(_PLUGIN_SOURCE, plugin_dir / f"{PLUGIN}.py")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(tree), env.get("PYTHONPATH"), str(plugin_dir)])
+        )
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # keep the worktree clean
         junit = Path(tmp) / "junit.xml"
         command = [
             python,

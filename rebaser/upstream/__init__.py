@@ -117,6 +117,7 @@ def resolve_pypi(spec: PypiSpec, base: Optional[str] = None) -> Target:
     elif base is not None:
         sha = cache.git.rev_parse(base)
         if sha is None:
+            _refuse_ambiguous(cache.git, base)
             raise RebaserError(
                 f"unknown base {base!r} for {spec}",
                 next_step="give a release version such as --base 0.19.1",
@@ -142,6 +143,7 @@ def _resolve_in_clone(repo: Path, base: str) -> Target:
         )
     sha = git.rev_parse(base)
     if sha is None:
+        _refuse_ambiguous(git, base)
         names = git.out(
             "for-each-ref", "--format=%(refname:short)", "refs/tags", "refs/heads", "refs/remotes"
         ).split()
@@ -156,6 +158,25 @@ def _resolve_in_clone(repo: Path, base: str) -> Target:
     named_by_sha = re.fullmatch(r"[0-9a-f]{7,40}", base) and sha.startswith(base)
     where = str(git.path) if named_by_sha else f"{git.path} at {base}"
     return Target(git, base, sha, _label(base), where)
+
+
+def _refuse_ambiguous(git: Git, rev: str) -> None:
+    """A short sha naming several commits gets its own message (`rev-parse --quiet` says only
+    "unknown"), with git's list of candidates."""
+    stderr = git.run("rev-parse", "--verify", f"{rev}^{{commit}}", check=False).stderr
+    if "is ambiguous" not in stderr:
+        return
+    candidates = [
+        line.removeprefix("hint:").strip()
+        for line in stderr.splitlines()
+        if re.match(r"hint:\s+[0-9a-f]{4,} ", line)
+    ]
+    raise RebaserError(
+        f"base {rev!r} is ambiguous: it is the start of several objects' ids"
+        + (f" ({'; '.join(candidates[:6])})" if candidates else ""),
+        where=str(git.path),
+        next_step="give more characters of the sha",
+    )
 
 
 def _label(rev: str) -> str:
