@@ -7,6 +7,7 @@ import contextlib
 import os
 import sys
 import time
+import traceback
 from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
@@ -208,11 +209,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(ExitCode.INTERRUPTED)
     except Exception as error:  # a bug: one line here, the traceback in a log file
         log = crash.write_log(error, list(argv if argv is not None else sys.argv[1:]))
+        kept = f"the traceback is in {log}" if log else "no log could be written; traceback:"
         err.print(
             "[bold red]error:[/bold red] rebaser failed unexpectedly: "
-            + escape(f"{crash.summary(error)}; the traceback is in {log}"),
+            + escape(f"{crash.summary(error)}; {kept}"),
             highlight=False,
         )
+        if log is None:
+            traceback.print_exception(error, file=sys.stderr)
         return int(ExitCode.INTERNAL)
 
 

@@ -12,12 +12,14 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import Optional
 
 from rebaser.upstream import cache_dir
 
 
-def write_log(error: BaseException, argv: list[str]) -> Path:
-    """Write the traceback to `<cache>/logs/` (the temp folder when the cache is unusable)."""
+def write_log(error: BaseException, argv: list[str]) -> Optional[Path]:
+    """Write the traceback to `<cache>/logs/` (the temp folder when the cache is unusable);
+    None when neither can be written."""
     text = (
         f"rebaser {' '.join(argv)}\n"
         f"pid {os.getpid()}, {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}\n\n"
@@ -31,7 +33,7 @@ def write_log(error: BaseException, argv: list[str]) -> Path:
             return folder / name
         except OSError:
             continue
-    raise OSError(f"cannot write {name} to the cache or the temp folder")
+    return None
 
 
 def summary(error: BaseException) -> str:

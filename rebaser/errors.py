@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from pathlib import Path
 
 
 class ExitCode(enum.IntEnum):
@@ -37,3 +38,13 @@ class RebaserError(Exception):
         if self.next_step:
             parts.append(f"next: {self.next_step}")
         return "\n".join(parts)
+
+
+def unwritable(what: str, folder: Path, error: OSError, setting: str) -> RebaserError:
+    """A folder rebaser must write (the cache, the wheel folder) cannot be written: exit 5."""
+    return RebaserError(
+        f"{what} {folder} is not writable: {error.strerror or error}",
+        where=str(folder),
+        next_step=f"make it writable, or point {setting} at a writable folder",
+        code=ExitCode.ENVIRONMENT,
+    )

@@ -151,6 +151,46 @@ def edit(text: str, old: str, new: str) -> str:
     return text.replace(old, new, 1)
 
 
+ADD_DOC = edit(CALC, "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n')
+
+
+def two_patch_series(tmp_path: Path, upstream: SyntheticUpstream, **kwargs) -> Path:
+    """Two patches on pkg/calc.py, exported against v1 (the second builds on the first)."""
+    return build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1",
+        [
+            Change("demo: document add", {"pkg/calc.py": ADD_DOC}),
+            Change(
+                "demo: double mul",
+                {"pkg/calc.py": edit(ADD_DOC, "    return a * b\n", "    return 2 * a * b\n")},
+            ),
+        ],
+        **kwargs,
+    )
+
+
+def apply_args(series: Path, upstream: SyntheticUpstream, base: str, *extra: str) -> list[str]:
+    """`rebaser apply` arguments for a series onto a revision of a synthetic upstream, no tests."""
+    return [
+        "apply",
+        "--series",
+        str(series),
+        "--repo",
+        str(upstream.path),
+        "--base",
+        base,
+        "--test",
+        "none",
+        *extra,
+    ]
+
+
+def apply(rebaser, series: Path, upstream: SyntheticUpstream, base: str, *extra: str):
+    return rebaser(*apply_args(series, upstream, base, *extra))
+
+
 def history(
     upstream: SyntheticUpstream, breaking_at: int, breaking_files: dict[str, str], count: int = 20
 ) -> list[str]:

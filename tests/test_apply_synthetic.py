@@ -7,43 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from synthetic import CALC, Change, build_series, edit, git
+from synthetic import ADD_DOC, CALC, Change, apply, build_series, edit, git, two_patch_series
 
 from rebaser.errors import ExitCode
 
-ADD_DOC = edit(CALC, "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n')
 MUL_TWICE = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
-
-
-def two_patch_series(tmp_path, upstream, **kwargs):
-    return build_series(
-        tmp_path / "proj",
-        upstream,
-        "v1",
-        [
-            Change("demo: document add", {"pkg/calc.py": ADD_DOC}),
-            Change(
-                "demo: double mul",
-                {"pkg/calc.py": edit(ADD_DOC, "    return a * b\n", "    return 2 * a * b\n")},
-            ),
-        ],
-        **kwargs,
-    )
-
-
-def apply(rebaser, series, upstream, base, *extra):
-    return rebaser(
-        "apply",
-        "--series",
-        series,
-        "--repo",
-        upstream.path,
-        "--base",
-        base,
-        "--test",
-        "none",
-        *extra,
-    )
 
 
 def worktree_of(result_json: Path) -> Path:

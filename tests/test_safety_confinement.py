@@ -8,11 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
-from synthetic import CALC, Change, build_series, git
+from synthetic import ADD_DOC, Change, apply, build_series, git
 
 from rebaser.errors import ExitCode
-
-ADD_DOC = CALC.replace("def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n', 1)
 
 
 def series_with_overlay(tmp_path, upstream, overlay):
@@ -22,12 +20,6 @@ def series_with_overlay(tmp_path, upstream, overlay):
         "v1",
         [Change("demo: document add", {"pkg/calc.py": ADD_DOC})],
         overlay=overlay,
-    )
-
-
-def apply(rebaser, series, upstream, base="v1"):
-    return rebaser(
-        "apply", "--series", series, "--repo", upstream.path, "--base", base, "--test", "none"
     )
 
 
@@ -83,7 +75,7 @@ def test_symlink_inside_the_overlay_is_refused(rebaser, tmp_path, upstream, outs
     secret.write_text("private key\n")
     series = series_with_overlay(tmp_path, upstream, {"pkg/extra.py": "X = 1\n"})
     os.symlink(secret, tmp_path / "proj" / "overlay" / "pkg" / "leak.txt")
-    result = apply(rebaser, series, upstream)
+    result = apply(rebaser, series, upstream, "v1")
     assert result.code == ExitCode.USAGE
     assert "pkg/leak.txt is a symlink" in result.err
     assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
@@ -93,7 +85,7 @@ def test_symlink_inside_the_overlay_is_refused(rebaser, tmp_path, upstream, outs
 @pytest.mark.parametrize("entry", [".git/config", "pkg/.git", "pkg/deep/.GIT/HEAD"])
 def test_overlay_entry_named_dot_git_is_refused(rebaser, tmp_path, upstream, entry):
     series = series_with_overlay(tmp_path, upstream, {entry: "[core]\n\tworktree = /\n"})
-    result = apply(rebaser, series, upstream)
+    result = apply(rebaser, series, upstream, "v1")
     assert result.code == ExitCode.USAGE
     assert "named .git" in result.err.lower()
     assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
@@ -104,7 +96,7 @@ def test_series_entry_leaving_the_series_folder_is_refused(rebaser, tmp_path, up
     patch = series.parent / "0001-change-1.patch"
     (tmp_path / "elsewhere.patch").write_text(patch.read_text())
     series.write_text("@name demo\n../elsewhere.patch\n")
-    result = apply(rebaser, series, upstream)
+    result = apply(rebaser, series, upstream, "v1")
     assert result.code == ExitCode.USAGE
     assert "patch entry ../elsewhere.patch leaves" in result.err
     assert f"{series}:2" in result.err

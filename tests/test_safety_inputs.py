@@ -12,40 +12,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from synthetic import CALC, Change, build_series, edit, git
+from synthetic import CALC, apply, edit, git, two_patch_series
 
 from rebaser.errors import ExitCode
 from rebaser.steps.hunks import diagnose
 from rebaser.steps.testrun import run_pytest
-
-ADD_DOC = edit(CALC, "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n')
-
-
-def two_patch_series(tmp_path, upstream):
-    return build_series(
-        tmp_path / "proj",
-        upstream,
-        "v1",
-        [
-            Change("demo: document add", {"pkg/calc.py": ADD_DOC}),
-            Change("demo: double mul", {"pkg/calc.py": edit(ADD_DOC, "a * b", "2 * a * b")}),
-        ],
-    )
-
-
-def apply(rebaser, series, upstream, base="v1", *extra):
-    return rebaser(
-        "apply",
-        "--series",
-        series,
-        "--repo",
-        upstream.path,
-        "--base",
-        base,
-        "--test",
-        "none",
-        *extra,
-    )
 
 
 def test_refresh_of_a_stopped_apply_keeps_the_unapplied_patches(rebaser, tmp_path, upstream):
@@ -64,7 +35,7 @@ def test_refresh_of_a_stopped_apply_keeps_the_unapplied_patches(rebaser, tmp_pat
 def test_the_same_patch_under_two_spellings_is_refused(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream)
     series.write_text("@name demo\n0001-change-1.patch\n./0001-change-1.patch\n")
-    result = apply(rebaser, series, upstream)
+    result = apply(rebaser, series, upstream, "v1")
     assert result.code == ExitCode.USAGE
     assert "patch 0001-change-1.patch listed twice" in result.err and f"{series}:3" in result.err
 
@@ -75,7 +46,7 @@ def test_a_series_name_that_cannot_name_a_branch_is_a_usage_error(
 ):
     series = two_patch_series(tmp_path, upstream)
     series.write_text(series.read_text().replace("@name demo", f"@name {name}"))
-    result = apply(rebaser, series, upstream)
+    result = apply(rebaser, series, upstream, "v1")
     assert result.code == ExitCode.USAGE, result.err
     assert f"series name {name!r} cannot be part of a branch name" in result.err
     assert git(upstream.path, "for-each-ref", "refs/heads/forkkit") == ""
@@ -104,7 +75,7 @@ def test_a_patch_that_is_not_utf8_is_named(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream)
     patch = series.parent / "0002-change-2.patch"
     patch.write_bytes(patch.read_bytes().replace(b"demo: double mul", b"demo: d\xe9double mul"))
-    result = apply(rebaser, series, upstream)
+    result = apply(rebaser, series, upstream, "v1")
     assert result.code == ExitCode.USAGE
     assert "the patch is not UTF-8" in result.err and f"where: {patch}" in result.err
 

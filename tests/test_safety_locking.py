@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from synthetic import CALC, Change, build_series, git
+from synthetic import CALC, apply, apply_args, git, two_patch_series
 
 from rebaser.errors import ExitCode
 
@@ -41,14 +41,7 @@ def rebaser_process(*args, env: dict, **kwargs) -> subprocess.Popen:
 @pytest.fixture
 def held_apply(tmp_path, upstream):
     """A real `rebaser apply` process, paused inside its test run (holding the lock)."""
-    doc = CALC.replace("def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n', 1)
-    series = build_series(
-        tmp_path / "proj",
-        upstream,
-        "v1",
-        [Change("demo: document add", {"pkg/calc.py": doc})],
-        overlay={"tests/test_hold.py": WAITING_TEST},
-    )
+    series = two_patch_series(tmp_path, upstream, overlay={"tests/test_hold.py": WAITING_TEST})
     env = dict(
         os.environ,
         FORKKIT_HELD=str(tmp_path / "held"),
@@ -71,16 +64,7 @@ def held_apply(tmp_path, upstream):
 def test_second_apply_fails_naming_the_first(held_apply, upstream):
     series, env, first = held_apply
     second = rebaser_process(
-        "apply",
-        "--series",
-        series,
-        "--repo",
-        upstream.path,
-        "--base",
-        "v1",
-        "--force",
-        "--test",
-        "none",
+        *apply_args(series, upstream, "v1", "--force"),
         env=env,
     )
     _, err = second.communicate(timeout=120)
@@ -122,16 +106,11 @@ def hold_lock(repo: Path) -> subprocess.Popen:
 def test_state_changing_commands_refuse_while_the_lock_is_held(
     rebaser, tmp_path, upstream, command
 ):
-    doc = CALC.replace("def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n', 1)
-    series = build_series(
-        tmp_path / "proj", upstream, "v1", [Change("demo: doc", {"pkg/calc.py": doc})]
-    )
+    series = two_patch_series(tmp_path, upstream)
     upstream.commit(
         {"pkg/calc.py": CALC.replace("def add(a, b):", "def add(x, y):")}, "v2", tag="v2"
     )
-    stopped = rebaser(
-        "apply", "--series", series, "--repo", upstream.path, "--base", "v2", "--test", "none"
-    )
+    stopped = apply(rebaser, series, upstream, "v2")
     assert stopped.code == ExitCode.NOT_APPLIED, stopped.out + stopped.err
     worktree = (
         git(upstream.path, "worktree", "list", "--porcelain").split("worktree ")[2].split("\n")[0]

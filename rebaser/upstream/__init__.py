@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from rebaser.errors import ExitCode, RebaserError
+from rebaser.errors import RebaserError, unwritable
 from rebaser.git import Git, find_repo
 from rebaser.upstream.pypi import PypiUpstream
 
@@ -35,12 +35,7 @@ def require_writable_cache() -> Path:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
-        raise RebaserError(
-            f"the cache folder {folder} is not writable: {exc.strerror or exc}",
-            where=str(folder),
-            next_step="make it writable, or point DSA_FORKKIT_CACHE at a writable folder",
-            code=ExitCode.ENVIRONMENT,
-        ) from None
+        raise unwritable("the cache folder", folder, exc, "DSA_FORKKIT_CACHE") from None
     return folder
 
 

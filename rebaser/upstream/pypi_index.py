@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from packaging.version import InvalidVersion, Version
 
-from rebaser.errors import ExitCode, RebaserError
+from rebaser.errors import ExitCode, RebaserError, unwritable
 
 DEFAULT_INDEX = "https://pypi.org/pypi"
 # Releases since 0.17 require Python >= 3.12; their sources still parse on 3.11.
@@ -91,12 +91,7 @@ def download(wheel: WheelFile, folder: Path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         part = tempfile.NamedTemporaryFile(dir=folder, suffix=".part", delete=False)
     except OSError as exc:
-        raise RebaserError(
-            f"cannot write to the wheel folder {folder}: {exc.strerror or exc}",
-            where=str(folder),
-            next_step="make it writable, or point DSA_FORKKIT_WHEELS at a writable folder",
-            code=ExitCode.ENVIRONMENT,
-        ) from None
+        raise unwritable("the wheel folder", folder, exc, "DSA_FORKKIT_WHEELS") from None
     with part:
         try:
             with _open(wheel.url) as response:
