@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from rich.console import Console
-from rich.markup import escape
 from rich.text import Text
 
 from rebaser import __version__, bisect, crash, engine, importer, matrix, recovery
@@ -200,20 +199,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except RebaserError as error:
         err.print(Text.assemble(("error:", "bold red"), " ", error.what))
         if error.where:
-            err.print(f"  where: {escape(error.where)}", highlight=False)
+            err.print(f"  where: {error.where}", highlight=False)
         if error.next_step:
-            err.print(f"  next: {escape(error.next_step)}", highlight=False)
+            err.print(f"  next: {error.next_step}", highlight=False)
         return int(error.code)
     except KeyboardInterrupt as interrupted:
-        err.print(escape(f"interrupted {interrupted}".strip()), highlight=False)
+        err.print(f"interrupted {interrupted}".strip(), highlight=False)
         return int(ExitCode.INTERRUPTED)
     except Exception as error:  # a bug: one line here, the traceback in a log file
         log = crash.write_log(error, list(argv if argv is not None else sys.argv[1:]))
         kept = f"the traceback is in {log}" if log else "no log could be written; traceback:"
         err.print(
-            "[bold red]error:[/bold red] rebaser failed unexpectedly: "
-            + escape(f"{crash.summary(error)}; {kept}"),
-            highlight=False,
+            Text.assemble(
+                ("error:", "bold red"),
+                f" rebaser failed unexpectedly: {crash.summary(error)}; {kept}",
+            )
         )
         if log is None:
             traceback.print_exception(error, file=sys.stderr)
