@@ -25,10 +25,12 @@ from rebaser.report import Report, StepRow, outcome_text
 from rebaser.series import Patch, Series, identity, load_series, with_identity
 from rebaser.state import ApplyState
 from rebaser.steps.overlay import OVERLAY_STEP, lay_overlay
-from rebaser.steps.patching import PatchOutcome, apply_patch
+from rebaser.steps.patching import PatchOutcome, SeriesContext, apply_patch
+from rebaser.steps.replay import Replay, recorded_base
 from rebaser.steps.testrun import SuiteResult, check_interpreter, run_series_tests
 from rebaser.steps.verify import find_conflict_markers, verify
-from rebaser.upstream import PypiSpec, Target, pypi_cache, resolve_target
+from rebaser.steps.upstreamed import UpstreamHistory
+from rebaser.upstream import Target, resolve_target
 
 Progress = Callable[[str], None]
 
@@ -167,7 +169,7 @@ def status(repo_hint: Optional[Path]) -> Optional[ApplyState]:
 
 def _drive(state: ApplyState, series: Series, progress: Progress, command: str) -> Report:
     worktree = Git(state.worktree)
-    base_objects = _series_base_objects(series, progress)
+    context = _series_context(series, state, progress)
     steps = [OVERLAY_STEP, *(patch.name for patch in series.patches)]
     while state.next_step < len(steps):
         name = steps[state.next_step]
@@ -179,15 +181,13 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
                 stop = Stop(StopPhase.APPLY, name, row.detail)
         else:
             patch = series.patches[state.next_step - 1]
-            outcome = apply_patch(
-                worktree, patch, base_objects=base_objects, codemods=series.codemods
-            )
+            outcome = apply_patch(worktree, patch, context)
             if not outcome.applied and outcome.conflicts:
                 outcome = _replay_resolution(worktree, patch, series, outcome)
             row = StepRow(
                 patch.name,
                 outcome.status,
-                outcome.detail,
+                _with_notes(outcome),
                 patch.touched_paths,
                 sum(change.hunks for change in patch.files),
             )
@@ -383,19 +383,22 @@ def _record_resolution(state: ApplyState, series: Series, worktree: Git) -> None
         state.steps[-1]["detail"] += f"; {len(recorded)} resolution(s) recorded in {folder}/"
 
 
-def _series_base_objects(series: Series, progress: Progress) -> Optional[Path]:
-    """The object folder holding the blobs the patches were exported against (for 3-way)."""
-    spec = PypiSpec.parse(series.base) if series.base else None
-    if spec is None or spec.version is None:
-        return None
-    cache = pypi_cache(spec.package)
-    if cache.cached(spec.version) is None:
-        progress(f"fetching the series' base {spec} for 3-way merges")
-        try:
-            cache.materialise(spec.version)
-        except RebaserError:
-            return None  # offline: 3-way merges fall back to codemods
-    return cache.repo_dir / "objects"
+def _series_context(series: Series, state: ApplyState, progress: Progress) -> SeriesContext:
+    """The patches' own commits on the series' recorded base (for cherry-picks) and the
+    upstream history since that base (to recognise patches upstream already has)."""
+    repo = Git(state.repo)
+    base = recorded_base(series, repo, progress)
+    replay = Replay(repo, base, series.patches) if base else None
+    return SeriesContext(series.codemods, replay, UpstreamHistory(repo, base, state.base_sha))
+
+
+def _with_notes(outcome: PatchOutcome) -> str:
+    if not outcome.superseded:
+        return outcome.detail
+    note = "possibly superseded: upstream already has the lines it adds in " + ", ".join(
+        outcome.superseded
+    )
+    return "; ".join(filter(None, [outcome.detail, note]))
 
 
 def _finish(

@@ -1,4 +1,4 @@
-"""Apply one patch: exactly (perhaps at an offset), else 3-way, else by its codemod.
+"""Apply one patch: exactly (perhaps at an offset), else by cherry-pick, else by its codemod.
 
 Never with fuzz: a fuzzy apply can put a hunk in the wrong place and still "succeed".
 """
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 from rebaser.codemods import AnchorNotFound, Codemods
@@ -15,8 +14,13 @@ from rebaser.git import Git
 from rebaser.records import StepStatus
 from rebaser.series import Patch
 from rebaser.steps.hunks import HunkReport, failing_hunks
+from rebaser.steps.replay import Replay
+from rebaser.steps.upstreamed import UpstreamHistory, reverse_applies, superseded_in
 
 _OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
+
+# ort follows renames only when asked: the neutral config turns diff renames off.
+_CHERRY_PICK = ("-c", "merge.renames=true", "cherry-pick", "--no-commit")
 
 
 @dataclass
@@ -27,79 +31,133 @@ class PatchOutcome:
     conflicts: list[str] = field(default_factory=list)
     hunks: list[HunkReport] = field(default_factory=list)
     anchor: Optional[AnchorNotFound] = None
+    upstream_commit: Optional[str] = None  # for `in upstream`: the commit that has the change
+    superseded: list[str] = field(default_factory=list)  # files that already had its lines
 
     @property
     def applied(self) -> bool:
         return self.status != StepStatus.FAILED
 
 
-def apply_patch(
-    worktree: Git, patch: Patch, *, base_objects: Optional[Path], codemods: Codemods
-) -> PatchOutcome:
+@dataclass
+class SeriesContext:
+    """What an apply knows beyond the worktree: the series' codemods, the patches' own
+    commits and upstream's log."""
+
+    codemods: Codemods
+    replay: Optional[Replay] = None
+    history: Optional[UpstreamHistory] = None
+
+
+def apply_patch(worktree: Git, patch: Patch, context: SeriesContext) -> PatchOutcome:
     """Change the worktree's index and files as the patch says; nothing is committed here.
 
-    `base_objects` is the object folder of the repository the series was exported from: it
-    holds the patch's preimage blobs, which a 3-way apply needs.
+    Exactly first (never fuzz), then a cherry-pick of the patch's own commit (ort, renames
+    followed; an empty one means upstream has the change). When the series' base is not at
+    hand: a reverse apply (upstream has it?), then a per-file 3-way apply. Then its codemod;
+    a patch that fails all of them is left with conflict markers.
     """
-    patch_file = str(patch.path)
-    check = worktree.run("apply", "--check", "--verbose", "--index", patch_file, check=False)
-    if check.ok:
-        worktree.run("apply", "--index", "--whitespace=nowarn", patch_file)
-        offsets = [
-            f"hunk {n} at line {line} (offset {delta:+d})"
-            for n, line, delta in (
-                (int(a), int(b), int(c)) for a, b, c in _OFFSET_RE.findall(check.stderr)
-            )
-        ]
-        return PatchOutcome(
-            StepStatus.OFFSET if offsets else StepStatus.CLEAN, "; ".join(offsets), offsets=offsets
-        )
+    superseded = superseded_in(worktree.path, patch)
+    applied = _apply_exactly(worktree, patch)
+    commit = None
+    if applied is None:
+        commit = context.replay.commit_of(patch) if context.replay else None
+        if commit:  # an empty cherry-pick tells what a reverse apply would
+            applied = _cherry_pick(worktree, patch, commit)
+        elif reverse_applies(worktree, patch):
+            return _in_upstream(patch, context, "the patch reverse-applies: upstream has it")
+        else:
+            applied = _three_way(worktree, patch)
+    if applied is not None and applied.status == StepStatus.IN_UPSTREAM:
+        return _in_upstream(patch, context, applied.detail)
+    if applied is not None:
+        applied.superseded = superseded
+        return applied
 
-    env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(base_objects)} if base_objects else None
-    merged = worktree.run(
-        "apply", "--3way", "--index", "--whitespace=nowarn", patch_file, env=env, check=False
-    )
-    if merged.ok:
-        return PatchOutcome(
-            StepStatus.THREE_WAY, "context drifted; merged with the series' base blobs"
-        )
     conflicts = worktree.unmerged_paths()
     _reset(worktree)
-    reason = (
-        "3-way merge conflicts in " + ", ".join(conflicts)
-        if conflicts
-        else _first_error(merged.stderr)
-    )
-
+    how = "cherry-pick" if commit else "3-way merge"
+    reason = f"{how} conflicts in " + ", ".join(conflicts) if conflicts else f"{how} failed"
     hunks = failing_hunks(worktree, patch.path, conflicts)
-    if patch.codemod is None:
-        _leave_for_user(worktree, patch_file, env, conflicts)
-        return PatchOutcome(
-            StepStatus.FAILED,
-            f"{reason}; the patch names no codemod",
-            conflicts=conflicts,
-            hunks=hunks,
-        )
-    try:
-        changed = codemods.run([patch.codemod], worktree.path, write=True)
-    except AnchorNotFound as missing:
-        _leave_for_user(worktree, patch_file, env, conflicts)
-        return PatchOutcome(
-            StepStatus.FAILED,
-            f"{reason}; codemod {patch.codemod}: {missing}",
-            conflicts=conflicts,
-            hunks=hunks,
-            anchor=missing,
-        )
-    if not changed:
+    anchor = None
+    if patch.codemod is not None:
+        try:
+            changed = context.codemods.run([patch.codemod], worktree.path, write=True)
+        except AnchorNotFound as missing:
+            anchor = missing
+            reason = f"{reason}; codemod {patch.codemod}: {missing}"
+        else:
+            if not changed:
+                return _in_upstream(
+                    patch, context, f"{reason}; codemod {patch.codemod} found the change there"
+                )
+            worktree.run("add", "--", *changed)
+            return PatchOutcome(
+                StepStatus.CODEMOD,
+                f"{reason}; codemod {patch.codemod} changed {', '.join(changed)}",
+            )
+    else:
+        reason = f"{reason}; the patch names no codemod"
+    if context.history and (upstream := context.history.commit_with_same_change(patch)):
         return PatchOutcome(
             StepStatus.IN_UPSTREAM,
-            f"{reason}; codemod {patch.codemod} found the change already there",
+            f"upstream commit {upstream[:12]} made the same change (and later ones conflict)",
+            upstream_commit=upstream,
         )
-    worktree.run("add", "--", *changed)
-    return PatchOutcome(
-        StepStatus.CODEMOD, f"{reason}; codemod {patch.codemod} changed {', '.join(changed)}"
+    _leave_for_user(worktree, patch, commit, conflicts)
+    return PatchOutcome(StepStatus.FAILED, reason, conflicts=conflicts, hunks=hunks, anchor=anchor)
+
+
+def _apply_exactly(worktree: Git, patch: Patch) -> Optional[PatchOutcome]:
+    # `git apply` is atomic: all hunks apply, or nothing changes.
+    applied = worktree.run(
+        "apply", "--verbose", "--index", "--whitespace=nowarn", str(patch.path), check=False
     )
+    if not applied.ok:
+        return None
+    offsets = [
+        f"hunk {n} at line {line} (offset {delta:+d})"
+        for n, line, delta in (
+            (int(a), int(b), int(c)) for a, b, c in _OFFSET_RE.findall(applied.stderr)
+        )
+    ]
+    return PatchOutcome(
+        StepStatus.OFFSET if offsets else StepStatus.CLEAN, "; ".join(offsets), offsets=offsets
+    )
+
+
+def _cherry_pick(worktree: Git, patch: Patch, commit: str) -> Optional[PatchOutcome]:
+    """Merge the patch's own commit onto HEAD with ort; None on conflicts (left in place)."""
+    if not worktree.run(*_CHERRY_PICK, commit, check=False).ok:
+        return None
+    landed = worktree.out("diff", "--cached", "--name-only", "HEAD").split()
+    if not landed:
+        return PatchOutcome(
+            StepStatus.IN_UPSTREAM, "its cherry-pick is empty: upstream has its change"
+        )
+    moved = sorted(set(landed) - set(patch.touched_paths))
+    where = f"; followed upstream's renames to {', '.join(moved)}" if moved else ""
+    return PatchOutcome(
+        StepStatus.CHERRY_PICK, f"context drifted; merged by git's ort cherry-pick{where}"
+    )
+
+
+def _three_way(worktree: Git, patch: Patch) -> Optional[PatchOutcome]:
+    """Per-file 3-way, for series whose base is not at hand (the blobs may still be)."""
+    merged = worktree.run(
+        "apply", "--3way", "--index", "--whitespace=nowarn", str(patch.path), check=False
+    )
+    if not merged.ok:
+        return None
+    return PatchOutcome(
+        StepStatus.THREE_WAY, "context drifted; merged with the patch's preimage blobs"
+    )
+
+
+def _in_upstream(patch: Patch, context: SeriesContext, why: str) -> PatchOutcome:
+    upstream = context.history.commit_with_same_change(patch) if context.history else None
+    named = f" (upstream commit {upstream[:12]})" if upstream else ""
+    return PatchOutcome(StepStatus.IN_UPSTREAM, why + named, upstream_commit=upstream)
 
 
 def _reset(worktree: Git) -> None:
@@ -109,19 +167,13 @@ def _reset(worktree: Git) -> None:
 
 
 def _leave_for_user(
-    worktree: Git, patch_file: str, env: Optional[dict], conflicts: list[str]
+    worktree: Git, patch: Patch, commit: Optional[str], conflicts: list[str]
 ) -> None:
     """Leave the most useful partial state: conflict markers, else applied hunks + .rej files."""
-    if conflicts:
-        worktree.run(
-            "apply", "--3way", "--index", "--whitespace=nowarn", patch_file, env=env, check=False
-        )
+    _reset(worktree)
+    if conflicts and commit:
+        worktree.run(*_CHERRY_PICK, commit, check=False)
+    elif conflicts:
+        _three_way(worktree, patch)
     else:
-        worktree.run("apply", "--reject", "--whitespace=nowarn", patch_file, check=False)
-
-
-def _first_error(stderr: str) -> str:
-    for line in stderr.splitlines():
-        if line.startswith("error:"):
-            return line[len("error:") :].strip()
-    return stderr.strip().splitlines()[-1] if stderr.strip() else "git apply failed"
+        worktree.run("apply", "--reject", "--whitespace=nowarn", str(patch.path), check=False)

@@ -95,6 +95,11 @@ def resolve_target(
             "no upstream given and the series names no @base",
             next_step="give --repo PATH --base REV, or --upstream pypi:megatron-core==X",
         )
+    if spec_text.startswith("git:"):
+        raise RebaserError(
+            f"the series' @base {spec_text} is a commit of a git repository, not a release",
+            next_step="give --repo PATH (the repository holding it) and --base REV (where to apply)",
+        )
     spec = PypiSpec.parse(spec_text)
     if spec is None:
         raise RebaserError(

@@ -1,0 +1,161 @@
+"""The series' own commits, rebuilt on its recorded base, so each patch can be cherry-picked.
+
+A patch is a diff against its recorded base: the series' `@base` plus the earlier patches.
+Rebuilding that chain exactly (no fuzz, no merge) gives each patch its own commit, and a
+cherry-pick of that commit lets git's ort merge carry it onto any other tip, with rename
+detection and whole-tree context, as `git rebase` would.
+
+The commits are built in the target repository without a worktree (a temporary index, then
+`commit-tree` with the patch's author and date, so they are reproducible) and remembered
+under `refs/forkkit/replay/`, keyed by the base and the patches' bytes.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import re
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+from typing import Callable, Optional
+
+from rebaser.errors import RebaserError
+from rebaser.git import FORKKIT_IDENTITY, Git
+from rebaser.series import Patch, Series
+from rebaser.upstream import PypiSpec, pypi_cache
+
+REPLAY_PREFIX = "refs/forkkit/replay"
+BASES_PREFIX = "refs/forkkit/bases"
+_GIT_BASE_RE = re.compile(r"^git:(?P<sha>[0-9a-f]{40})$")
+
+
+def git_base_sha(base: Optional[str]) -> Optional[str]:
+    """The commit named by `@base git:<40-hex sha>`, or None for any other base."""
+    match = _GIT_BASE_RE.match(base.strip()) if base else None
+    return match["sha"] if match else None
+
+
+def recorded_base(series: Series, repo: Git, progress: Callable[[str], None]) -> Optional[str]:
+    """The series' `@base` as a commit of `repo`, or None when it cannot be had (then patches
+    fall back to a per-file 3-way apply).
+
+    `git:<sha>` must be a commit of `repo`; a PyPI release is materialised in the cache and,
+    when `repo` is another repository, fetched into it (objects copied, so commits made there
+    never depend on the cache staying around).
+    """
+    if (sha := git_base_sha(series.base)) is not None:
+        if repo.rev_parse(sha) is None:
+            progress(f"the series' @base {sha[:12]} is not in {repo.path}: no cherry-picks")
+            return None
+        return sha
+    spec = PypiSpec.parse(series.base) if series.base else None
+    if spec is None or spec.version is None:
+        return None
+    cache = pypi_cache(spec.package)
+    tag = f"refs/tags/{cache.tag(spec.version)}"
+    if (found := repo.rev_parse(tag)) is not None:
+        return found  # `repo` is the release cache itself
+    local = f"{BASES_PREFIX}/pypi/{spec.package}/{spec.version}"
+    if (found := repo.rev_parse(local)) is not None:
+        return found
+    try:
+        if cache.cached(spec.version) is None:
+            progress(f"fetching the series' base {spec} for cherry-picks")
+            cache.materialise(spec.version)
+    except RebaserError as error:  # offline: cherry-picks fall back to 3-way and codemods
+        progress(f"the series' base {spec} is unavailable ({error}): no cherry-picks")
+        return None
+    repo.run("fetch", "--quiet", "--no-tags", str(cache.repo_dir), f"+{tag}:{local}")
+    return repo.rev_parse(local)
+
+
+class Replay:
+    """Each patch's commit on its recorded base, built on first use.
+
+    One temporary index follows the series: to build patch j it takes the patches since the
+    last one built in one `git apply --cached` call, so a run costs a few git calls per patch
+    that needs a cherry-pick, not per patch of the series.
+    """
+
+    def __init__(self, repo: Git, base_sha: str, patches: list[Patch]) -> None:
+        self.repo = repo
+        self.base_sha = base_sha
+        self.patches = patches
+        self._folder = Path(tempfile.mkdtemp(prefix="forkkit-replay-"))
+        weakref.finalize(self, shutil.rmtree, self._folder, True)
+        self._index = {"GIT_INDEX_FILE": str(self._folder / "index")}
+        self._applied = -1  # the index holds the base plus patches[: _applied + 1]
+        self._index_commit: Optional[str] = None  # a commit with the index's tree
+        self._cache: Optional[dict[str, str]] = None
+        self._broken = False  # a patch did not apply on its recorded base
+
+    def commit_of(self, patch: Patch) -> Optional[str]:
+        """The patch's own commit, or None when it (or an earlier patch) does not apply
+        exactly on its recorded base: the series was not exported from that base."""
+        position = self.patches.index(patch)
+        ref = self._ref(position)
+        if (cached := self._cached().get(ref)) is not None:
+            return cached
+        if self._broken or position <= self._applied:
+            return None  # only asked again after the index moved on: not in a normal apply
+        if self._index_commit is None:
+            self.repo.run("read-tree", self.base_sha, env=self._index)
+            self._index_commit = self.base_sha
+        gap = self.patches[self._applied + 1 : position]
+        if gap and not self._apply(gap):
+            return None
+        parent = self._index_commit
+        if gap:  # a commit with the recorded base's tree: the merge base of the cherry-pick
+            parent = self._commit(parent, f"recorded base of {patch.name}\n", patch)
+        if not self._apply([patch]):
+            return None
+        commit = self._commit(parent, patch.message, patch)
+        self._applied, self._index_commit = position, commit
+        self.repo.run("update-ref", ref, commit)
+        self._cached()[ref] = commit
+        return commit
+
+    def _apply(self, patches: list[Patch]) -> bool:
+        paths = [str(patch.path) for patch in patches]
+        if self.repo.run("apply", "--cached", *paths, env=self._index, check=False).ok:
+            return True
+        self._broken = True
+        return False
+
+    def _commit(self, parent: str, message: str, patch: Patch) -> str:
+        tree = self.repo.out("write-tree", env=self._index)
+        return commit_tree(self.repo, tree, parent, message, patch)
+
+    def _ref(self, position: int) -> str:
+        key = hashlib.sha1(self.base_sha.encode())
+        for patch in self.patches[: position + 1]:
+            key.update(patch.path.read_bytes())
+        return f"{REPLAY_PREFIX}/{key.hexdigest()}"
+
+    def _cached(self) -> dict[str, str]:
+        if self._cache is None:
+            listing = self.repo.out(
+                "for-each-ref", "--format=%(refname) %(objectname)", REPLAY_PREFIX
+            )
+            self._cache = dict(line.split() for line in listing.splitlines())
+        return self._cache
+
+
+def commit_tree(repo: Git, tree: str, parent: str, message: str, patch: Patch) -> str:
+    """A commit of `tree` with the patch's author and date (reproducible)."""
+    name, address = email.utils.parseaddr(patch.author)
+    committer, committer_email = FORKKIT_IDENTITY
+    identity = {
+        "GIT_AUTHOR_NAME": name or address,
+        "GIT_AUTHOR_EMAIL": address,
+        "GIT_COMMITTER_NAME": committer,
+        "GIT_COMMITTER_EMAIL": committer_email,
+    }
+    if patch.date:  # the patch's date for both: the same series always gives the same commits
+        identity.update(GIT_AUTHOR_DATE=patch.date, GIT_COMMITTER_DATE=patch.date)
+    made = repo.run(
+        "commit-tree", tree, "-p", parent, "-F", "-", env=identity, stdin=message.encode()
+    )
+    return made.stdout.strip()

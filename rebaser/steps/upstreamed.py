@@ -1,0 +1,77 @@
+"""Has upstream already made a patch's change? Asked before a patch is declared failed.
+
+Three signs, cheapest first: the patch reverse-applies on the new base; its cherry-pick is
+empty (the caller sees that); an upstream commit between the series' recorded base and the
+new base has the same `git patch-id --stable`. A weaker sign only earns a note: every line
+the patch adds already exists in the file it touches ("possibly superseded").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from rebaser.git import Git
+from rebaser.series import Patch
+from rebaser.steps.difflines import file_lines, present_lines
+
+
+class UpstreamHistory:
+    """The upstream commits between the series' recorded base and the new base, by patch-id."""
+
+    def __init__(self, repo: Git, recorded_base: Optional[str], new_base: str) -> None:
+        self.repo = repo
+        self.recorded_base = recorded_base
+        self.new_base = new_base
+        self._by_patch_id: Optional[dict[str, str]] = None
+
+    def commit_with_same_change(self, patch: Patch) -> Optional[str]:
+        """The upstream commit whose patch-id equals the patch's, if any."""
+        own = patch_id(self.repo, patch.path.read_bytes())
+        return self._ids().get(own) if own else None
+
+    def _ids(self) -> dict[str, str]:
+        if self._by_patch_id is None:
+            self._by_patch_id = {}
+            base = self.recorded_base
+            related = (
+                base is not None
+                and self.repo.run(
+                    "merge-base", "--is-ancestor", base, self.new_base, check=False
+                ).ok
+            )
+            if related:
+                log = self.repo.run(
+                    "log",
+                    "--no-merges",
+                    "-p",
+                    "--no-renames",
+                    "--no-color",
+                    "--format=commit %H",
+                    f"{base}..{self.new_base}",
+                ).stdout
+                ids = self.repo.run("patch-id", "--stable", stdin=log.encode()).stdout
+                for line in ids.splitlines():
+                    change, commit = line.split()
+                    self._by_patch_id.setdefault(change, commit)
+        return self._by_patch_id
+
+
+def patch_id(repo: Git, diff: bytes) -> Optional[str]:
+    out = repo.run("patch-id", "--stable", stdin=diff).stdout.split()
+    return out[0] if out else None
+
+
+def reverse_applies(worktree: Git, patch: Patch) -> bool:
+    """Whether the tree already holds the patch's postimage (so undoing it would apply)."""
+    return worktree.run("apply", "--check", "--reverse", str(patch.path), check=False).ok
+
+
+def superseded_in(tree: Path, patch: Patch) -> list[str]:
+    """The files the patch edits that already contain every meaningful line it adds there
+    (checked before applying); empty when the patch brings something new to every file."""
+    return [
+        path
+        for path, lines in file_lines(patch).items()
+        if not lines.created and lines.added and lines.added <= present_lines(tree / path)
+    ]

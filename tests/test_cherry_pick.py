@@ -1,0 +1,167 @@
+"""Patches carried as cherry-picks of their own commits (ort, renames followed), compared with
+a real `git rebase` of the same commits onto the same upstream tip."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from synthetic import CALC, Change, SyntheticUpstream, build_series, edit, git
+
+from rebaser.errors import ExitCode
+
+UTIL = '''\
+"""Helpers."""
+
+
+def clamp(value, low, high):
+    if value < low:
+        return low
+    if value > high:
+        return high
+    return value
+
+
+def scale(value, factor):
+    return value * factor
+'''
+LEGACY = "def legacy():\n    return 1\n"
+
+
+def carried_history(upstream: SyntheticUpstream, root: Path) -> Path:
+    """A fork series on v1, then upstream moves on: renames + modifies util.py, moves `sub`,
+    deletes legacy.py, rewrites the module docstring. Returns the series and the new tip."""
+    base = upstream.commit({"pkg/util.py": UTIL, "pkg/legacy.py": LEGACY}, "base", tag="base")
+    clamp_doc = edit(
+        UTIL, "def clamp(value, low, high):\n", 'def clamp(value, low, high):\n    """Clamp."""\n'
+    )
+    div_checked = edit(CALC, "    return a / b\n", "    assert b\n    return a / b\n")
+    series = build_series(
+        root,
+        upstream,
+        "base",
+        [
+            Change("fork: check div", {"pkg/calc.py": div_checked}),
+            Change("fork: document clamp", {"pkg/util.py": clamp_doc}),
+            Change(
+                "fork: scale rounds",
+                {
+                    "pkg/util.py": edit(
+                        clamp_doc,
+                        "    return value * factor\n",
+                        "    return round(value * factor)\n",
+                    )
+                },
+            ),
+            Change(
+                "fork: double mul",
+                {"pkg/calc.py": edit(div_checked, "    return a * b\n", "    return 2 * a * b\n")},
+            ),
+            Change("fork: legacy returns 2", {"pkg/legacy.py": "def legacy():\n    return 2\n"}),
+        ],
+        extra_directives=f"@base git:{base}\n",
+    )
+    # Upstream: util.py moves to pkg/utils/helpers.py (with an edit), `sub` moves to the end
+    # of calc.py, legacy.py goes away, calc.py's docstring changes.
+    git(upstream.path, "mv", "pkg/util.py", "pkg/utils_helpers.py")
+    git(upstream.path, "rm", "-q", "pkg/legacy.py")
+    moved_sub = edit(CALC, "def sub(a, b):\n    return a - b\n\n\n", "")
+    moved_sub = edit(
+        moved_sub, '"""A tiny upstream module."""', '"""A tiny upstream module, v2."""'
+    )
+    upstream.commit(
+        {
+            "pkg/utils_helpers.py": UTIL.replace('"""Helpers."""', '"""Helpers, v2."""'),
+            "pkg/calc.py": moved_sub + "\n\ndef sub(a, b):\n    return a - b\n",
+        },
+        "upstream moves things",
+        tag="tip",
+    )
+    return series
+
+
+def git_rebase(repo: Path, series: Path, base: str, onto: str) -> dict[str, str]:
+    """`git am` the series onto `base`, `git rebase` it onto `onto` (ort, skipping every stop):
+    the tree after each commit git applied, by subject."""
+    patches = [
+        series.parent / line for line in series.read_text().splitlines() if line.endswith(".patch")
+    ]
+    git(repo, "checkout", "-q", "-b", "git-rebased", base)
+    git(repo, "am", "-q", "--keep-cr", *map(str, patches))
+    rebase = subprocess.run(
+        [
+            "git",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "merge.renames=true",
+            "rebase",
+            "-q",
+            onto,
+        ],
+        cwd=repo,
+        capture_output=True,
+    )
+    while rebase.returncode != 0:
+        rebase = subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", "rebase", "--skip"],
+            cwd=repo,
+            capture_output=True,
+        )
+    log = git(repo, "log", "--reverse", "--format=%T %s", f"{onto}..git-rebased")
+    git(repo, "checkout", "-q", "main")
+    return {subject: tree for tree, subject in (line.split(" ", 1) for line in log.splitlines())}
+
+
+def rebaser_trees(worktree: Path, base: str) -> dict[str, str]:
+    log = git(worktree, "log", "--reverse", "--format=%T %s", f"{base}..HEAD")
+    return {
+        subject: tree
+        for tree, subject in (line.split(" ", 1) for line in log.splitlines())
+        if not subject.startswith("forkkit: overlay")
+    }
+
+
+def test_applies_every_patch_git_rebase_applies_with_the_same_trees(rebaser, tmp_path, upstream):
+    series = carried_history(upstream, tmp_path / "proj")
+    expected = git_rebase(upstream.path, series, "base", "tip")
+    report = tmp_path / "r.json"
+    result = rebaser(
+        "apply",
+        "--series",
+        series,
+        "--repo",
+        upstream.path,
+        "--base",
+        "tip",
+        "--test",
+        "none",
+        "--json",
+        report,
+    )
+    data = json.loads(report.read_text())
+    statuses = {step["name"]: step["status"] for step in data["steps"]}
+    carried = rebaser_trees(Path(data["worktree"]), "tip")
+    assert set(expected) <= set(carried), (statuses, result.out)
+    assert {subject: carried[subject] for subject in expected} == expected
+    # git rebase stops on the file deleted upstream; so does rebaser, and says so
+    assert "fork: legacy returns 2" not in expected
+    assert data["stop"]["patch"] == "0005-change-5.patch"
+    # util.py was renamed upstream: per-file 3-way cannot find it, ort follows the rename
+    assert statuses["0002-change-2.patch"] == statuses["0003-change-3.patch"] == "cherry-pick"
+    assert "pkg/utils_helpers.py" in statuses_detail(data, "0003-change-3.patch")
+    git(upstream.path, "checkout", "-q", "--detach", "tip")
+    three_way = subprocess.run(
+        ["git", "apply", "--3way", "--index", str(series.parent / "0002-change-2.patch")],
+        cwd=upstream.path,
+        capture_output=True,
+    )
+    assert three_way.returncode != 0
+
+
+def statuses_detail(report: dict, name: str) -> str:
+    return next(step["detail"] for step in report["steps"] if step["name"] == name)
+    assert result.code == ExitCode.NOT_APPLIED

@@ -1,0 +1,174 @@
+"""Patches upstream already has: found before a failure is declared, and named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from synthetic import CALC, Change, build_series, edit, git
+
+from rebaser.errors import ExitCode
+
+DOUBLE_MUL = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
+CHECK_DIV = edit(CALC, "    return a / b\n", "    assert b\n    return a / b\n")
+
+
+def series_on_v1(tmp_path, upstream, changes):
+    base = git(upstream.path, "rev-parse", "v1")
+    return build_series(
+        tmp_path / "proj", upstream, "v1", changes, extra_directives=f"@base git:{base}\n"
+    )
+
+
+def apply_onto(rebaser, tmp_path, series, upstream, base) -> tuple[int, dict]:
+    report = tmp_path / "r.json"
+    result = rebaser(
+        "apply",
+        "--series",
+        series,
+        "--repo",
+        upstream.path,
+        "--base",
+        base,
+        "--test",
+        "none",
+        "--json",
+        report,
+    )
+    return result.code, json.loads(report.read_text())
+
+
+def step(report: dict, number: int) -> dict:
+    return report["steps"][number]  # 0 is the overlay
+
+
+def test_same_change_upstream_is_an_empty_cherry_pick_named_by_patch_id(
+    rebaser, tmp_path, upstream
+):
+    series = series_on_v1(
+        tmp_path, upstream, [Change("fork: double mul", {"pkg/calc.py": DOUBLE_MUL})]
+    )
+    upstream.commit({"pkg/other.py": "X = 1\n"}, "unrelated")
+    landed = upstream.commit({"pkg/calc.py": DOUBLE_MUL}, "upstream: double mul too", tag="v2")
+    code, report = apply_onto(rebaser, tmp_path, series, upstream, "v2")
+    assert code == ExitCode.OK
+    assert step(report, 1)["status"] == "in upstream"
+    assert "cherry-pick is empty" in step(report, 1)["detail"]
+    assert landed[:12] in step(report, 1)["detail"]
+
+
+def test_without_a_recorded_base_a_reverse_apply_finds_it_upstream(rebaser, tmp_path, upstream):
+    series = build_series(
+        tmp_path / "proj", upstream, "v1", [Change("fork: double mul", {"pkg/calc.py": DOUBLE_MUL})]
+    )
+    upstream.commit({"pkg/calc.py": DOUBLE_MUL}, "upstream: double mul too", tag="v2")
+    code, report = apply_onto(rebaser, tmp_path, series, upstream, "v2")
+    assert code == ExitCode.OK
+    assert step(report, 1)["status"] == "in upstream"
+    assert "reverse-applies" in step(report, 1)["detail"]
+
+
+def test_empty_cherry_pick_is_in_upstream(rebaser, tmp_path, upstream):
+    series = series_on_v1(
+        tmp_path, upstream, [Change("fork: double mul", {"pkg/calc.py": DOUBLE_MUL})]
+    )
+    # the same change, plus a context line rewritten: the reverse apply fails, the merge is empty
+    upstream.commit(
+        {"pkg/calc.py": edit(DOUBLE_MUL, "def div(a, b):\n", "def div(a, b):  # true division\n")},
+        "upstream: double mul and more",
+        tag="v2",
+    )
+    code, report = apply_onto(rebaser, tmp_path, series, upstream, "v2")
+    assert code == ExitCode.OK
+    assert step(report, 1)["status"] == "in upstream"
+    assert "cherry-pick is empty" in step(report, 1)["detail"]
+
+
+def test_same_patch_id_upstream_then_changed_again_is_in_upstream(rebaser, tmp_path, upstream):
+    series = series_on_v1(
+        tmp_path, upstream, [Change("fork: double mul", {"pkg/calc.py": DOUBLE_MUL})]
+    )
+    landed = upstream.commit({"pkg/calc.py": DOUBLE_MUL}, "upstream: take the fork's change")
+    upstream.commit(
+        {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return 3 * a * b\n")},
+        "upstream: triple it instead",
+        tag="v2",
+    )
+    code, report = apply_onto(rebaser, tmp_path, series, upstream, "v2")
+    assert code == ExitCode.OK, report
+    assert step(report, 1)["status"] == "in upstream"
+    assert landed[:12] in step(report, 1)["detail"]
+
+
+def test_lines_already_upstream_are_flagged_possibly_superseded(rebaser, tmp_path, upstream):
+    helper = "\n\ndef clamp01(x):\n    return min(max(x, 0), 1)\n"
+    series = series_on_v1(
+        tmp_path,
+        upstream,
+        [
+            Change(
+                "fork: clamp01",
+                {"pkg/calc.py": edit(CALC, "def sub(", helper.lstrip() + "\n\ndef sub(")},
+            )
+        ],
+    )
+    upstream.commit({"pkg/calc.py": CALC + helper}, "upstream: clamp01 at the end", tag="v2")
+    code, report = apply_onto(rebaser, tmp_path, series, upstream, "v2")
+    assert code == ExitCode.OK
+    assert step(report, 1)["status"] in ("clean", "offset")
+    assert "possibly superseded" in step(report, 1)["detail"]
+    assert "pkg/calc.py" in step(report, 1)["detail"]
+
+
+def test_new_change_is_not_flagged(rebaser, tmp_path, upstream):
+    series = series_on_v1(
+        tmp_path, upstream, [Change("fork: check div", {"pkg/calc.py": CHECK_DIV})]
+    )
+    upstream.commit({"pkg/other.py": "X = 1\n"}, "unrelated", tag="v2")
+    code, report = apply_onto(rebaser, tmp_path, series, upstream, "v2")
+    assert code == ExitCode.OK
+    assert step(report, 1)["status"] == "clean" and "superseded" not in step(report, 1)["detail"]
+
+
+def test_git_base_missing_from_the_repository_falls_back_to_three_way(rebaser, tmp_path, upstream):
+    series = build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1",
+        [Change("fork: double mul", {"pkg/calc.py": DOUBLE_MUL})],
+        extra_directives="@base git:" + "1" * 40 + "\n",
+    )
+    upstream.commit(
+        {"pkg/calc.py": edit(CALC, "def div(a, b):\n", "def div(a, b):  # true division\n")},
+        "v2",
+        tag="v2",
+    )
+    code, report = apply_onto(rebaser, tmp_path, series, upstream, "v2")
+    assert code == ExitCode.OK
+    assert step(report, 1)["status"] == "3-way"
+
+
+def test_recorded_commits_are_cached(rebaser, tmp_path, upstream):
+    series = series_on_v1(
+        tmp_path, upstream, [Change("fork: double mul", {"pkg/calc.py": DOUBLE_MUL})]
+    )
+    upstream.commit(
+        {"pkg/calc.py": edit(CALC, "def div(a, b):\n", "def div(a, b):  # true division\n")},
+        "v2",
+        tag="v2",
+    )
+    code, report = apply_onto(rebaser, tmp_path, series, upstream, "v2")
+    assert code == ExitCode.OK and step(report, 1)["status"] == "cherry-pick"
+    cached = git(upstream.path, "for-each-ref", "--format=%(objectname)", "refs/forkkit/replay/")
+    assert len(cached.split()) == 1
+    assert git(upstream.path, "rev-parse", f"{cached}^") == git(upstream.path, "rev-parse", "v1")
+    assert Path(report["worktree"], "pkg/calc.py").read_text().count("2 * a * b") == 1
+
+
+def test_git_base_without_repo_says_what_to_give(rebaser, tmp_path, upstream):
+    series = series_on_v1(
+        tmp_path, upstream, [Change("fork: double mul", {"pkg/calc.py": DOUBLE_MUL})]
+    )
+    result = rebaser("apply", "--series", series, "--test", "none")
+    assert result.code == ExitCode.USAGE
+    assert "is a commit of a git repository" in result.err and "--repo PATH" in result.err
