@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Carry the dsa-forkkit patch series onto upstream Megatron-LM: apply, "
         "verify and test it.",
         epilog="exit codes: 0 applied, verified, tests green; 1 tests failed; 2 bad usage or "
-        "refused; 3 a patch did not apply (continue/abort); 4 verification failed; "
+        "refused; 3 a patch did not apply (continue/skip/abort) or was left off the branch; 4 verification failed; "
         "5 environment (git, PyPI, test interpreter); 6 rebaser failed unexpectedly (traceback "
         "in a log it names); 130 interrupted",
     )
@@ -64,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="replace the branch of an earlier apply (kept under refs/forkkit/backups/)",
     )
     _json_option(apply, "also write the report as JSON")
+    apply.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="leave a patch that does not apply off the branch and go on; one report of every "
+        "patch at the end (exit 3 when any is missing)",
+    )
 
     verify = commands.add_parser(
         "verify", help="apply the series to several bases; one summary table"
@@ -106,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     resume = commands.add_parser("continue", help="go on after fixing a stopped apply")
     _repo_option(resume, _REPO_HELP["in progress"])
     _json_option(resume, "write the report as JSON")
+
+    skip = commands.add_parser(
+        "skip", help="leave the stopped patch off the branch and go on (the report says so)"
+    )
+    _repo_option(skip, _REPO_HELP["in progress"])
+    _json_option(skip, "write the report as JSON")
 
     abort = commands.add_parser("abort", help="drop a stopped apply (its work is kept in a ref)")
     _repo_option(abort, _REPO_HELP["in progress"])
@@ -249,14 +261,16 @@ def _dispatch(args: argparse.Namespace, out: Console, err: Console) -> int:
             test=args.test,
             force=args.force,
             json_report=args.json.resolve() if args.json else None,
+            keep_going=args.keep_going,
         )
         with progress(err) as step:
             report = engine.apply(options, step)
         render(report, out)
         return report.exit_code
-    if args.command == "continue":
+    if args.command in ("continue", "skip"):
+        go_on = engine.resume if args.command == "continue" else engine.skip
         with progress(err) as step:
-            report = engine.resume(args.repo, step)
+            report = go_on(args.repo, step)
         if args.json:
             report.write_json(args.json)
         render(report, out)

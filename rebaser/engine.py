@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from rebaser import recovery
 from rebaser import state as state_store
@@ -19,11 +20,12 @@ from rebaser import resolutions, series_start, workspace
 from rebaser.confinement import check_upstream_paths
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.git import FORKKIT_IDENTITY, Git
-from rebaser.records import StepStatus, Stop, StopPhase
+from rebaser.records import LEFT_OFF, StepStatus, Stop, StopPhase
 from rebaser.lock import repository_lock
 from rebaser.report import Report, StepRow, outcome_text
 from rebaser.series import Patch, Series, identity, load_series, with_identity
 from rebaser.state import ApplyState
+from rebaser.steps.knockon import needed_patch
 from rebaser.steps.overlay import OVERLAY_STEP, lay_overlay
 from rebaser.steps.patching import PatchOutcome, SeriesContext, apply_patch
 from rebaser.steps.replay import Replay, recorded_base
@@ -48,6 +50,7 @@ class ApplyOptions:
     branch_prefix: str = "forkkit"
     python: str = sys.executable
     ephemeral: bool = False  # a throwaway apply (verify, bisect): its state stays in memory
+    keep_going: bool = False  # drop a patch that does not apply and go on, instead of stopping
 
 
 def apply(options: ApplyOptions, progress: Progress) -> Report:
@@ -105,6 +108,7 @@ def _start(target: Target, series: Series, options: ApplyOptions, progress: Prog
         python=options.python,
         ephemeral=options.ephemeral,
         head=target.base_sha,
+        keep_going=options.keep_going,
     )
     state.save()
     return _driven(state, series, progress, "apply")
@@ -128,6 +132,48 @@ def resume(repo_hint: Optional[Path], progress: Progress) -> Report:
         state.stopped = None
         state.save()
         return _driven(state, series, progress, "continue")
+
+
+def skip(repo_hint: Optional[Path], progress: Progress) -> Report:
+    """`rebaser skip`: leave the stopped patch off the branch and go on. Whatever was done
+    for it since the stop is kept in a backup ref; the report still counts it as missing."""
+    with _locked_state(repo_hint, "skip") as state:
+        if state.stopped is None or state.stopped.phase != StopPhase.APPLY or state.next_step == 0:
+            raise RebaserError(
+                "only a stopped patch can be skipped"
+                + (f"; the apply stopped at {state.stopped.patch}" if state.stopped else ""),
+                where=state.worktree,
+                next_step="`rebaser continue` after fixing it, or `rebaser abort`",
+            )
+        series = load_series(Path(state.series_file))
+        patch = series.patches[state.next_step - 1]
+        kept = _set_aside(Git(state.worktree), state, patch)
+        detail = "skipped by `rebaser skip`" + (
+            f"; the work on it is kept at {kept}" if kept else ""
+        )
+        row = StepRow(
+            patch.name, StepStatus.SKIPPED, detail, patch.touched_paths, stop=state.stopped
+        )
+        state.steps.append(asdict(row))
+        state.next_step += 1
+        state.stopped = None
+        state.head = state.stopped_head
+        state.save()
+        return _driven(state, series, progress, "skip")
+
+
+def _set_aside(worktree: Git, state: ApplyState, patch: Patch) -> Optional[str]:
+    """Back the branch up to where it stopped; anything done since goes to a backup ref."""
+    space = workspace.Workspace(state.branch, worktree.path)
+    saved = workspace.save_work_in_progress(space)
+    head = worktree.out("rev-parse", "HEAD")
+    backup = None
+    if saved or head != state.stopped_head:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        backup = f"{workspace.BACKUP_PREFIX}/{state.branch}/skipped-{_number(patch)}-{stamp}"
+        worktree.run("update-ref", backup, head)
+    worktree.run("reset", "--quiet", "--hard", state.stopped_head)
+    return backup
 
 
 def abort(repo_hint: Optional[Path]) -> str:
@@ -193,13 +239,10 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
             )
             stop = None
             if not outcome.applied:
-                stop = Stop(
-                    StopPhase.APPLY,
-                    name,
-                    outcome.detail,
-                    conflicts=outcome.conflicts,
-                    hunks=[report.describe() for report in outcome.hunks],
-                )
+                stop, blocked = _stop_record(state, series, worktree, patch, outcome)
+                if state.keep_going:
+                    row = _left_off(row, stop, worktree, blocked=blocked)
+                    stop = None
             elif outcome.status != StepStatus.IN_UPSTREAM:
                 if _nothing_staged(worktree):  # e.g. a 3-way merge that changed nothing
                     row.status, row.detail = StepStatus.IN_UPSTREAM, "its change is already there"
@@ -219,11 +262,16 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
 
     progress("verifying")
     _starting(state, "verification")
-    checks = verify(worktree, state.base_sha, series)
+    missing = _missing(state, series)
+    applied = replace(series, patches=[p for p in series.patches if p not in missing])
+    checks = verify(worktree, state.base_sha, applied)
     if not all(check.ok for check in checks):
         state.stopped = Stop(StopPhase.VERIFY, "verification", "verification failed")
         state.save()
         return _finish(state, series, _rows(state), checks, [], command, ExitCode.VERIFY_FAILED)
+    if missing:  # a partial series: its tests say nothing about the series
+        state.clear()
+        return _finish(state, series, _rows(state), checks, [], command, ExitCode.NOT_APPLIED)
     if state.test != "none":
         _starting(state, "tests")
     suites = (
@@ -268,6 +316,51 @@ def _driven(state: ApplyState, series: Series, progress: Progress, command: str)
             "shows what was done; `rebaser continue` goes on from the last finished step, "
             "`rebaser abort` drops the apply (its work is kept in a ref)"
         ) from None
+
+
+def _stop_record(
+    state: ApplyState, series: Series, worktree: Git, patch: Patch, outcome: PatchOutcome
+) -> tuple[Stop, bool]:
+    """Why the patch did not apply, and whether only because it needs a patch left off the
+    branch (then it says which, instead of blaming upstream)."""
+    needed = needed_patch(patch, _missing(state, series), _head_reader(worktree))
+    if needed is not None:
+        return (
+            Stop(StopPhase.APPLY, patch.name, f"needs {_number(needed)}, which did not apply"),
+            True,
+        )
+    hunks = [report.describe() for report in outcome.hunks]
+    return Stop(StopPhase.APPLY, patch.name, outcome.detail, outcome.conflicts, hunks), False
+
+
+def _left_off(row: StepRow, stop: Stop, worktree: Git, *, blocked: bool) -> StepRow:
+    """--keep-going: the failed patch leaves the branch as it was; the row keeps the stop."""
+    worktree.run("reset", "--quiet", "--hard", "HEAD")
+    worktree.run("clean", "--quiet", "-d", "--force")
+    status = StepStatus.BLOCKED if blocked else StepStatus.DROPPED
+    return replace(row, status=status, detail=stop.reason, stop=stop)
+
+
+def _missing(state: ApplyState, series: Series) -> list[Patch]:
+    """The patches so far that are not on the branch (dropped, blocked or skipped)."""
+    names = {row["name"] for row in state.steps if row["status"] in LEFT_OFF}
+    return [patch for patch in series.patches if patch.name in names]
+
+
+def _head_reader(worktree: Git) -> Callable[[str], Optional[str]]:
+    """A file's text at HEAD (the worktree may hold conflict markers), or None."""
+
+    def read(path: str) -> Optional[str]:
+        shown = worktree.run("show", f"HEAD:{path}", check=False)
+        return shown.stdout if shown.ok else None
+
+    return read
+
+
+def _number(patch: Patch) -> str:
+    """`0011` for 0011-fix-things.patch: how people name patches of a series."""
+    head = patch.name.split("-", 1)[0]
+    return head if head.isdigit() else patch.name
 
 
 def _rows(state: ApplyState) -> list[StepRow]:
@@ -422,8 +515,9 @@ def _finish(
         suites=suites,
         exit_code=int(code),
     )
+    left_off = [row for row in rows if row.status in LEFT_OFF]
     report.outcome, report.next_steps = outcome_text(
-        code, state.stopped, state.branch, state.worktree, suites
+        code, state.stopped, state.branch, state.worktree, suites, left_off
     )
     if code == ExitCode.NOT_APPLIED and state.stopped:
         report.stop = state.stopped

@@ -56,13 +56,23 @@ def resolve_base(base: str, repo: Optional[Path]) -> Target:
 
 
 def throwaway_apply(
-    target: Target, series_file: Path, test: str, progress: engine.Progress, *, keep: bool = False
+    target: Target,
+    series_file: Path,
+    test: str,
+    progress: engine.Progress,
+    *,
+    keep: bool = False,
+    keep_going: bool = False,
 ) -> Report:
     """Apply onto `target` on a throwaway branch, removed afterwards unless `keep`."""
     series = load_series(series_file)
     branch = workspace.branch_name(series.name, target.label, VERIFY_PREFIX)
     options = engine.ApplyOptions(
-        series_file=series_file, test=test, ephemeral=True, branch_prefix=VERIFY_PREFIX
+        series_file=series_file,
+        test=test,
+        ephemeral=True,
+        branch_prefix=VERIFY_PREFIX,
+        keep_going=keep_going,
     )
     with workspace.throwaway_branch(target.git, branch, keep=keep):
         return engine.apply_to(target, series, options, progress)
@@ -88,6 +98,7 @@ def verify_bases(
                 test,
                 lambda message, base=base: progress(f"{base}: {message}"),
                 keep=keep,
+                keep_going=True,  # every patch's outcome on every base, in one pass
             )
             results.append(BaseResult(base, report.exit_code, report))
         except RebaserError as error:
@@ -141,11 +152,8 @@ def render_matrix(results: Sequence[BaseResult], console: Console) -> None:
         table.add_row(result.base, *map(styled, cells), styled(verify), Text(tests), Text(outcome))
     console.print(table)
     for result in results:
-        if result.report is not None and result.report.stop:
-            stop = result.report.stop
-            console.print(
-                Text.assemble((result.base, "bold"), f" stopped at {stop.patch}: {stop.reason}")
-            )
+        for title, stop in result.report.stops() if result.report else []:
+            console.print(Text.assemble((result.base, "bold"), f" {title}: {stop.reason}"))
 
 
 def matrix_markdown(results: Sequence[BaseResult]) -> str:
@@ -156,9 +164,8 @@ def matrix_markdown(results: Sequence[BaseResult]) -> str:
         cells, verify, tests, outcome = _row(result, steps)
         lines.append("| " + " | ".join([f"`{result.base}`", *cells, verify, tests, outcome]) + " |")
     for result in results:
-        if result.report is not None and result.report.stop:
-            stop = result.report.stop
-            lines += ["", f"**{result.base}** stopped at `{stop.patch}`: {stop.reason}"]
+        for title, stop in result.report.stops("`") if result.report else []:
+            lines += ["", f"**{result.base}** {title}: {stop.reason}"]
             lines += ["", "```", *stop.hunks[:5], "```"] if stop.hunks else []
     verdict = "all bases pass" if matrix_exit_code(results) == 0 else "the series needs attention"
     return "\n".join([f"### dsa-forkkit: {verdict}", "", *lines]) + "\n"

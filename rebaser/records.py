@@ -29,6 +29,10 @@ class StepStatus(enum.StrEnum):
     FAILED = "failed"
 
 
+# Patches an apply left off its branch: any of them makes it end with exit 3.
+LEFT_OFF = frozenset({StepStatus.SKIPPED, StepStatus.DROPPED, StepStatus.BLOCKED})
+
+
 class StopPhase(enum.StrEnum):
     APPLY = "apply"  # a step did not apply; the worktree holds the partial result
     VERIFY = "verify"  # everything applied, verification failed

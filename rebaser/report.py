@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -45,9 +45,12 @@ class StepRow:
     detail: str = ""
     files: list[str] = field(default_factory=list)
     hunks: int = 0
+    stop: Optional[Stop] = None  # why a patch left off the branch did not apply
 
     def __post_init__(self) -> None:
         self.status = StepStatus(self.status)  # rows read back from state.json hold strings
+        if isinstance(self.stop, dict):
+            self.stop = Stop.from_json(self.stop)
 
 
 @dataclass
@@ -65,6 +68,16 @@ class Report:
     exit_code: int = int(ExitCode.OK)
     next_steps: list[str] = field(default_factory=list)
     stop: Optional[Stop] = None
+
+    def stops(self, code: str = "") -> list[tuple[str, Stop]]:
+        """Every stop of the run with a title: each patch left off the branch (`0002-x.patch
+        dropped`), then the one it ended at (`stopped at 0002-x.patch`); `code` quotes names."""
+        titled = [
+            (f"{code}{row.name}{code} {row.status}", row.stop) for row in self.steps if row.stop
+        ]
+        if self.stop:
+            titled.append((f"stopped at {code}{self.stop.patch}{code}", self.stop))
+        return titled
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -123,13 +136,9 @@ def render(report: Report, console: Console) -> None:
     for suite in report.suites:
         for failure in suite.failures[:10]:
             console.print(Text.assemble("  ", (suite.name, "red"), " ", failure))
-    if report.stop:
-        console.print(
-            Text.assemble(
-                (f"stopped at {report.stop.patch}", "bold red"), f": {report.stop.reason}"
-            )
-        )
-        for line in report.stop.hunks:
+    for title, stop in report.stops():
+        console.print(Text.assemble((title, "bold red"), f": {stop.reason}"))
+        for line in stop.hunks:
             console.print(Text(line))
     style = "green" if report.exit_code == 0 else "bold red"
     console.print(Text.assemble((report.outcome, style), f" (exit {report.exit_code})"))
@@ -138,14 +147,28 @@ def render(report: Report, console: Console) -> None:
 
 
 def outcome_text(
-    code: ExitCode, stop: Optional[Stop], branch: str, worktree: str, suites: list[SuiteResult]
+    code: ExitCode,
+    stop: Optional[Stop],
+    branch: str,
+    worktree: str,
+    suites: list[SuiteResult],
+    left_off: Sequence[StepRow] = (),
 ) -> tuple[str, list[str]]:
-    """The outcome line and what to do next, for a run that ended with `code`."""
+    """The outcome line and what to do next, for a run that ended with `code` (`left_off`:
+    the rows of patches it left off the branch)."""
+    if code == ExitCode.NOT_APPLIED and stop is None and left_off:
+        names = ", ".join(f"{row.name} ({row.status})" for row in left_off)
+        return f"{len(left_off)} patches not applied: {names}; the rest applied, verified", [
+            f"the other patches are on branch {branch} in {worktree}; tests were not run",
+            "fix the series (rebase the patches left off onto this base, e.g. by hand on that "
+            "branch and `rebaser refresh`), then apply again",
+        ]
     if code == ExitCode.NOT_APPLIED:
         patch = stop.patch if stop else "?"
         return f"did not apply: stopped at {patch}", [
             f"fix it in {worktree} (conflict markers or .rej files show what failed), `git add` the result",
-            "then `rebaser continue`; or `rebaser abort` to drop the branch (your work is kept in a ref)",
+            "then `rebaser continue`; `rebaser skip` leaves this patch off and goes on; "
+            "or `rebaser abort` to drop the branch (your work is kept in a ref)",
         ]
     if code == ExitCode.VERIFY_FAILED:
         return "applied, but verification failed", [

@@ -50,6 +50,7 @@ class ApplyState:
     # Throwaway applies (verify, bisect) keep their state in memory only, so they never
     # disturb an apply the user has in progress in the same repository.
     ephemeral: bool = False
+    keep_going: bool = False  # drop failing patches and go on (apply --keep-going, verify)
 
     @property
     def repo_git(self) -> Git:

@@ -31,12 +31,13 @@ LEGACY = "def legacy():\n    return 1\n"
 
 def carried_history(upstream: SyntheticUpstream, root: Path) -> Path:
     """A fork series on v1, then upstream moves on: renames + modifies util.py, moves `sub`,
-    deletes legacy.py, rewrites the module docstring. Returns the series and the new tip."""
+    deletes legacy.py, rewrites the module docstring (tag `tip`). Returns the series."""
     base = upstream.commit({"pkg/util.py": UTIL, "pkg/legacy.py": LEGACY}, "base", tag="base")
     clamp_doc = edit(
         UTIL, "def clamp(value, low, high):\n", 'def clamp(value, low, high):\n    """Clamp."""\n'
     )
     div_checked = edit(CALC, "    return a / b\n", "    assert b\n    return a / b\n")
+    doubled = edit(div_checked, "    return a * b\n", "    return 2 * a * b\n")
     series = build_series(
         root,
         upstream,
@@ -54,15 +55,16 @@ def carried_history(upstream: SyntheticUpstream, root: Path) -> Path:
                     )
                 },
             ),
-            Change(
-                "fork: double mul",
-                {"pkg/calc.py": edit(div_checked, "    return a * b\n", "    return 2 * a * b\n")},
-            ),
             Change("fork: legacy returns 2", {"pkg/legacy.py": "def legacy():\n    return 2\n"}),
+            Change("fork: double mul", {"pkg/calc.py": doubled}),
+            Change(
+                "fork: neg of zero",
+                {"pkg/calc.py": edit(doubled, "    return -a\n", "    return -a if a else 0\n")},
+            ),
         ],
         extra_directives=f"@base git:{base}\n",
     )
-    # Upstream: util.py moves to pkg/utils/helpers.py (with an edit), `sub` moves to the end
+    # Upstream: util.py moves to pkg/utils_helpers.py (with an edit), `sub` moves to the end
     # of calc.py, legacy.py goes away, calc.py's docstring changes.
     git(upstream.path, "mv", "pkg/util.py", "pkg/utils_helpers.py")
     git(upstream.path, "rm", "-q", "pkg/legacy.py")
@@ -139,6 +141,7 @@ def test_applies_every_patch_git_rebase_applies_with_the_same_trees(rebaser, tmp
         "tip",
         "--test",
         "none",
+        "--keep-going",
         "--json",
         report,
     )
@@ -147,12 +150,15 @@ def test_applies_every_patch_git_rebase_applies_with_the_same_trees(rebaser, tmp
     carried = rebaser_trees(Path(data["worktree"]), "tip")
     assert set(expected) <= set(carried), (statuses, result.out)
     assert {subject: carried[subject] for subject in expected} == expected
-    # git rebase stops on the file deleted upstream; so does rebaser, and says so
-    assert "fork: legacy returns 2" not in expected
-    assert data["stop"]["patch"] == "0005-change-5.patch"
+    # git rebase stops on the file deleted upstream and on the change next to the moved
+    # function; rebaser leaves both off (one pass) and says so
+    assert set(carried) - set(expected) == set()
+    assert statuses["0004-change-4.patch"] == statuses["0006-change-6.patch"] == "dropped"
+    assert "pkg/legacy.py" in step_detail(data, "0004-change-4.patch")
+    assert result.code == ExitCode.NOT_APPLIED
     # util.py was renamed upstream: per-file 3-way cannot find it, ort follows the rename
     assert statuses["0002-change-2.patch"] == statuses["0003-change-3.patch"] == "cherry-pick"
-    assert "pkg/utils_helpers.py" in statuses_detail(data, "0003-change-3.patch")
+    assert "pkg/utils_helpers.py" in step_detail(data, "0003-change-3.patch")
     git(upstream.path, "checkout", "-q", "--detach", "tip")
     three_way = subprocess.run(
         ["git", "apply", "--3way", "--index", str(series.parent / "0002-change-2.patch")],
@@ -162,6 +168,6 @@ def test_applies_every_patch_git_rebase_applies_with_the_same_trees(rebaser, tmp
     assert three_way.returncode != 0
 
 
-def statuses_detail(report: dict, name: str) -> str:
+def step_detail(report: dict, name: str) -> str:
     return next(step["detail"] for step in report["steps"] if step["name"] == name)
     assert result.code == ExitCode.NOT_APPLIED

@@ -111,7 +111,7 @@ def test_script_fails_loudly_with_the_summary(tmp_path):
     result = run_script(tmp_path, "--releases", "0.18.2", "--test", "none")
     assert result.returncode == 3
     assert "::error::dsa-forkkit series needs attention (rebaser verify exit 3)" in result.stderr
-    assert "stopped at `0003-topk-dispatch.patch`" in result.stderr
+    assert "`0003-topk-dispatch.patch` dropped" in result.stderr
 
 
 @pytest.mark.network

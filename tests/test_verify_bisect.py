@@ -35,7 +35,10 @@ def test_verify_matrix_over_tags_with_json_and_markdown(rebaser, tmp_path, upstr
     assert result.code == ExitCode.NOT_APPLIED  # the most serious row decides
     rows = {row["base"]: row for row in json.loads(out_json.read_text())["bases"]}
     assert [s["status"] for s in rows["v1"]["report"]["steps"]] == ["laid", "clean", "clean"]
-    assert rows["v2"]["report"]["stop"]["patch"] == "0002-change-2.patch"
+    # one pass (--keep-going): the patch that does not apply is left off, with its stop
+    v2_steps = {step["name"]: step for step in rows["v2"]["report"]["steps"]}
+    assert v2_steps["0002-change-2.patch"]["status"] == "dropped"
+    assert v2_steps["0002-change-2.patch"]["stop"]["conflicts"] == ["pkg/calc.py"]
     assert (
         rows["nope"]["exit_code"] == ExitCode.USAGE
         and "unknown base 'nope'" in rows["nope"]["error"]
@@ -43,7 +46,7 @@ def test_verify_matrix_over_tags_with_json_and_markdown(rebaser, tmp_path, upstr
     markdown = out_md.read_text()
     assert markdown.startswith("### dsa-forkkit: the series needs attention")
     assert "| `v1` | laid | clean | clean | ok |" in markdown
-    assert "**v2** stopped at `0002-change-2.patch`" in markdown
+    assert "**v2** `0002-change-2.patch` dropped: 3-way merge conflicts in pkg/calc.py" in markdown
     # Throwaway branches are gone, and no apply is left in progress.
     assert git(upstream.path, "branch", "--list", "forkkit*") == ""
     assert rebaser("status", "--repo", upstream.path).out.strip() == "no apply in progress"

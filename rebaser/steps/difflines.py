@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Optional
 
 import unidiff
 
@@ -43,8 +43,6 @@ def file_lines(patch: Patch) -> dict[str, FileLines]:
     return result
 
 
-def present_lines(path: Path) -> frozenset[str]:
-    """The stripped lines of a file in the tree (none when it does not exist)."""
-    if not path.is_file():
-        return frozenset()
-    return frozenset(line.strip() for line in path.read_text(errors="replace").splitlines())
+def present_lines(text: Optional[str]) -> frozenset[str]:
+    """The stripped lines of a file's text (none for a file that does not exist)."""
+    return frozenset(line.strip() for line in (text or "").splitlines())

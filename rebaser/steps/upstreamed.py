@@ -73,5 +73,9 @@ def superseded_in(tree: Path, patch: Patch) -> list[str]:
     return [
         path
         for path, lines in file_lines(patch).items()
-        if not lines.created and lines.added and lines.added <= present_lines(tree / path)
+        if not lines.created and lines.added and lines.added <= present_lines(_read(tree / path))
     ]
+
+
+def _read(path: Path) -> Optional[str]:
+    return path.read_text(errors="replace") if path.is_file() else None

@@ -1,0 +1,96 @@
+"""One pass through every stop: `apply --keep-going`, `rebaser skip`, and knock-on failures
+reported as the patch they need, never as upstream's doing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from synthetic import CALC, Change, build_series, edit, git
+
+from rebaser.errors import ExitCode
+
+ADD_DOC = edit(CALC, "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n')
+DOUBLED = edit(ADD_DOC, "    return a * b\n", "    return 2 * a * b\n")
+COMMENTED = edit(DOUBLED, "    return 2 * a * b\n", "    return 2 * a * b  # doubled\n")
+CHECKED = edit(COMMENTED, "    return a / b\n", "    assert b\n    return a / b\n")
+
+
+def series_with_a_knock_on(tmp_path, upstream) -> Path:
+    """0002 conflicts with v2; 0003 edits the line 0002 adds; 0001 and 0004 are independent."""
+    base = git(upstream.path, "rev-parse", "v1")
+    series = build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1",
+        [
+            Change("fork: document add", {"pkg/calc.py": ADD_DOC}),
+            Change("fork: double mul", {"pkg/calc.py": DOUBLED}),
+            Change("fork: say why", {"pkg/calc.py": COMMENTED}),
+            Change("fork: check div", {"pkg/calc.py": CHECKED}),
+        ],
+        extra_directives=f"@base git:{base}\n",
+    )
+    upstream.commit(
+        {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n")}, "v2", tag="v2"
+    )
+    return series
+
+
+def apply(rebaser, tmp_path, series, upstream, *extra):
+    report = tmp_path / "r.json"
+    args = ["--series", series, "--repo", upstream.path, "--base", "v2", "--test", "none"]
+    result = rebaser("apply", *args, "--json", report, *extra)
+    return result, json.loads(report.read_text())
+
+
+def statuses(report: dict) -> list[str]:
+    return [step["status"] for step in report["steps"]]
+
+
+def test_keep_going_drops_reports_the_knock_on_and_exits_3(rebaser, tmp_path, upstream):
+    series = series_with_a_knock_on(tmp_path, upstream)
+    result, report = apply(rebaser, tmp_path, series, upstream, "--keep-going")
+    assert result.code == ExitCode.NOT_APPLIED
+    assert statuses(report) == ["laid", "clean", "dropped", "blocked", "clean"]
+    dropped, blocked = report["steps"][2], report["steps"][3]
+    assert dropped["stop"]["conflicts"] == ["pkg/calc.py"] and dropped["stop"]["hunks"]
+    assert blocked["detail"] == "needs 0002, which did not apply"
+    assert blocked["stop"]["hunks"] == []  # not an upstream problem: no hunk hints
+    assert "2 patches not applied" in report["outcome"] and report["stop"] is None
+    assert "0002-change-2.patch dropped" in result.out and "tests were not run" in result.out
+    assert all(check["ok"] for check in report["checks"])
+    tree = Path(report["worktree"])
+    text = (tree / "pkg/calc.py").read_text()
+    assert '"""Sum."""' in text and "assert b" in text and "return b * a" in text
+    assert git(tree, "status", "--porcelain") == ""
+    subjects = git(tree, "log", "--format=%s", "v2..HEAD").splitlines()
+    assert subjects == ["fork: check div", "fork: document add", "forkkit: overlay (0 files)"]
+    assert rebaser("status", "--repo", upstream.path).out.strip() == "no apply in progress"
+
+
+def test_skip_goes_on_and_the_report_still_counts_the_patch(rebaser, tmp_path, upstream):
+    series = series_with_a_knock_on(tmp_path, upstream)
+    result, report = apply(rebaser, tmp_path, series, upstream)
+    assert result.code == ExitCode.NOT_APPLIED and report["stop"]["patch"] == "0002-change-2.patch"
+    tree = Path(report["worktree"])
+    (tree / "pkg/calc.py").write_text("half-done work\n")
+    skipped = rebaser("skip", "--repo", upstream.path)
+    # 0003 needs 0002: it stops again, and says why
+    assert skipped.code == ExitCode.NOT_APPLIED
+    assert "stopped at 0003-change-3.patch" in skipped.out
+    assert "needs 0002, which did not apply" in skipped.out
+    backups = git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/")
+    assert "skipped-0002-" in backups
+    assert git(upstream.path, "show", f"{backups.split()[0]}:pkg/calc.py") == "half-done work"
+    final = rebaser("skip", "--repo", upstream.path, "--json", tmp_path / "final.json")
+    assert final.code == ExitCode.NOT_APPLIED  # never "applied, verified" with exit 0
+    data = json.loads((tmp_path / "final.json").read_text())
+    assert statuses(data) == ["laid", "clean", "skipped", "skipped", "clean"]
+    assert "2 patches not applied" in data["outcome"]
+    assert "assert b" in (tree / "pkg/calc.py").read_text()
+
+
+def test_skip_without_a_stopped_patch_is_refused(rebaser, tmp_path, upstream):
+    result = rebaser("skip", "--repo", upstream.path)
+    assert result.code == ExitCode.USAGE and "no apply is in progress" in result.err
