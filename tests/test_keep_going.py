@@ -94,3 +94,19 @@ def test_skip_goes_on_and_the_report_still_counts_the_patch(rebaser, tmp_path, u
 def test_skip_without_a_stopped_patch_is_refused(rebaser, tmp_path, upstream):
     result = rebaser("skip", "--repo", upstream.path)
     assert result.code == ExitCode.USAGE and "no apply is in progress" in result.err
+
+
+def test_a_cherry_pick_conflict_stop_continues_after_the_fix(rebaser, tmp_path, upstream):
+    series = series_with_a_knock_on(tmp_path, upstream)
+    result, report = apply(rebaser, tmp_path, series, upstream)
+    assert result.code == ExitCode.NOT_APPLIED
+    assert report["stop"]["reason"].startswith("cherry-pick conflicts in pkg/calc.py")
+    tree = Path(report["worktree"])
+    assert "<<<<<<<" in (tree / "pkg/calc.py").read_text()
+    (tree / "pkg/calc.py").write_text(DOUBLED)
+    git(tree, "add", "pkg/calc.py")
+    resumed = rebaser("continue", "--repo", upstream.path, "--json", tmp_path / "after.json")
+    assert resumed.code == ExitCode.OK, resumed.out
+    data = json.loads((tmp_path / "after.json").read_text())
+    assert statuses(data) == ["laid", "clean", "manual", "clean", "clean"]
+    assert (tree / "pkg/calc.py").read_text() == CHECKED
