@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from rebaser import recovery
 from rebaser import state as state_store
-from rebaser import resolutions, series_start, workspace
+from rebaser import left_off, resolutions, series_start, workspace
 from rebaser.confinement import check_upstream_paths
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.git import FORKKIT_IDENTITY, Git
@@ -95,6 +95,7 @@ def _start(target: Target, series: Series, options: ApplyOptions, progress: Prog
     space = workspace.create(
         target.git, branch, target.base_sha, options.worktree, force=options.force
     )
+    left_off.record(target.git, space.branch, {})  # an earlier apply's, if any
     state = ApplyState(
         series_file=str(series.file),
         repo=str(target.git.path),
@@ -156,6 +157,7 @@ def skip(repo_hint: Optional[Path], progress: Progress) -> Report:
         )
         state.steps.append(asdict(row))
         state.next_step += 1
+        _record_left_off(state, Git(state.worktree))
         state.stopped = None
         state.head = state.stopped_head
         state.save()
@@ -258,6 +260,8 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
         state.steps.append(asdict(row))
         state.next_step += 1
         state.head = worktree.out("rev-parse", "HEAD")
+        if row.status in LEFT_OFF:
+            _record_left_off(state, worktree)
         state.save()
 
     progress("verifying")
@@ -345,6 +349,12 @@ def _missing(state: ApplyState, series: Series) -> list[Patch]:
     """The patches so far that are not on the branch (dropped, blocked or skipped)."""
     names = {row["name"] for row in state.steps if row["status"] in LEFT_OFF}
     return [patch for patch in series.patches if patch.name in names]
+
+
+def _record_left_off(state: ApplyState, worktree: Git) -> None:
+    """Beside the branch: which patches it lacks, so refresh keeps them in the series."""
+    missing = {row["name"]: row["status"] for row in state.steps if row["status"] in LEFT_OFF}
+    left_off.record(worktree, state.branch, missing)
 
 
 def _head_reader(worktree: Git) -> Callable[[str], Optional[str]]:

@@ -67,6 +67,9 @@ def test_keep_going_drops_reports_the_knock_on_and_exits_3(rebaser, tmp_path, up
     subjects = git(tree, "log", "--format=%s", "v2..HEAD").splitlines()
     assert subjects == ["fork: check div", "fork: document add", "forkkit: overlay (0 files)"]
     assert rebaser("status", "--repo", upstream.path).out.strip() == "no apply in progress"
+    # recorded beside the branch, for refresh: these patches still need work
+    left_off = git(upstream.path, "cat-file", "blob", "refs/forkkit/left-off/forkkit/demo/v2")
+    assert left_off == "0002-change-2.patch\tdropped\n0003-change-3.patch\tblocked"
 
 
 def test_skip_goes_on_and_the_report_still_counts_the_patch(rebaser, tmp_path, upstream):
