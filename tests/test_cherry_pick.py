@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from synthetic import CALC, Change, SyntheticUpstream, build_series, edit, git
+from test_apply_synthetic import apply
 
 from rebaser.errors import ExitCode
 
@@ -131,20 +132,7 @@ def test_applies_every_patch_git_rebase_applies_with_the_same_trees(rebaser, tmp
     series = carried_history(upstream, tmp_path / "proj")
     expected = git_rebase(upstream.path, series, "base", "tip")
     report = tmp_path / "r.json"
-    result = rebaser(
-        "apply",
-        "--series",
-        series,
-        "--repo",
-        upstream.path,
-        "--base",
-        "tip",
-        "--test",
-        "none",
-        "--keep-going",
-        "--json",
-        report,
-    )
+    result = apply(rebaser, series, upstream, "tip", "--keep-going", "--json", report)
     data = json.loads(report.read_text())
     statuses = {step["name"]: step["status"] for step in data["steps"]}
     carried = rebaser_trees(Path(data["worktree"]), "tip")

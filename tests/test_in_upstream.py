@@ -6,11 +6,13 @@ import json
 from pathlib import Path
 
 from synthetic import CALC, Change, build_series, edit, git
+from test_apply_synthetic import apply
 
 from rebaser.errors import ExitCode
 
 DOUBLE_MUL = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
 CHECK_DIV = edit(CALC, "    return a / b\n", "    assert b\n    return a / b\n")
+DOUBLING = [Change("fork: double mul", {"pkg/calc.py": DOUBLE_MUL})]
 
 
 def series_on_v1(tmp_path, upstream, changes):
@@ -22,20 +24,24 @@ def series_on_v1(tmp_path, upstream, changes):
 
 def apply_onto(rebaser, tmp_path, series, upstream, base) -> tuple[int, dict]:
     report = tmp_path / "r.json"
-    result = rebaser(
-        "apply",
-        "--series",
-        series,
-        "--repo",
-        upstream.path,
-        "--base",
-        base,
-        "--test",
-        "none",
-        "--json",
-        report,
-    )
+    result = apply(rebaser, series, upstream, base, "--json", report)
     return result.code, json.loads(report.read_text())
+
+
+def drift_div(upstream) -> None:
+    """v2 rewrites a context line of the mul change: no exact apply, a clean merge."""
+    upstream.commit(
+        {"pkg/calc.py": edit(CALC, "def div(a, b):\n", "def div(a, b):  # true division\n")},
+        "v2",
+        tag="v2",
+    )
+
+
+def in_upstream_detail(code: int, report: dict) -> str:
+    """The one patch's detail, after checking the apply passed with it `in upstream`."""
+    assert code == ExitCode.OK, report
+    assert step(report, 1)["status"] == "in upstream"
+    return step(report, 1)["detail"]
 
 
 def step(report: dict, number: int) -> dict:
@@ -45,59 +51,43 @@ def step(report: dict, number: int) -> dict:
 def test_same_change_upstream_is_an_empty_cherry_pick_named_by_patch_id(
     rebaser, tmp_path, upstream
 ):
-    series = series_on_v1(
-        tmp_path, upstream, [Change("fork: double mul", {"pkg/calc.py": DOUBLE_MUL})]
-    )
+    series = series_on_v1(tmp_path, upstream, DOUBLING)
     upstream.commit({"pkg/other.py": "X = 1\n"}, "unrelated")
     landed = upstream.commit({"pkg/calc.py": DOUBLE_MUL}, "upstream: double mul too", tag="v2")
-    code, report = apply_onto(rebaser, tmp_path, series, upstream, "v2")
-    assert code == ExitCode.OK
-    assert step(report, 1)["status"] == "in upstream"
-    assert "cherry-pick is empty" in step(report, 1)["detail"]
-    assert landed[:12] in step(report, 1)["detail"]
+    detail = in_upstream_detail(*apply_onto(rebaser, tmp_path, series, upstream, "v2"))
+    assert "cherry-pick is empty" in detail
+    assert landed[:12] in detail
 
 
 def test_without_a_recorded_base_a_reverse_apply_finds_it_upstream(rebaser, tmp_path, upstream):
-    series = build_series(
-        tmp_path / "proj", upstream, "v1", [Change("fork: double mul", {"pkg/calc.py": DOUBLE_MUL})]
-    )
+    series = build_series(tmp_path / "proj", upstream, "v1", DOUBLING)
     upstream.commit({"pkg/calc.py": DOUBLE_MUL}, "upstream: double mul too", tag="v2")
-    code, report = apply_onto(rebaser, tmp_path, series, upstream, "v2")
-    assert code == ExitCode.OK
-    assert step(report, 1)["status"] == "in upstream"
-    assert "reverse-applies" in step(report, 1)["detail"]
+    detail = in_upstream_detail(*apply_onto(rebaser, tmp_path, series, upstream, "v2"))
+    assert "reverse-applies" in detail
 
 
 def test_empty_cherry_pick_is_in_upstream(rebaser, tmp_path, upstream):
-    series = series_on_v1(
-        tmp_path, upstream, [Change("fork: double mul", {"pkg/calc.py": DOUBLE_MUL})]
-    )
+    series = series_on_v1(tmp_path, upstream, DOUBLING)
     # the same change, plus a context line rewritten: the reverse apply fails, the merge is empty
     upstream.commit(
         {"pkg/calc.py": edit(DOUBLE_MUL, "def div(a, b):\n", "def div(a, b):  # true division\n")},
         "upstream: double mul and more",
         tag="v2",
     )
-    code, report = apply_onto(rebaser, tmp_path, series, upstream, "v2")
-    assert code == ExitCode.OK
-    assert step(report, 1)["status"] == "in upstream"
-    assert "cherry-pick is empty" in step(report, 1)["detail"]
+    detail = in_upstream_detail(*apply_onto(rebaser, tmp_path, series, upstream, "v2"))
+    assert "cherry-pick is empty" in detail
 
 
 def test_same_patch_id_upstream_then_changed_again_is_in_upstream(rebaser, tmp_path, upstream):
-    series = series_on_v1(
-        tmp_path, upstream, [Change("fork: double mul", {"pkg/calc.py": DOUBLE_MUL})]
-    )
+    series = series_on_v1(tmp_path, upstream, DOUBLING)
     landed = upstream.commit({"pkg/calc.py": DOUBLE_MUL}, "upstream: take the fork's change")
     upstream.commit(
         {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return 3 * a * b\n")},
         "upstream: triple it instead",
         tag="v2",
     )
-    code, report = apply_onto(rebaser, tmp_path, series, upstream, "v2")
-    assert code == ExitCode.OK, report
-    assert step(report, 1)["status"] == "in upstream"
-    assert landed[:12] in step(report, 1)["detail"]
+    detail = in_upstream_detail(*apply_onto(rebaser, tmp_path, series, upstream, "v2"))
+    assert landed[:12] in detail
 
 
 def test_lines_already_upstream_are_flagged_possibly_superseded(rebaser, tmp_path, upstream):
@@ -135,28 +125,18 @@ def test_git_base_missing_from_the_repository_falls_back_to_three_way(rebaser, t
         tmp_path / "proj",
         upstream,
         "v1",
-        [Change("fork: double mul", {"pkg/calc.py": DOUBLE_MUL})],
+        DOUBLING,
         extra_directives="@base git:" + "1" * 40 + "\n",
     )
-    upstream.commit(
-        {"pkg/calc.py": edit(CALC, "def div(a, b):\n", "def div(a, b):  # true division\n")},
-        "v2",
-        tag="v2",
-    )
+    drift_div(upstream)
     code, report = apply_onto(rebaser, tmp_path, series, upstream, "v2")
     assert code == ExitCode.OK
     assert step(report, 1)["status"] == "3-way"
 
 
 def test_recorded_commits_are_cached(rebaser, tmp_path, upstream):
-    series = series_on_v1(
-        tmp_path, upstream, [Change("fork: double mul", {"pkg/calc.py": DOUBLE_MUL})]
-    )
-    upstream.commit(
-        {"pkg/calc.py": edit(CALC, "def div(a, b):\n", "def div(a, b):  # true division\n")},
-        "v2",
-        tag="v2",
-    )
+    series = series_on_v1(tmp_path, upstream, DOUBLING)
+    drift_div(upstream)
     code, report = apply_onto(rebaser, tmp_path, series, upstream, "v2")
     assert code == ExitCode.OK and step(report, 1)["status"] == "cherry-pick"
     cached = git(upstream.path, "for-each-ref", "--format=%(objectname)", "refs/forkkit/replay/")
@@ -166,9 +146,7 @@ def test_recorded_commits_are_cached(rebaser, tmp_path, upstream):
 
 
 def test_git_base_without_repo_says_what_to_give(rebaser, tmp_path, upstream):
-    series = series_on_v1(
-        tmp_path, upstream, [Change("fork: double mul", {"pkg/calc.py": DOUBLE_MUL})]
-    )
+    series = series_on_v1(tmp_path, upstream, DOUBLING)
     result = rebaser("apply", "--series", series, "--test", "none")
     assert result.code == ExitCode.USAGE
     assert "is a commit of a git repository" in result.err and "--repo PATH" in result.err

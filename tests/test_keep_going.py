@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from synthetic import CALC, Change, build_series, edit, git
+from test_apply_synthetic import apply
 
 from rebaser.errors import ExitCode
 
@@ -37,10 +38,9 @@ def series_with_a_knock_on(tmp_path, upstream) -> Path:
     return series
 
 
-def apply(rebaser, tmp_path, series, upstream, *extra):
+def apply_onto_v2(rebaser, tmp_path, series, upstream, *extra):
     report = tmp_path / "r.json"
-    args = ["--series", series, "--repo", upstream.path, "--base", "v2", "--test", "none"]
-    result = rebaser("apply", *args, "--json", report, *extra)
+    result = apply(rebaser, series, upstream, "v2", "--json", report, *extra)
     return result, json.loads(report.read_text())
 
 
@@ -50,7 +50,7 @@ def statuses(report: dict) -> list[str]:
 
 def test_keep_going_drops_reports_the_knock_on_and_exits_3(rebaser, tmp_path, upstream):
     series = series_with_a_knock_on(tmp_path, upstream)
-    result, report = apply(rebaser, tmp_path, series, upstream, "--keep-going")
+    result, report = apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going")
     assert result.code == ExitCode.NOT_APPLIED
     assert statuses(report) == ["laid", "clean", "dropped", "blocked", "clean"]
     dropped, blocked = report["steps"][2], report["steps"][3]
@@ -74,7 +74,7 @@ def test_keep_going_drops_reports_the_knock_on_and_exits_3(rebaser, tmp_path, up
 
 def test_skip_goes_on_and_the_report_still_counts_the_patch(rebaser, tmp_path, upstream):
     series = series_with_a_knock_on(tmp_path, upstream)
-    result, report = apply(rebaser, tmp_path, series, upstream)
+    result, report = apply_onto_v2(rebaser, tmp_path, series, upstream)
     assert result.code == ExitCode.NOT_APPLIED and report["stop"]["patch"] == "0002-change-2.patch"
     tree = Path(report["worktree"])
     (tree / "pkg/calc.py").write_text("half-done work\n")
@@ -101,7 +101,7 @@ def test_skip_without_a_stopped_patch_is_refused(rebaser, tmp_path, upstream):
 
 def test_a_cherry_pick_conflict_stop_continues_after_the_fix(rebaser, tmp_path, upstream):
     series = series_with_a_knock_on(tmp_path, upstream)
-    result, report = apply(rebaser, tmp_path, series, upstream)
+    result, report = apply_onto_v2(rebaser, tmp_path, series, upstream)
     assert result.code == ExitCode.NOT_APPLIED
     assert report["stop"]["reason"].startswith("cherry-pick conflicts in pkg/calc.py")
     tree = Path(report["worktree"])
