@@ -48,7 +48,10 @@ def describe(state: ApplyState) -> list[str]:
         lines.append(f"next: `git switch {state.branch}` there before continuing or aborting")
         return lines
     if state.stopped:
-        lines.append("next: fix it there, `git add`, then `rebaser continue` (or `rebaser abort`)")
+        lines.append(
+            "next: fix it there, `git add`, then `rebaser continue` (or `rebaser skip`, "
+            "`rebaser abort`)"
+        )
     else:
         lines.append(
             f"not stopped: interrupted during {state.running or 'the apply'} (or running now)"
