@@ -166,15 +166,17 @@ def skip(repo_hint: Optional[Path], progress: Progress) -> Report:
 
 def _set_aside(worktree: Git, state: ApplyState, patch: Patch) -> Optional[str]:
     """Back the branch up to where it stopped; anything done since goes to a backup ref."""
-    space = workspace.Workspace(state.branch, worktree.path)
-    saved = workspace.save_work_in_progress(space)
     head = worktree.out("rev-parse", "HEAD")
+    dirty = bool(worktree.status_porcelain())
     backup = None
-    if saved or head != state.stopped_head:
+    if dirty or head != state.stopped_head:
+        message = f"forkkit: work on {patch.name} set aside by rebaser skip\n"
+        kept = recovery.snapshot(worktree, message) if dirty else head
         stamp = time.strftime("%Y%m%d-%H%M%S")
         backup = f"{workspace.BACKUP_PREFIX}/{state.branch}/skipped-{_number(patch)}-{stamp}"
-        worktree.run("update-ref", backup, head)
+        worktree.run("update-ref", backup, kept)
     worktree.run("reset", "--quiet", "--hard", state.stopped_head)
+    worktree.run("clean", "--quiet", "-d", "--force")  # untracked files are in the backup
     return backup
 
 
