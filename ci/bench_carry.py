@@ -25,7 +25,7 @@ from rebaser import engine
 from rebaser.cli import main as rebaser_main
 from rebaser.errors import ExitCode
 from rebaser.git import Git
-from rebaser.refresh import export_patch
+from rebaser.export import export_patch
 from rebaser.steps.replay import REPLAY_PREFIX
 
 MODULES = 40
