@@ -1,12 +1,12 @@
 """Patch 0003 by meaning: route DSA top-k selection in dsa.py through the explicit backend.
 
-* import `dsa_topk` beside the other experimental_attention_variant modules;
-* `fused_qk_topk_naive` takes `topk_policy` and, when given, returns the backend's indices
-  instead of running torch.topk;
-* `DSAIndexer.forward_with_scores` passes the configured policy;
-* `DSAttention.forward` reads the policy once, keeps every fused kernel that selects its own
-  top-k (guarded by `use_fused_kernels`) from running when a policy is set, and passes the
-  policy to its naive top-k calls.
+* import `dsa_blockwise` beside the other experimental_attention_variant modules;
+* `fused_qk_topk_naive` takes `topk_policy` (a block-wise plan) and, when given, scores and
+  selects in blocks of rows (`dsa_blockwise.select_topk`) before any dense scoring;
+* `DSAIndexer.forward_with_scores` passes the configured plan;
+* `DSAttention.forward` reads the plan once, keeps every fused kernel that selects its own
+  top-k (guarded by `use_fused_kernels`) from running when a plan is set, and passes the
+  plan to its naive top-k calls.
 """
 
 from __future__ import annotations
@@ -38,15 +38,39 @@ FUSED_TOPK_KERNELS = (
     "run_fused_qk_topk",
     "run_fused_qk_topk_with_loss",
 )
-POLICY_PARAM = "topk_policy: Optional[dsa_topk.TopkSelector] = None"
+POLICY_PARAM = "topk_policy: Optional[dsa_blockwise.BlockwisePlan] = None"
+# Parameters of fused_qk_topk_naive that the block-wise path takes as they are.
+NAIVE_PARAMS = (
+    "q",
+    "k",
+    "weights",
+    "index_topk",
+    "mask",
+    "varlen_starts",
+    "varlen_ends",
+    "key_positions",
+    "use_relu",
+)
 EARLY_RETURN = """
 if topk_policy is not None:
-    return index_scores, dsa_topk.select_topk_indices(index_scores, index_topk, topk_policy)
+    return None, dsa_blockwise.select_topk(
+        q,
+        k,
+        weights,
+        index_topk,
+        topk_policy,
+        mask=mask,
+        varlen_starts=varlen_starts,
+        varlen_ends=varlen_ends,
+        key_positions=key_positions,
+        use_relu=use_relu,
+    )
 """
 EARLY_RETURN_COMMENT = (
-    "An explicit top-k backend (or indices selected before the call) replaces torch.topk."
+    "An explicit top-k backend scores and selects in blocks of rows: the [b, sq, sk] scores",
+    "are never materialised, so None stands in for them.",
 )
-READ_POLICY = "topk_policy = dsa_topk.policy_from_config(self.config)\n"
+READ_POLICY = "topk_policy = dsa_blockwise.plan_from_config(self.config, self.layer_number)\n"
 READ_POLICY_COMMENT = (
     "An explicit top-k backend replaces every fused kernel that selects its own top-k."
 )
@@ -59,12 +83,12 @@ class TopkDispatch(PatchCodemod):
     DESCRIPTION = "dsa.py: every top-k site honours dsa_indexer_topk_backend"
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        tree = self._import_dsa_topk(tree)
+        tree = self._import_dsa_blockwise(tree)
         tree = self._naive_topk_hook(tree)
         tree = self._indexer_passes_policy(tree)
         return self._attention_honours_policy(tree)
 
-    def _import_dsa_topk(self, tree: cst.Module) -> cst.Module:
+    def _import_dsa_blockwise(self, tree: cst.Module) -> cst.Module:
         for statement in tree.body:
             if not isinstance(statement, cst.SimpleStatementLine):
                 continue
@@ -75,9 +99,9 @@ class TopkDispatch(PatchCodemod):
                 and code(node.module) == PACKAGE
             ):
                 names = [] if isinstance(node.names, cst.ImportStar) else list(node.names)
-                if any(code(alias.name) == "dsa_topk" for alias in names):
+                if any(code(alias.name) == "dsa_blockwise" for alias in names):
                     return tree
-                return tree.deep_replace(node, append_import_name(node, "dsa_topk"))
+                return tree.deep_replace(node, append_import_name(node, "dsa_blockwise"))
         # No grouped import of the package: add one after the module's last import.
         imports = [
             i
@@ -87,7 +111,7 @@ class TopkDispatch(PatchCodemod):
         ]
         if not imports:
             raise self.missing("the module's imports")
-        new = cst.parse_statement(f"from {PACKAGE} import dsa_topk\n")
+        new = cst.parse_statement(f"from {PACKAGE} import dsa_blockwise\n")
         body = list(tree.body)
         body.insert(imports[-1] + 1, new)
         return tree.with_changes(body=body)
@@ -96,19 +120,14 @@ class TopkDispatch(PatchCodemod):
         naive = self.find_function(tree, NAIVE)
         if "topk_policy" in param_names(naive):
             return tree
-        for name in ("index_topk",):
-            if name not in param_names(naive):
-                raise self.missing(f"parameter {name} of {NAIVE}", param_names(naive))
-        if not mentions(naive.body, "index_scores ="):
-            raise self.missing(f"the local index_scores in {NAIVE}")
-        anchor = next(
-            (s for s in naive.body.body if mentions(s, ".topk(") or mentions(s, "topk_k =")),
-            None,
-        )
-        if anchor is None:
-            raise self.missing(f"the torch.topk selection in {NAIVE}")
+        absent = [name for name in NAIVE_PARAMS if name not in param_names(naive)]
+        if absent:
+            raise self.missing(f"parameters {', '.join(absent)} of {NAIVE}", param_names(naive))
+        # The hook goes first, after the docstring: no dense scoring happens before it.
+        body = list(naive.body.body)
+        anchor = body[1] if body and _is_docstring(body[0]) and len(body) > 1 else body[0]
         hook = statements(EARLY_RETURN)
-        hook[0] = hook[0].with_changes(leading_lines=comment_lines(EARLY_RETURN_COMMENT))
+        hook[0] = hook[0].with_changes(leading_lines=comment_lines(*EARLY_RETURN_COMMENT))
         body = insert_before(naive.body, anchor, hook, gap=False)
         updated = append_param(naive.with_changes(body=body), POLICY_PARAM)
         return tree.deep_replace(naive, updated)
@@ -123,7 +142,7 @@ class TopkDispatch(PatchCodemod):
             if not has_keyword(call, "topk_policy"):
                 updated = updated.deep_replace(
                     call,
-                    add_keyword(call, "topk_policy", "dsa_topk.policy_from_config(self.config)"),
+                    add_keyword(call, "topk_policy", "dsa_blockwise.plan_from_config(self.config)"),
                 )
         return tree.deep_replace(method, updated)
 
@@ -158,6 +177,14 @@ class TopkDispatch(PatchCodemod):
             "the `use_fused_kernels = ...` assignment in DSAttention.forward",
             [code(c.func) for c in calls(body, "use_fused_dsa_kernels")],
         )
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
 
 
 class _GuardFusedTopk(cst.CSTTransformer):

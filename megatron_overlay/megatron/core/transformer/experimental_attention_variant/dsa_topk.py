@@ -36,9 +36,8 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import warnings
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Optional, Tuple
 
 import torch
 
@@ -58,8 +57,6 @@ FLASHINFER_MAX_K = 2048
 # 4096 x 128K score matrix stay a few hundred MB instead of several GB.
 _CHUNK_ELEMENTS = 1 << 25
 
-_dense_indexer_loss_warned = False
-
 
 @dataclass(frozen=True)
 class TopkPolicy:
@@ -68,16 +65,6 @@ class TopkPolicy:
     backend: str
     deterministic: bool = False
     tie_break: int = TIE_BREAK_UNSET
-
-
-@dataclass(frozen=True)
-class PreselectedTopk:
-    """Indices selected before the call (the indexer-loss forward reuses them as they are)."""
-
-    indices: torch.Tensor
-
-
-TopkSelector = Union[TopkPolicy, PreselectedTopk]
 
 
 def policy_from_config(config: Any) -> Optional[TopkPolicy]:
@@ -181,48 +168,6 @@ def select_topk(
         indices = _flashinfer_select(rows, width, deterministic, tie_break)
     values, indices = _finalize(rows, indices)
     return values.reshape(*lead, width), indices.reshape(*lead, width)
-
-
-def select_topk_indices(
-    index_scores: torch.Tensor, index_topk: int, selector: TopkSelector
-) -> torch.Tensor:
-    """The indexer hook: int32 top-k indices of ``index_scores`` [b, sq, sk] by ``selector``."""
-    if isinstance(selector, PreselectedTopk):
-        indices = selector.indices
-        if indices.shape[:-1] != index_scores.shape[:-1]:
-            raise ValueError(
-                f"preselected top-k indices {tuple(indices.shape)} do not match index scores "
-                f"{tuple(index_scores.shape)} in their leading dimensions."
-            )
-        return indices.to(torch.int32)
-    _, indices = select_topk(
-        index_scores,
-        index_topk,
-        backend=selector.backend,
-        deterministic=selector.deterministic,
-        tie_break=selector.tie_break,
-    )
-    return indices
-
-
-def preselected_or_none(indices: Optional[torch.Tensor]) -> Optional[PreselectedTopk]:
-    """Wrap indices chosen outside the indexer-loss function, or None when there are none."""
-    return None if indices is None else PreselectedTopk(indices)
-
-
-def warn_dense_indexer_loss_once() -> None:
-    """Say once that an explicit backend moves the indexer loss to the dense reference path."""
-    global _dense_indexer_loss_warned
-    if _dense_indexer_loss_warned:
-        return
-    _dense_indexer_loss_warned = True
-    warnings.warn(
-        "dsa_indexer_topk_backend is set: the fused indexer-loss kernels select their own "
-        "top-k, so the DSA indexer loss uses the dense O(sq*sk) reference path with the "
-        "explicitly selected indices (gradients follow exactly those indices).",
-        RuntimeWarning,
-        stacklevel=2,
-    )
 
 
 def _finalize(rows: torch.Tensor, indices: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -3,12 +3,12 @@
 """Every top-k site of DSAttention honours the explicit backend, and the default (no backend)
 is upstream's behaviour bit for bit."""
 
-import warnings
+import logging
 
 import pytest
 import torch
 
-from megatron.core.transformer.experimental_attention_variant import dsa, dsa_topk
+from megatron.core.transformer.experimental_attention_variant import dsa, dsa_blockwise
 
 TOPK = 8
 
@@ -98,7 +98,9 @@ def test_indexer_forward_uses_the_configured_backend(
     scores, indices = indexer.forward_with_scores(
         torch.zeros(10, 1, 64), torch.zeros(10, 1, 32), mask
     )
-    torch.testing.assert_close(indices, reference_topk(scores, TOPK, 2), rtol=0, atol=0)
+    assert scores is None  # scored and selected block by block, never materialised
+    expected = reference_topk(causal_scores(q, k, weights), TOPK, 2)
+    torch.testing.assert_close(indices, expected, rtol=0, atol=0)
 
 
 def test_default_backend_matches_unpatched_upstream_bit_for_bit(
@@ -141,7 +143,7 @@ def test_default_backend_loss_and_gradients_match_upstream(
 
 
 def test_fused_topk_kernels_never_run_with_a_backend(
-    make_config, build_attention, attention_inputs, fused_kernels_that_raise, monkeypatch
+    make_config, build_attention, attention_inputs, fused_kernels_that_raise, monkeypatch, caplog
 ):
     config = make_config(
         dsa_indexer_topk_backend="torch",
@@ -149,18 +151,19 @@ def test_fused_topk_kernels_never_run_with_a_backend(
         dsa_indexer_loss_coeff=1.0,
         dsa_indexer_use_sparse_loss=True,
     )
-    attention = build_attention(config)
-    no_loss_tracker(monkeypatch)
-    monkeypatch.setattr(dsa_topk, "_dense_indexer_loss_warned", False)
-    with torch.no_grad():
-        attention.eval()(**attention_inputs(config))  # plain top-k path
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    attention = build_attention(config, layer_number=2)
+    losses = no_loss_tracker(monkeypatch)
+    monkeypatch.setattr(dsa_blockwise, "_logged_paths", set())
+    with caplog.at_level(logging.INFO, logger=dsa_blockwise.__name__):
+        with torch.no_grad():
+            attention.eval()(**attention_inputs(config))  # plain top-k path
         attention.train()
-        for seed in (1, 2):  # indexer-loss path, twice: one warning
+        for seed in (1, 2):  # indexer-loss path, twice
             attention(**attention_inputs(config, seed=seed)).sum().backward()
-    dense = [w for w in caught if "dense O(sq*sk) reference path" in str(w.message)]
-    assert len(dense) == 1
+    assert len(losses) == 2
+    # The layer says once which scorer and selector it uses.
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("DSA indexer layer 2: scores by torch") and "torch backend" in line
 
 
 def test_without_a_backend_the_fused_kernels_do_run(

@@ -14,12 +14,7 @@ import pytest
 import torch
 
 from megatron.core.transformer.experimental_attention_variant import dsa_topk
-from megatron.core.transformer.experimental_attention_variant.dsa_topk import (
-    PreselectedTopk,
-    TopkPolicy,
-    select_topk,
-    select_topk_indices,
-)
+from megatron.core.transformer.experimental_attention_variant.dsa_topk import select_topk
 
 NEG_INF = float("-inf")
 
@@ -258,21 +253,6 @@ def test_cuda_kernel_logic_is_exact_for_any_layout(tmp_path, reference_topk):
         dtype = torch.bfloat16 if "bfloat16" in case else torch.float32
         expected = reference_topk(as_neg_inf.to(dtype), 30, 2 if "large" in case else 1)
         assert indices == expected.tolist(), case
-
-
-def test_preselected_indices_pass_through_as_int32():
-    scores = torch.zeros(2, 3, 5)
-    chosen = torch.tensor([[[4, 0], [1, -1], [2, 3]], [[0, 1], [1, 2], [-1, -1]]])
-    indices = select_topk_indices(scores, 2, PreselectedTopk(chosen))
-    assert indices.dtype == torch.int32 and indices.tolist() == chosen.tolist()
-    with pytest.raises(ValueError, match="do not match index scores"):
-        select_topk_indices(torch.zeros(2, 4, 5), 2, PreselectedTopk(chosen))
-
-
-def test_policy_is_applied_by_select_topk_indices(reference_topk):
-    scores = tie_heavy_rows(6, 30, seed=2).float().reshape(2, 3, 30)
-    indices = select_topk_indices(scores, 9, TopkPolicy("torch", tie_break=2))
-    torch.testing.assert_close(indices, reference_topk(scores, 9, 2), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,578 @@
+# Carried by dsa-forkkit (overlay file, not part of upstream Megatron-LM).
+
+"""Memory-bounded DSA indexer scoring, top-k selection and indexer loss, in blocks of rows.
+
+With ``dsa_indexer_topk_backend`` set, the indexer never materialises its dense
+``[sq, b, heads, sk]`` intermediate nor the ``[b, sq, sk]`` scores. Query rows are processed
+in blocks whose size comes from a memory budget and the shapes (``rows_per_block``):
+
+* selection (``select_topk``): score a block of rows (the indexer's ReLU-weighted head sum in
+  float32, with the same masks as upstream's ``fused_qk_topk_naive``: additive mask,
+  packed/varlen bounds and key positions, which also carry context-parallel offsets), select
+  its top-k with the configured backend and tie policy (``dsa_topk.select_topk``), keep only
+  the int32 indices. Selection is row-wise, so the result is identical, bit for bit, to
+  selecting over the whole score matrix at once.
+* indexer loss (``indexer_loss``): an autograd function over exactly the given indices. The
+  sparse loss computes index and attention logits only at the selected keys (gather); the
+  dense loss runs block by block. The backward recomputes each block and differentiates it,
+  so it never re-selects and never holds more than one block.
+
+Scorers: TileLang's fused indexer-logits kernel (``indexer_fwd_interface``) scores a block of
+rows without selecting, so it is used when ``dsa_kernel_backend="tilelang"`` is available and
+the inputs are bf16; otherwise upstream's ``_compute_index_scores`` runs on the block's rows.
+cuDNN's scorer masks causally from the chunk's own first row, so it cannot score an arbitrary
+block under DSAttention's masks; with cuDNN the torch scorer runs. Each layer logs once, at
+INFO, which scorer and selector it uses.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, Tuple
+
+import torch
+
+from megatron.core.transformer.experimental_attention_variant import (
+    dsa_indexer_loss,
+    dsa_masking,
+    dsa_topk,
+)
+
+_LOGGER = logging.getLogger(__name__)
+
+# Extra memory one block may use (scores, their intermediates, selection scratch).
+DEFAULT_BUDGET_BYTES = 2 << 30
+_FP32 = 4
+# Live float32 copies per scored element: the head-wise product and its ReLU/weighted copy
+# (upstream's scorer), or the autograd graph of the same (three) when a loss block is
+# differentiated.
+_SCORE_COPIES, _SCORE_COPIES_WITH_GRAD = 2, 3
+# Live [rows, sk] float32 copies beside them: summed scores, masked scores, selection keys,
+# softmax/log-softmax and their masks.
+_ROW_COPIES = 6
+
+TORCH_SCORER = "torch (upstream _compute_index_scores on each block of rows)"
+TILELANG_SCORER = "tilelang (fused indexer_fwd_interface on each block of rows)"
+
+
+@dataclass(frozen=True)
+class BlockwisePlan:
+    """How a layer scores and selects when a top-k backend is configured."""
+
+    policy: dsa_topk.TopkPolicy
+    budget_bytes: int = DEFAULT_BUDGET_BYTES
+    use_tilelang: bool = False
+    layer: Optional[int] = None
+
+
+_logged_paths: set = set()
+
+
+def plan_from_config(config: Any, layer: Optional[int] = None) -> Optional[BlockwisePlan]:
+    """The layer's plan, or None when no backend is set (upstream's path runs unchanged)."""
+    policy = dsa_topk.policy_from_config(config)
+    if policy is None:
+        return None
+    use_tilelang = getattr(config, "dsa_kernel_backend", "none") == "tilelang"
+    return BlockwisePlan(policy=policy, use_tilelang=use_tilelang, layer=layer)
+
+
+def _log_path_once(plan: BlockwisePlan, scorer: str, rows: int) -> None:
+    """Say once per layer which scorer and selector it uses (no silent change of path)."""
+    key = (plan.layer, scorer)
+    if key in _logged_paths:
+        return
+    _logged_paths.add(key)
+    policy = plan.policy
+    _LOGGER.info(
+        "DSA indexer layer %s: scores by %s, top-k by the %s backend (tie_break=%d, "
+        "deterministic=%s), %d query rows per block within %d MiB",
+        "?" if plan.layer is None else plan.layer,
+        scorer,
+        policy.backend,
+        policy.tie_break,
+        policy.deterministic,
+        rows,
+        plan.budget_bytes >> 20,
+    )
+
+
+def rows_per_block(bytes_per_row: int, sq: int, budget_bytes: int) -> int:
+    """Query rows per block: as many as fit the budget, at least one, at most ``sq``."""
+    return max(1, min(sq, budget_bytes // max(1, bytes_per_row)))
+
+
+def _blocks(sq: int, rows: int) -> Iterator[Tuple[int, int]]:
+    for start in range(0, sq, rows):
+        yield start, min(start + rows, sq)
+
+
+# =====================================================================================
+# Scoring and selection
+# =====================================================================================
+
+
+def _tilelang_scorer() -> Optional[Callable]:
+    try:
+        from megatron.core.transformer.experimental_attention_variant.ops import indexer
+    except (ImportError, OSError):
+        return None
+    return indexer.indexer_fwd_interface if indexer.HAVE_TILELANG_INDEXER_FWD else None
+
+
+def _score_rows_tilelang(fused: Callable, q, weights, k, use_relu: bool) -> torch.Tensor:
+    """[b, rows, sk] float32 from TileLang's fused indexer logits (no selection)."""
+    rows, b, sk = q.size(0), q.size(1), k.size(0)
+    starts = torch.zeros(rows, dtype=torch.int32, device=q.device)
+    ends = torch.full((rows,), sk, dtype=torch.int32, device=q.device)
+    return torch.stack(
+        [
+            fused(
+                q[:, bi].contiguous(),
+                k[:, bi].contiguous(),
+                weights[:, bi],
+                starts,
+                ends,
+                clean_logits=True,
+                use_relu=use_relu,
+            )
+            for bi in range(b)
+        ]
+    )
+
+
+def _pick_scorer(plan: BlockwisePlan, q, k) -> Tuple[str, Callable]:
+    """(name, scorer(q_rows, weights_rows, k, use_relu) -> [b, rows, sk] float32)."""
+    if plan.use_tilelang and q.dtype == k.dtype == torch.bfloat16:
+        fused = _tilelang_scorer()
+        if fused is not None:
+            return TILELANG_SCORER, lambda qr, wr, kk, relu: _score_rows_tilelang(
+                fused, qr, wr, kk, relu
+            )
+    from megatron.core.transformer.experimental_attention_variant import dsa
+
+    return TORCH_SCORER, lambda qr, wr, kk, relu: dsa._compute_index_scores(
+        qr, wr, kk, use_relu=relu
+    )
+
+
+@dataclass(frozen=True)
+class RowMasks:
+    """The masks of one forward, sliceable by query rows.
+
+    Either an additive float mask ([sq, sk] or [b, sq, sk]) or per-row key bounds
+    ``[starts, ends)`` over ``key_positions`` (packed/varlen sequences, context parallelism).
+    """
+
+    mask: Optional[torch.Tensor] = None
+    starts: Optional[torch.Tensor] = None
+    ends: Optional[torch.Tensor] = None
+    key_positions: Optional[torch.Tensor] = None
+
+    @classmethod
+    def normalized(cls, mask, varlen_starts, varlen_ends, key_positions, sk, device) -> RowMasks:
+        starts, ends, positions = dsa_masking.normalize_varlen_bounds(
+            mask=mask,
+            varlen_starts=varlen_starts,
+            varlen_ends=varlen_ends,
+            key_positions=key_positions,
+            sk=sk,
+            device=device,
+        )
+        return cls(mask=mask, starts=starts, ends=ends, key_positions=positions)
+
+    def additive_rows(self, start: int, end: int) -> torch.Tensor:
+        """The additive mask's rows: [1 or b, rows, sk]."""
+        rows = self.mask[..., start:end, :]
+        return rows.unsqueeze(0) if rows.ndim == 2 else rows
+
+    def apply_to_scores(self, scores: torch.Tensor, start: int, end: int) -> torch.Tensor:
+        """Upstream's selection masking (``fused_qk_topk_naive``) on rows [start, end)."""
+        if self.starts is not None:
+            return dsa_masking.apply_starts_ends_mask_to_scores(
+                scores, self.starts[start:end], self.ends[start:end], self.key_positions
+            )
+        if self.mask is not None:
+            assert self.mask.dtype == scores.dtype, "Mask dtype must match index scores dtype"
+            return scores + self.additive_rows(start, end)
+        return scores
+
+
+def select_topk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    weights: torch.Tensor,
+    index_topk: int,
+    plan: BlockwisePlan,
+    *,
+    mask: Optional[torch.Tensor] = None,
+    varlen_starts: Optional[torch.Tensor] = None,
+    varlen_ends: Optional[torch.Tensor] = None,
+    key_positions: Optional[torch.Tensor] = None,
+    use_relu: bool = True,
+) -> torch.Tensor:
+    """int32 top-k indices [b, sq, min(index_topk, sk)], scored and selected block by block.
+
+    q: [sq, b, heads, dim], k: [sk, b, dim], weights: [sq, b, heads]; the masks as in
+    upstream's ``fused_qk_topk_naive``. Equal, bit for bit, to selecting from the full
+    score matrix with ``dsa_topk.select_topk``.
+    """
+    sq, b, heads = q.size(0), q.size(1), q.size(2)
+    sk = k.size(0)
+    width = min(index_topk, sk)
+    out = torch.empty((b, sq, width), dtype=torch.int32, device=q.device)
+    if width == 0 or sq == 0:
+        return out
+    masks = RowMasks.normalized(mask, varlen_starts, varlen_ends, key_positions, sk, q.device)
+    scorer_name, scorer = _pick_scorer(plan, q, k)
+    per_row = b * sk * _FP32 * (_SCORE_COPIES * heads + _ROW_COPIES)
+    rows = rows_per_block(per_row, sq, plan.budget_bytes)
+    _log_path_once(plan, scorer_name, rows)
+    policy = plan.policy
+    with torch.no_grad():
+        for start, end in _blocks(sq, rows):
+            scores = scorer(q[start:end], weights[start:end], k, use_relu)
+            scores = masks.apply_to_scores(scores, start, end)
+            _, indices = dsa_topk.select_topk(
+                scores,
+                index_topk,
+                backend=policy.backend,
+                deterministic=policy.deterministic,
+                tie_break=policy.tie_break,
+            )
+            out[:, start:end] = indices
+            del scores, indices
+    return out
+
+
+# =====================================================================================
+# Indexer loss on given indices
+# =====================================================================================
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """Everything of the indexer-loss call that is not a tensor with a gradient."""
+
+    softmax_scale: float
+    loss_coeff: float
+    sparse_loss: bool
+    pg_collection: Any
+    masks: RowMasks
+    query_valid_rows: Optional[torch.Tensor]  # [b, sq] bool, or None
+    calculate_per_token_loss: bool
+    use_relu: bool
+    budget_bytes: int
+
+
+def _gather_keys(key_b: torch.Tensor, safe: torch.Tensor) -> torch.Tensor:
+    """key_b [sk, ...] at safe [rows, K] -> [rows, K, ...]."""
+    return key_b.index_select(0, safe.reshape(-1)).view(*safe.shape, *key_b.shape[1:])
+
+
+def _sparse_logits(q, weights, k, query, key, idx, spec: LossSpec):
+    """Index and attention logits at the selected keys only.
+
+    Returns (index [b, rows, K], attention [b, np, rows, K]) float32; ``idx`` is [b, rows, K]
+    with -1 for empty slots (their logits are computed at key 0 and masked later).
+    """
+    safe = idx.clamp_min(0).long()
+    index_rows, attention_rows = [], []
+    shared_key = key.size(2) == 1 or key.stride(2) == 0  # one key head (absorbed MLA)
+    for bi in range(q.size(1)):
+        keys = _gather_keys(k[:, bi].float(), safe[bi])  # [rows, K, d]
+        logits = torch.einsum("rhd,rkd->rhk", q[:, bi].float(), keys)
+        if spec.use_relu:
+            logits = torch.relu(logits)
+        index_rows.append((logits * weights[:, bi].float().unsqueeze(-1)).sum(dim=1))
+        query_b = query[:, bi].float()
+        if shared_key:
+            keys = _gather_keys(key[:, bi, 0].float(), safe[bi])
+            attention = torch.einsum("rhd,rkd->hrk", query_b, keys)
+        else:
+            keys = _gather_keys(key[:, bi].float(), safe[bi])  # [rows, K, np, hd]
+            attention = torch.einsum("rhd,rkhd->hrk", query_b, keys)
+        attention_rows.append(attention * spec.softmax_scale)
+    return torch.stack(index_rows), torch.stack(attention_rows)
+
+
+def _sparse_valid(idx: torch.Tensor, start: int, spec: LossSpec) -> torch.Tensor:
+    """[b, rows, K] bool: the slot holds a key that the row's mask lets it see."""
+    masks = spec.masks
+    valid = idx >= 0
+    safe = idx.clamp_min(0).long()
+    if masks.starts is not None:
+        positions = masks.key_positions[safe]
+        rows = slice(start, start + idx.size(1))
+        return (
+            valid
+            & (positions >= masks.starts[rows].view(1, -1, 1))
+            & (positions < masks.ends[rows].view(1, -1, 1))
+        )
+    if masks.mask is not None:
+        rows = masks.additive_rows(start, start + idx.size(1)).expand(idx.size(0), -1, -1)
+        return valid & torch.isfinite(rows.gather(-1, safe))
+    row_ids = torch.arange(start, start + idx.size(1), device=idx.device).view(1, -1, 1)
+    return valid & (safe <= row_ids)  # upstream's default causal mask
+
+
+def _dense_logits(q, weights, k, query, key, start: int, spec: LossSpec):
+    """Index [b, rows, sk] and attention [b, np, rows, sk] logits, masked, with validity."""
+    from megatron.core.transformer.experimental_attention_variant import dsa
+
+    masks = spec.masks
+    rows, b, heads, dim = query.shape
+    sk = key.size(0)
+    index = dsa._compute_index_scores(q, weights, k, use_relu=spec.use_relu)
+    query_r = query.permute(1, 2, 0, 3).reshape(b * heads, rows, dim)
+    key_r = key.permute(1, 2, 3, 0).reshape(b * heads, dim, sk)
+    attention = (torch.bmm(query_r.float(), key_r.float()) * spec.softmax_scale).view(
+        b, heads, rows, sk
+    )
+    end = start + rows
+    if masks.starts is not None:
+        index = masks.apply_to_scores(index, start, end)
+        attention = dsa_masking.apply_starts_ends_mask_to_scores(
+            attention, masks.starts[start:end], masks.ends[start:end], masks.key_positions
+        )
+        valid = dsa_masking.build_valid_mask_from_starts_ends(
+            masks.starts[start:end], masks.ends[start:end], masks.key_positions
+        )
+        return index, attention, valid.unsqueeze(0).expand(b, rows, sk)
+    if masks.mask is not None:
+        additive = masks.additive_rows(start, end)
+    else:
+        row_ids = torch.arange(start, end, device=q.device).view(-1, 1)
+        key_ids = torch.arange(sk, device=q.device).view(1, -1)
+        additive = torch.zeros(rows, sk, device=q.device).masked_fill(key_ids > row_ids, -torch.inf)
+        additive = additive.unsqueeze(0)
+    index = index + additive
+    attention = attention + additive.unsqueeze(1)
+    return index, attention, torch.isfinite(additive).expand(b, rows, sk)
+
+
+def _block_kl_sum(q, weights, k, query, key, idx, start: int, spec: LossSpec) -> torch.Tensor:
+    """Sum over the block's valid rows of KL(attention target || indexer distribution)."""
+    if spec.sparse_loss:
+        index, attention = _sparse_logits(q, weights, k, query, key, idx, spec)
+        valid = _sparse_valid(idx, start, spec)
+    else:
+        index, attention, valid = _dense_logits(q, weights, k, query, key, start, spec)
+    heads = attention.size(1)
+    with torch.no_grad():  # the target depends on query/key only, which are detached
+        target = dsa_masking.masked_softmax(
+            attention, valid.unsqueeze(1).expand(-1, heads, -1, -1), dim=-1
+        ).sum(dim=1)
+        del attention
+        if spec.pg_collection.tp.size() > 1:  # attention heads are split over TP ranks
+            torch.distributed.all_reduce(target, group=spec.pg_collection.tp)
+        target = dsa_indexer_loss.normalize_indexer_target(target)
+    log_probs = dsa_masking.masked_log_softmax(index, valid, dim=-1)
+    kl_per_row = dsa_indexer_loss.indexer_kl_per_row(target, log_probs)
+    if spec.query_valid_rows is not None:
+        rows = spec.query_valid_rows[:, start : start + idx.size(1)]
+        kl_per_row = kl_per_row * rows.to(kl_per_row.dtype)
+    return kl_per_row.sum()
+
+
+def _loss_rows(q, query, key, topk_indices, spec: LossSpec) -> int:
+    """Rows per loss block: the budget over one row's differentiated intermediates."""
+    sq, b, index_heads, index_dim = q.shape
+    heads, dim = query.size(2), query.size(3)
+    if spec.sparse_loss:  # gathered keys and logits over the K selected keys
+        columns = topk_indices.size(-1)
+        per_column = index_dim + _SCORE_COPIES_WITH_GRAD * index_heads + heads * (dim + 3)
+    else:  # index and attention logits over every key
+        columns = key.size(0)
+        per_column = _SCORE_COPIES_WITH_GRAD * index_heads + 3 * heads
+    per_row = b * columns * _FP32 * (per_column + _ROW_COPIES)
+    return rows_per_block(per_row, sq, spec.budget_bytes)
+
+
+class BlockwiseIndexerLoss(torch.autograd.Function):
+    """The indexer KL loss on exactly ``topk_indices``, block by block in both directions."""
+
+    @staticmethod
+    def forward(ctx, q, weights, k, query, key, topk_indices, spec: LossSpec, rows: int):
+        total = torch.zeros((), dtype=torch.float32, device=q.device)
+        for start, end in _blocks(q.size(0), rows):
+            total += _block_kl_sum(
+                q[start:end],
+                weights[start:end],
+                k,
+                query[start:end],
+                key,
+                topk_indices[:, start:end],
+                start,
+                spec,
+            )
+        scale = _loss_scale(spec, q.size(0), q.size(1), q.device)
+        ctx.save_for_backward(q, weights, k, query, key, topk_indices)
+        ctx.spec, ctx.rows, ctx.scale = spec, rows, scale
+        return total * scale
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        q, weights, k, query, key, topk_indices = ctx.saved_tensors
+        spec = ctx.spec
+        grad_q = torch.zeros_like(q, dtype=torch.float32)
+        grad_weights = torch.zeros_like(weights, dtype=torch.float32)
+        grad_k = torch.zeros_like(k, dtype=torch.float32)
+        upstream = grad_loss * ctx.scale
+        k_leaf = k.detach().requires_grad_()
+        for start, end in _blocks(q.size(0), ctx.rows):
+            with torch.enable_grad():
+                q_block = q[start:end].detach().requires_grad_()
+                w_block = weights[start:end].detach().requires_grad_()
+                kl_sum = _block_kl_sum(
+                    q_block,
+                    w_block,
+                    k_leaf,
+                    query[start:end],
+                    key,
+                    topk_indices[:, start:end],
+                    start,
+                    spec,
+                )
+                gq, gw, gk = torch.autograd.grad(kl_sum, [q_block, w_block, k_leaf], upstream)
+            grad_q[start:end] = gq
+            grad_weights[start:end] = gw
+            grad_k += gk
+        return (
+            grad_q.to(q.dtype),
+            grad_weights.to(weights.dtype),
+            grad_k.to(k.dtype),
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+
+
+def _loss_scale(spec: LossSpec, sq: int, b: int, device) -> torch.Tensor:
+    """loss_coeff over upstream's row count (valid rows, all rows, or 1 per token)."""
+    if spec.calculate_per_token_loss:
+        denominator = torch.ones((), dtype=torch.float32, device=device)
+    elif spec.query_valid_rows is not None:
+        denominator = spec.query_valid_rows.sum().to(torch.float32).clamp_min(1.0)
+    else:
+        denominator = torch.tensor(float(max(b * sq, 1)), device=device)
+    return spec.loss_coeff / denominator
+
+
+def indexer_loss_function(plan: BlockwisePlan) -> Callable[..., Tuple[torch.Tensor, torch.Tensor]]:
+    """A drop-in for ``FusedDSAIndexerLoss.apply`` (same positional inputs, same result)
+    that selects with the plan's backend and computes the loss in blocks of rows."""
+    return functools.partial(indexer_topk_and_loss, plan=plan)
+
+
+def indexer_topk_and_loss(
+    q: torch.Tensor,
+    weights: torch.Tensor,
+    k: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    softmax_scale: float,
+    topk: int,
+    loss_coeff: float,
+    mask: Optional[torch.Tensor],
+    sparse_loss: bool,
+    pg_collection: Any,
+    varlen_starts: Optional[torch.Tensor] = None,
+    varlen_ends: Optional[torch.Tensor] = None,
+    key_positions: Optional[torch.Tensor] = None,
+    query_valid_rows: Optional[torch.Tensor] = None,
+    calculate_per_token_loss: bool = False,
+    use_relu: bool = True,
+    *,
+    plan: BlockwisePlan,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``FusedDSAIndexerLoss.apply``'s inputs and result, memory-bounded: the plan's backend
+    selects block by block, then the loss (and its backward) runs on exactly those indices.
+    """
+    topk_indices = select_topk(
+        q.detach(),
+        k.detach(),
+        weights.detach(),
+        topk,
+        plan,
+        mask=mask,
+        varlen_starts=varlen_starts,
+        varlen_ends=varlen_ends,
+        key_positions=key_positions,
+        use_relu=use_relu,
+    )
+    loss = indexer_loss(
+        q,
+        weights,
+        k,
+        query,
+        key,
+        topk_indices,
+        softmax_scale=softmax_scale,
+        loss_coeff=loss_coeff,
+        sparse_loss=sparse_loss,
+        pg_collection=pg_collection,
+        mask=mask,
+        varlen_starts=varlen_starts,
+        varlen_ends=varlen_ends,
+        key_positions=key_positions,
+        query_valid_rows=query_valid_rows,
+        calculate_per_token_loss=calculate_per_token_loss,
+        use_relu=use_relu,
+        budget_bytes=plan.budget_bytes,
+    )
+    return topk_indices, loss
+
+
+def indexer_loss(
+    q: torch.Tensor,
+    weights: torch.Tensor,
+    k: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    topk_indices: torch.Tensor,
+    *,
+    softmax_scale: float,
+    loss_coeff: float,
+    sparse_loss: bool,
+    pg_collection: Any,
+    mask: Optional[torch.Tensor] = None,
+    varlen_starts: Optional[torch.Tensor] = None,
+    varlen_ends: Optional[torch.Tensor] = None,
+    key_positions: Optional[torch.Tensor] = None,
+    query_valid_rows: Optional[torch.Tensor] = None,
+    calculate_per_token_loss: bool = False,
+    use_relu: bool = True,
+    budget_bytes: int = DEFAULT_BUDGET_BYTES,
+) -> torch.Tensor:
+    """Upstream's indexer KL loss (``compute_dsa_indexer_loss`` on the indexer's scores) on
+    exactly ``topk_indices`` [b, sq, K] (-1 marks an empty slot; no duplicates), with
+    gradients for q, weights and k. Additive masks are validity masks (0 / -inf), as
+    DSAttention builds them.
+    """
+    from megatron.core.transformer.experimental_attention_variant import dsa_layout
+
+    query, _ = dsa_layout.ensure_sbhd(query, "query")
+    key, _ = dsa_layout.ensure_sbhd(key, "key")
+    sq, b = query.size(0), query.size(1)
+    spec = LossSpec(
+        softmax_scale=softmax_scale,
+        loss_coeff=loss_coeff,
+        sparse_loss=sparse_loss,
+        pg_collection=pg_collection,
+        masks=RowMasks.normalized(
+            mask, varlen_starts, varlen_ends, key_positions, key.size(0), q.device
+        ),
+        query_valid_rows=dsa_masking.normalize_query_valid_rows(
+            query_valid_rows, b=b, sq=sq, device=q.device
+        ),
+        calculate_per_token_loss=calculate_per_token_loss,
+        use_relu=use_relu,
+        budget_bytes=budget_bytes,
+    )
+    rows = _loss_rows(q, query, key, topk_indices, spec)
+    return BlockwiseIndexerLoss.apply(q, weights, k, query, key, topk_indices, spec, rows)

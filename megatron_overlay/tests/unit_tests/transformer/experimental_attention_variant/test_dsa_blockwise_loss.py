@@ -1,0 +1,244 @@
+# Carried by dsa-forkkit (overlay file, not part of upstream Megatron-LM).
+
+"""The block-wise indexer loss (dsa_blockwise.indexer_loss) against upstream's dense
+reference: the loss and the gradients of q, weights and k equal those of autograd through
+upstream's _compute_index_scores + compute_dsa_indexer_loss on the same (arbitrary, not
+top-k) indices, for the sparse and the dense loss, under every mask kind, with blocks
+smaller than the sequence. The backward uses exactly the forward's indices and never selects.
+"""
+
+import inspect
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from megatron.core.transformer.experimental_attention_variant import dsa, dsa_blockwise, dsa_topk
+
+SEQ, BATCH, HEADS, DIM, INDEX_HEADS, INDEX_DIM, TOPK = 9, 2, 2, 4, 3, 5, 4
+SCALE, COEFF = 0.5, 0.7
+ONE_ROW = 1  # a budget of one byte: blocks of one row
+
+
+def single_rank():
+    group = SimpleNamespace(size=lambda: 1, rank=lambda: 0)
+    return SimpleNamespace(tp=group, cp=group)
+
+
+def loss_inputs(seed=0):
+    generator = torch.Generator().manual_seed(seed)
+
+    def rand(*shape, grad=False):
+        return torch.randn(*shape, generator=generator).requires_grad_(grad)
+
+    return dict(
+        q=rand(SEQ, BATCH, INDEX_HEADS, INDEX_DIM, grad=True),
+        weights=rand(SEQ, BATCH, INDEX_HEADS, grad=True),
+        k=rand(SEQ, BATCH, INDEX_DIM, grad=True),
+        query=rand(SEQ, BATCH, HEADS, DIM),
+        key=rand(SEQ, BATCH, HEADS, DIM),
+    )
+
+
+def mask_kwargs(kind):
+    causal = torch.full((SEQ, SEQ), float("-inf")).triu(1)
+    if kind == "default-causal":
+        return {}
+    if kind == "causal":
+        return {"mask": causal}
+    if kind == "batched":
+        hidden = torch.rand(BATCH, SEQ, SEQ, generator=torch.Generator().manual_seed(5)) < 0.2
+        hidden[:, :, 0] = False  # every row keeps a key
+        return {"mask": causal.expand(BATCH, -1, -1).masked_fill(hidden, float("-inf"))}
+    split = 4  # two packed sequences at shifted key positions
+    return {
+        "varlen_starts": torch.tensor([0] * split + [split] * (SEQ - split)) + 50,
+        "varlen_ends": torch.arange(SEQ) + 51,
+        "key_positions": torch.arange(SEQ) + 50,
+    }
+
+
+def visible(kind):
+    """[b, sq, sk] bool: the keys each row may see under the mask kind."""
+    given = mask_kwargs(kind)
+    if "varlen_starts" in given:
+        positions = given["key_positions"]
+        seen = (positions >= given["varlen_starts"][:, None]) & (
+            positions < given["varlen_ends"][:, None]
+        )
+        return seen.expand(BATCH, -1, -1)
+    mask = given.get("mask", torch.full((SEQ, SEQ), float("-inf")).triu(1))
+    return torch.isfinite(mask).expand(BATCH, -1, -1)
+
+
+def chosen_indices(kind="causal", seed=1):
+    """Visible keys that are NOT the top-k, in random order; -1 where a row has fewer."""
+    generator = torch.Generator().manual_seed(seed)
+    seen = visible(kind)
+    out = torch.full((BATCH, SEQ, TOPK), -1, dtype=torch.int32)
+    for b in range(BATCH):
+        for row in range(SEQ):
+            keys = seen[b, row].nonzero().flatten()
+            keys = keys[torch.randperm(keys.numel(), generator=generator)][:TOPK]
+            out[b, row, : keys.numel()] = keys.to(torch.int32)
+    return out
+
+
+def blockwise_loss(inputs, indices, sparse, kind, budget=ONE_ROW, **extra):
+    return dsa_blockwise.indexer_loss(
+        inputs["q"],
+        inputs["weights"],
+        inputs["k"],
+        inputs["query"],
+        inputs["key"],
+        indices,
+        softmax_scale=SCALE,
+        loss_coeff=COEFF,
+        sparse_loss=sparse,
+        pg_collection=single_rank(),
+        budget_bytes=budget,
+        **mask_kwargs(kind),
+        **extra,
+    )
+
+
+def dense_reference_loss(inputs, indices, sparse, kind, **extra):
+    """Upstream's path: the indexer's masked scores, then compute_dsa_indexer_loss."""
+    given = mask_kwargs(kind)
+    scores = dsa._compute_index_scores(inputs["q"], inputs["weights"], inputs["k"])
+    if "varlen_starts" not in given and "mask" in given:
+        scores = scores + given["mask"]
+    return dsa.compute_dsa_indexer_loss(
+        scores,
+        indices,
+        inputs["query"],
+        inputs["key"],
+        SCALE,
+        COEFF,
+        sparse,
+        single_rank(),
+        **given,
+        **extra,
+    )
+
+
+def grads(loss, inputs):
+    return torch.autograd.grad(loss, [inputs["q"], inputs["weights"], inputs["k"]])
+
+
+def assert_matches_reference(sparse, kind, budget=ONE_ROW, **extra):
+    chosen = chosen_indices(kind)
+    inputs, reference_inputs = loss_inputs(), loss_inputs()
+    loss = blockwise_loss(inputs, chosen, sparse, kind, budget, **extra)
+    reference = dense_reference_loss(reference_inputs, chosen, sparse, kind, **extra)
+    assert reference.abs() > 1e-3  # a loss worth comparing
+    torch.testing.assert_close(loss, reference, rtol=1e-5, atol=1e-6)
+    for ours, theirs in zip(grads(loss, inputs), grads(reference, reference_inputs)):
+        assert theirs.abs().max() > 0
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["default-causal", "causal", "batched", "varlen"])
+@pytest.mark.parametrize("sparse", [True, False])
+def test_loss_and_gradients_match_the_dense_reference(sparse, kind):
+    assert_matches_reference(sparse, kind)
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_valid_rows_and_per_token_loss_match_the_dense_reference(sparse):
+    valid_rows = torch.ones(BATCH, SEQ, dtype=torch.bool)
+    valid_rows[0, 5:] = False
+    assert_matches_reference(sparse, "causal", query_valid_rows=valid_rows)
+    assert_matches_reference(sparse, "causal", calculate_per_token_loss=True)
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_block_size_does_not_change_the_result(sparse):
+    chosen = chosen_indices()
+    results = []
+    for budget in (ONE_ROW, 3 * 10**4, 1 << 30):  # one row, a few rows, everything at once
+        inputs = loss_inputs()
+        loss = blockwise_loss(inputs, chosen, sparse, "causal", budget)
+        results.append((loss.detach(), *grads(loss, inputs)))
+    for other in results[1:]:
+        for ours, theirs in zip(results[0], other):
+            torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-7)
+
+
+def test_shared_key_head_matches_the_expanded_key():
+    """Absorbed MLA hands one key head expanded to every query head: gathered once."""
+    chosen = chosen_indices()
+    inputs, expanded = loss_inputs(), loss_inputs()
+    one_head = inputs["key"][:, :, :1]
+    inputs["key"] = one_head.expand(-1, -1, HEADS, -1)
+    expanded["key"] = one_head.expand(-1, -1, HEADS, -1).contiguous()
+    ours = blockwise_loss(inputs, chosen, True, "causal")
+    reference = dense_reference_loss(expanded, chosen, True, "causal")
+    torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_gradients_follow_the_selection():
+    """Other indices give other gradients: the comparisons above can tell them apart."""
+    inputs, other = loss_inputs(), loss_inputs()
+    loss = blockwise_loss(inputs, chosen_indices(seed=1), True, "causal")
+    other_loss = blockwise_loss(other, chosen_indices(seed=2), True, "causal")
+    assert not torch.allclose(grads(loss, inputs)[0], grads(other_loss, other)[0])
+
+
+def test_backward_uses_the_forward_indices_and_never_selects(monkeypatch):
+    chosen = chosen_indices()
+    inputs = loss_inputs()
+    loss = blockwise_loss(inputs, chosen, True, "causal")
+    seen = []
+    original = dsa_blockwise._block_kl_sum
+
+    def record(q, weights, k, query, key, idx, start, spec):
+        seen.append((start, idx.clone()))
+        return original(q, weights, k, query, key, idx, start, spec)
+
+    monkeypatch.setattr(dsa_blockwise, "_block_kl_sum", record)
+    monkeypatch.setattr(dsa_topk, "select_topk", lambda *a, **k: pytest.fail("re-selected"))
+    monkeypatch.setattr(torch.Tensor, "topk", lambda *a, **k: pytest.fail("re-selected"))
+    loss.backward()
+    assert [start for start, _ in seen] == list(range(SEQ))  # one row per block
+    assert torch.equal(torch.cat([idx for _, idx in seen], dim=1), chosen)
+    assert inputs["q"].grad is not None
+
+
+def test_loss_function_takes_fused_indexer_loss_inputs_in_order():
+    """The DSAttention hook swaps FusedDSAIndexerLoss.apply for it, positionally."""
+    params = list(inspect.signature(dsa_blockwise.indexer_topk_and_loss).parameters)
+    names = list(dsa._FUSED_DSA_INDEXER_LOSS_INPUT_NAMES)
+    assert params[: len(names)] == names and params[len(names) :] == ["plan"]
+
+
+def test_dsattention_backward_uses_the_forward_selection(
+    make_config, build_attention, attention_inputs, captured_topk, monkeypatch
+):
+    config = make_config(
+        dsa_indexer_topk_backend="torch",
+        dsa_indexer_topk_tie_break=1,
+        dsa_indexer_loss_coeff=1.0,
+        dsa_indexer_use_sparse_loss=True,
+    )
+    attention = build_attention(config).train()
+    monkeypatch.setattr(
+        dsa.DSAIndexerLossLoggingHelper, "save_loss_to_tracker", staticmethod(lambda **_: None)
+    )
+    monkeypatch.setattr(
+        dsa, "bwd_fused_indexer_loss_naive", lambda *a, **k: pytest.fail("dense backward ran")
+    )
+    used_in_backward = []
+    original = dsa_blockwise.BlockwiseIndexerLoss.backward
+
+    def record(ctx, grad_loss):
+        used_in_backward.append(ctx.saved_tensors[5].clone())  # topk_indices
+        return original(ctx, grad_loss)
+
+    monkeypatch.setattr(dsa_blockwise.BlockwiseIndexerLoss, "backward", staticmethod(record))
+    attention(**attention_inputs(config)).sum().backward()
+    (forward_indices,) = captured_topk
+    (backward_indices,) = used_in_backward
+    assert forward_indices.dtype == backward_indices.dtype == torch.int32
+    assert torch.equal(forward_indices, backward_indices)
+    assert all(p.grad is not None for p in attention.indexer.parameters())

@@ -1,0 +1,149 @@
+# Carried by dsa-forkkit (overlay file, not part of upstream Megatron-LM).
+
+"""Block-wise scoring and selection (dsa_blockwise.select_topk): identical, bit for bit, to
+scoring the whole matrix with upstream's fused_qk_topk_naive and selecting it at once, under
+every mask kind, with blocks that cut through tie-heavy rows; and bounded by the budget."""
+
+import logging
+
+import pytest
+import torch
+
+from megatron.core.transformer.experimental_attention_variant import dsa, dsa_blockwise
+from megatron.core.transformer.experimental_attention_variant.dsa_topk import (
+    TopkPolicy,
+    select_topk,
+)
+
+SEQ, BATCH, HEADS, DIM, TOPK = 13, 2, 3, 4, 5
+
+
+def tie_heavy(seq=SEQ, batch=BATCH, seed=0):
+    """Small-integer q/k/weights: every score is an exact float sum, with plateaus of ties."""
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randint(-1, 2, (seq, batch, HEADS, DIM), generator=generator).float()
+    k = torch.randint(-1, 2, (seq, batch, DIM), generator=generator).float()
+    weights = torch.randint(0, 2, (seq, batch, HEADS), generator=generator).float()
+    return q, k, weights
+
+
+def masks(kind, seq=SEQ, batch=BATCH):
+    causal = torch.full((seq, seq), float("-inf")).triu(1)
+    if kind == "none":
+        return {}
+    if kind == "causal":
+        return {"mask": causal}
+    if kind == "batched":
+        generator = torch.Generator().manual_seed(3)
+        hidden = torch.rand(batch, seq, seq, generator=generator) < 0.3
+        return {"mask": causal.expand(batch, -1, -1).masked_fill(hidden, float("-inf"))}
+    # Two packed sequences, keys at shifted global positions (as context parallelism gives).
+    split = seq // 2
+    starts = torch.tensor([0] * split + [split] * (seq - split)) + 100
+    ends = torch.arange(seq) + 101
+    return {
+        "varlen_starts": starts,
+        "varlen_ends": ends,
+        "key_positions": torch.arange(seq) + 100,
+    }
+
+
+def plan(tie_break, budget_bytes=1, backend="torch", layer=None):
+    return dsa_blockwise.BlockwisePlan(
+        TopkPolicy(backend, tie_break=tie_break), budget_bytes=budget_bytes, layer=layer
+    )
+
+
+@pytest.mark.parametrize("kind", ["none", "causal", "batched", "varlen"])
+@pytest.mark.parametrize("tie_break", [1, 2])
+@pytest.mark.parametrize("budget_rows", [1, 4, SEQ])
+def test_blocks_select_exactly_what_the_whole_matrix_selects(kind, tie_break, budget_rows):
+    q, k, weights = tie_heavy()
+    given = masks(kind)
+    scores, _ = dsa.fused_qk_topk_naive(q, k, weights, TOPK, **given)  # upstream's dense path
+    _, whole = select_topk(scores, TOPK, backend="torch", tie_break=tie_break)
+    row_bytes = BATCH * SEQ * 4 * (2 * HEADS + 6)
+    blockwise = plan(tie_break, budget_bytes=row_bytes * budget_rows)
+    none, indices = dsa.fused_qk_topk_naive(q, k, weights, TOPK, **given, topk_policy=blockwise)
+    assert none is None  # the [b, sq, sk] scores are never materialised
+    assert indices.dtype == torch.int32
+    assert torch.equal(indices, whole)
+    # The inputs really are tie-heavy: rows whose k-th score ties with a key left out.
+    kth = scores.topk(TOPK, dim=-1).values[..., -1:]
+    assert ((scores == kth).sum(-1) > (scores > kth).sum(-1) + 1).sum() >= 4
+
+
+def test_policies_differ_on_these_inputs():
+    """Control: on these plateaus the tie policy changes the set, so equality above means
+    something."""
+    q, k, weights = tie_heavy()
+    _, small = dsa.fused_qk_topk_naive(q, k, weights, TOPK, topk_policy=plan(1))
+    _, large = dsa.fused_qk_topk_naive(q, k, weights, TOPK, topk_policy=plan(2))
+    assert not torch.equal(small, large)
+
+
+def test_block_size_follows_the_budget(monkeypatch):
+    q, k, weights = tie_heavy(seq=40)
+    scored_rows = []
+    original = dsa._compute_index_scores
+
+    def record(q_rows, weights_rows, keys, use_relu=True):
+        scored_rows.append(q_rows.size(0))
+        return original(q_rows, weights_rows, keys, use_relu=use_relu)
+
+    monkeypatch.setattr(dsa, "_compute_index_scores", record)
+    per_row = BATCH * 40 * 4 * (2 * HEADS + 6)
+    dsa_blockwise.select_topk(q, k, weights, TOPK, plan(1, budget_bytes=per_row * 7))
+    assert scored_rows == [7] * 5 + [5]
+    assert dsa_blockwise.rows_per_block(per_row, 40, per_row * 7) == 7
+    assert dsa_blockwise.rows_per_block(per_row, 40, 1) == 1  # at least one row
+    assert dsa_blockwise.rows_per_block(per_row, 40, 1 << 40) == 40  # at most sq
+
+
+def test_no_keys_gives_an_empty_selection():
+    q, _, weights = tie_heavy()
+    indices = dsa_blockwise.select_topk(q, torch.zeros(0, BATCH, DIM), weights, TOPK, plan(1))
+    assert indices.shape == (BATCH, SEQ, 0) and indices.dtype == torch.int32
+
+
+def test_a_fused_scorer_scores_the_blocks_when_configured(monkeypatch, caplog):
+    """TileLang's indexer-logits kernel, where available, scores each block (no selection)."""
+    q, k, weights = tie_heavy()
+    q, k = q.bfloat16(), k.bfloat16()
+    calls = []
+
+    def fake_indexer_logits(q_b, k_b, w_b, starts, ends, clean_logits=True, use_relu=True):
+        calls.append(q_b.size(0))
+        assert starts.tolist() == [0] * q_b.size(0) and ends.tolist() == [k_b.size(0)] * q_b.size(0)
+        return dsa._compute_index_scores(q_b[:, None], w_b[:, None], k_b[:, None], use_relu)[0]
+
+    monkeypatch.setattr(dsa_blockwise, "_tilelang_scorer", lambda: fake_indexer_logits)
+    fused = dsa_blockwise.BlockwisePlan(
+        TopkPolicy("torch", tie_break=1), budget_bytes=1, use_tilelang=True, layer=77
+    )
+    with caplog.at_level(logging.INFO, logger=dsa_blockwise.__name__):
+        indices = dsa_blockwise.select_topk(q, k, weights, TOPK, fused)
+    assert calls == [1] * SEQ * BATCH
+    _, expected = dsa.fused_qk_topk_naive(q, k, weights, TOPK, topk_policy=plan(1))
+    assert torch.equal(indices, expected)
+    assert "layer 77: scores by tilelang" in caplog.text
+
+
+def test_each_layer_logs_its_scorer_and_selector_once(monkeypatch, caplog):
+    monkeypatch.setattr(dsa_blockwise, "_logged_paths", set())
+    q, k, weights = tie_heavy()
+    with caplog.at_level(logging.INFO, logger=dsa_blockwise.__name__):
+        for layer in (1, 1, 2, 2, 2):
+            dsa_blockwise.select_topk(q, k, weights, TOPK, plan(2, layer=layer))
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert lines[0].startswith("DSA indexer layer 1: scores by torch")
+    assert "top-k by the torch backend (tie_break=2" in lines[1]
+
+
+def test_plan_comes_from_the_config(make_config):
+    assert dsa_blockwise.plan_from_config(make_config()) is None
+    config = make_config(dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=2)
+    made = dsa_blockwise.plan_from_config(config, layer=3)
+    assert made.policy == TopkPolicy("torch", tie_break=2) and made.layer == 3
+    assert made.budget_bytes == dsa_blockwise.DEFAULT_BUDGET_BYTES and not made.use_tilelang
