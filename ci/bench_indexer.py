@@ -159,7 +159,9 @@ def plan_for(dsa_blockwise, backend: str, budget_mib: int):
 
 
 def selection(dsa, dsa_blockwise, args, case: Case, x: dict) -> Callable[[], object]:
-    plan = None if case.backend == "none" else plan_for(dsa_blockwise, case.backend, args.budget_mib)
+    plan = None
+    if case.backend != "none":
+        plan = plan_for(dsa_blockwise, case.backend, args.budget_mib)
 
     def run():
         with torch.no_grad():
@@ -281,7 +283,8 @@ def run_cases_in_children(args) -> list[Result]:
     for seq in args.seqs:
         for backend in args.backends:
             for phase in ("select", "train"):
-                command = [sys.executable, __file__, *args.argv, "--child", str(seq), backend, phase]
+                child = ["--child", str(seq), backend, phase]
+                command = [sys.executable, __file__, *args.argv, *child]
                 done = subprocess.run(command, capture_output=True, text=True)
                 if done.returncode != 0:
                     sys.exit(f"bench_indexer: case {seq} {backend} {phase} failed:\n{done.stderr}")
@@ -328,7 +331,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     if args.child:
         seq, backend, phase = args.child
         dsa, dsa_blockwise = import_tree(args.tree)
-        result = measure(dsa, dsa_blockwise, args, Case(int(seq), backend, phase), torch.device("cpu"))
+        case = Case(int(seq), backend, phase)
+        result = measure(dsa, dsa_blockwise, args, case, torch.device("cpu"))
         print(json.dumps(asdict(result)))
         return
     device = torch.device("cpu" if args.cpu else "cuda")

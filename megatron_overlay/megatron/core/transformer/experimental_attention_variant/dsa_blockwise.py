@@ -36,6 +36,7 @@ import torch
 
 from megatron.core.transformer.experimental_attention_variant import (
     dsa_indexer_loss,
+    dsa_layout,
     dsa_masking,
     dsa_topk,
 )
@@ -151,7 +152,7 @@ def _pick_scorer(plan: BlockwisePlan, q, k) -> Tuple[str, Callable]:
             return TILELANG_SCORER, lambda qr, wr, kk, relu: _score_rows_tilelang(
                 fused, qr, wr, kk, relu
             )
-    from megatron.core.transformer.experimental_attention_variant import dsa
+    from megatron.core.transformer.experimental_attention_variant import dsa  # imports us
 
     return TORCH_SCORER, lambda qr, wr, kk, relu: dsa._compute_index_scores(
         qr, wr, kk, use_relu=relu
@@ -320,7 +321,7 @@ def _sparse_valid(idx: torch.Tensor, start: int, spec: LossSpec) -> torch.Tensor
 
 def _dense_logits(q, weights, k, query, key, start: int, spec: LossSpec):
     """Index [b, rows, sk] and attention [b, np, rows, sk] logits, masked, with validity."""
-    from megatron.core.transformer.experimental_attention_variant import dsa
+    from megatron.core.transformer.experimental_attention_variant import dsa  # imports us
 
     masks = spec.masks
     rows, b, heads, dim = query.shape
@@ -554,8 +555,6 @@ def indexer_loss(
     gradients for q, weights and k. Additive masks are validity masks (0 / -inf), as
     DSAttention builds them.
     """
-    from megatron.core.transformer.experimental_attention_variant import dsa_layout
-
     query, _ = dsa_layout.ensure_sbhd(query, "query")
     key, _ = dsa_layout.ensure_sbhd(key, "key")
     sq, b = query.size(0), query.size(1)
