@@ -89,9 +89,10 @@ def test_older_design_stops_at_the_dispatch_patch_with_the_missing_anchor(rebase
     assert [step["status"] for step in data["steps"]][:3] == ["laid", "codemod", "offset"]
     assert data["stop"]["patch"] == "0003-topk-dispatch.patch"
     assert "codemod topk_dispatch" in data["stop"]["reason"]
+    # Its naive top-k has no varlen bounds, which the block-wise hook passes on.
     assert (
-        "cannot find the `use_fused_kernels = ...` assignment in DSAttention.forward"
-        in data["stop"]["reason"]
+        "cannot find parameters varlen_starts, varlen_ends, key_positions, use_relu of "
+        "fused_qk_topk_naive" in data["stop"]["reason"]
     )
     assert data["stop"]["hunks"], "each failing hunk is shown against upstream's text"
     assert rebaser("abort").code == ExitCode.OK
