@@ -8,7 +8,7 @@ import logging
 import pytest
 import torch
 
-from megatron.core.transformer.experimental_attention_variant import dsa, dsa_blockwise
+from megatron.core.transformer.experimental_attention_variant import dsa, dsa_blockwise, dsa_topk
 
 TOPK = 8
 
@@ -79,7 +79,11 @@ def test_no_keys_give_an_empty_selection_like_upstream(upstream_dsa):
     q, _, weights = tie_heavy_indexer(5, 2)
     keys = torch.zeros(0, 2, q.size(-1))
     _, ours = dsa.fused_qk_topk_naive(
-        q, keys, weights, TOPK, topk_policy=dsa_topk.TopkPolicy("torch", tie_break=1)
+        q,
+        keys,
+        weights,
+        TOPK,
+        topk_policy=dsa_blockwise.BlockwisePlan(dsa_topk.TopkPolicy("torch", tie_break=1)),
     )
     _, theirs = upstream_dsa.fused_qk_topk_naive(q, keys, weights, TOPK)
     assert ours.shape == theirs.shape == (2, 5, 0)
