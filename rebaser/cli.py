@@ -340,7 +340,7 @@ def _refresh(args: argparse.Namespace, out: Console) -> int:
             f"  {change.status:9} {change.path}",
             style=None if change.status == "unchanged" else "bold",
         )
-    changed = [c for c in refreshed.files if c.status != "unchanged"]
+    changed = [c for c in refreshed.files if c.status.split()[0] not in ("unchanged", "kept")]
     verb = "would change" if args.check else "changed"
     out.print(f"refresh: {len(changed)} of {len(refreshed.files)} files {verb}")
     diff = refreshed.range_diff

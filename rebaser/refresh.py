@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from rebaser import series_start
+from rebaser import left_off, series_start
 from rebaser import state as state_store
 from rebaser.errors import RebaserError
 from rebaser.export import export_patch, patch_file_name
@@ -29,7 +29,7 @@ class ExportedFile:
     """A file refresh wrote (or would write) and how it changed."""
 
     path: str
-    status: str  # unchanged | updated | new | removed
+    status: str  # unchanged | updated | new | removed | kept (...): left off the branch
 
 
 @dataclass(frozen=True)
@@ -110,10 +110,14 @@ def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
         changes.append(
             _write(series.patches_dir / name, export_patch(git, commit.sha), write=write)
         )
-    for stale in [p.name for p in series.patches if p.name not in names]:
+    kept = left_off.read(git, branch)  # the apply left them off; they still need work
+    for name, status in kept.items():
+        changes.append(ExportedFile(f"patches/{name}", f"kept ({status} on the branch)"))
+    for stale in [p.name for p in series.patches if p.name not in names and p.name not in kept]:
         changes.append(ExportedFile(f"patches/{stale}", "removed"))
         if write:
             (series.patches_dir / stale).unlink()
+    names = _with_left_off(series, names, kept)
     if [p.name for p in series.patches] != names:
         changes.append(_write(series.file, _series_text(series, names), write=write))
     return Refreshed(changes, changed)
@@ -163,6 +167,17 @@ def _patch_names(series: Series, commits: list[BranchCommit]) -> list[str]:
     taken = [name for name in names if name] + known
     new = iter(_new_names([c for c, n in zip(commits, names) if n is None], taken=taken))
     return [name or next(new) for name in names]
+
+
+def _with_left_off(series: Series, names: list[str], kept: dict[str, str]) -> list[str]:
+    """The branch's patch names with the patches it left off put back where the series had
+    them (after the nearest earlier patch that is still there)."""
+    order = list(names)
+    for position, patch in enumerate(series.patches):
+        if patch.name in kept and patch.name not in order:
+            earlier = [p.name for p in series.patches[:position] if p.name in order]
+            order.insert(order.index(earlier[-1]) + 1 if earlier else 0, patch.name)
+    return order
 
 
 def _new_names(commits: list[BranchCommit], *, taken: list[str]) -> list[str]:

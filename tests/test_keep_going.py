@@ -113,3 +113,36 @@ def test_a_cherry_pick_conflict_stop_continues_after_the_fix(rebaser, tmp_path, 
     data = json.loads((tmp_path / "after.json").read_text())
     assert statuses(data) == ["laid", "clean", "manual", "clean", "clean"]
     assert (tree / "pkg/calc.py").read_text() == CHECKED
+
+
+def test_refresh_drops_a_patch_in_upstream_and_keeps_the_ones_left_off(rebaser, tmp_path, upstream):
+    base = git(upstream.path, "rev-parse", "v1")
+    series = build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1",
+        [
+            Change("fork: document add", {"pkg/calc.py": ADD_DOC}),
+            Change("fork: double mul", {"pkg/calc.py": DOUBLED}),
+            Change("fork: say why", {"pkg/calc.py": COMMENTED}),
+            Change("fork: check div", {"pkg/calc.py": CHECKED}),
+        ],
+        extra_directives=f"@base git:{base}\n",
+    )
+    # v2 has 0001's change and swaps mul's operands (0002 conflicts, 0003 needs 0002)
+    upstream.commit(
+        {"pkg/calc.py": edit(ADD_DOC, "    return a * b\n", "    return b * a\n")}, "v2", tag="v2"
+    )
+    before = {
+        name: (series.parent / name).read_text()
+        for name in ("0002-change-2.patch", "0003-change-3.patch")
+    }
+    result, report = apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going")
+    assert statuses(report) == ["laid", "in upstream", "dropped", "blocked", "clean"]
+    refreshed = rebaser("refresh", "--series", series, "--repo", report["worktree"])
+    assert refreshed.code == ExitCode.OK, refreshed.err
+    assert "kept (dropped on the branch)" in refreshed.out
+    listed = [line for line in series.read_text().splitlines() if line.endswith(".patch")]
+    assert listed == ["0002-change-2.patch", "0003-change-3.patch", "0004-change-4.patch"]
+    assert not (series.parent / "0001-change-1.patch").exists()  # upstream has it
+    assert {name: (series.parent / name).read_text() for name in before} == before
