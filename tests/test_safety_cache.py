@@ -86,3 +86,15 @@ def test_an_index_serving_altered_bytes_is_refused(rebaser, tmp_path, fake_pypi)
     assert "does not match the sha256 PyPI lists" in result.err
     assert not list((tmp_path / "fake-wheels").glob("*.whl"))  # nothing half-trusted is kept
     assert pypi_cache("megatron-core").cached(VERSION) is None
+
+
+def test_a_folder_where_the_cache_expects_a_wheel_is_a_clear_environment_error(
+    rebaser, tmp_path, fake_pypi
+):
+    folder = wheel_path(tmp_path / "fake-wheels")
+    (folder / "notes").mkdir(parents=True)  # the user's folder: never removed by rebaser
+    result = rebaser("apply", "--upstream", f"pypi:megatron-core=={VERSION}", "--test", "none")
+    assert result.code == ExitCode.ENVIRONMENT, result.err
+    assert f"{folder} is a folder where the cache expects a wheel file" in result.err
+    assert "remove it" in result.err and "Traceback" not in result.err
+    assert (folder / "notes").is_dir() and fake_pypi.downloads == []

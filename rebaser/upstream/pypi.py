@@ -87,6 +87,13 @@ class PypiUpstream:
         if version is not None:
             pattern = f"{_dist_name(self.package)}-{version}-*.whl"
             for cached in sorted(self.wheel_dir.glob(pattern)):
+                if not cached.is_file():
+                    raise RebaserError(
+                        f"{cached} is a folder where the cache expects a wheel file",
+                        next_step="remove it (or point DSA_FORKKIT_WHEELS elsewhere), then run "
+                        "again",
+                        code=ExitCode.ENVIRONMENT,
+                    )
                 if self._matches_index(cached, version):
                     return cached, version
         version, wheel = pypi_index.find_wheel(self.package, version)
