@@ -17,8 +17,9 @@ COMMENTED = edit(DOUBLED, "    return 2 * a * b\n", "    return 2 * a * b  # dou
 CHECKED = edit(COMMENTED, "    return a / b\n", "    assert b\n    return a / b\n")
 
 
-def series_with_a_knock_on(tmp_path, upstream) -> Path:
-    """0002 conflicts with v2; 0003 edits the line 0002 adds; 0001 and 0004 are independent."""
+def series_with_a_knock_on(tmp_path, upstream, v2_from: str = CALC) -> Path:
+    """0002 conflicts with v2 (mul's operands swapped in `v2_from`); 0003 edits the line 0002
+    adds; 0001 and 0004 are independent (0001 is in upstream when `v2_from` has its change)."""
     base = git(upstream.path, "rev-parse", "v1")
     series = build_series(
         tmp_path / "proj",
@@ -33,7 +34,7 @@ def series_with_a_knock_on(tmp_path, upstream) -> Path:
         extra_directives=f"@base git:{base}\n",
     )
     upstream.commit(
-        {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n")}, "v2", tag="v2"
+        {"pkg/calc.py": edit(v2_from, "    return a * b\n", "    return b * a\n")}, "v2", tag="v2"
     )
     return series
 
@@ -116,23 +117,7 @@ def test_a_cherry_pick_conflict_stop_continues_after_the_fix(rebaser, tmp_path, 
 
 
 def test_refresh_drops_a_patch_in_upstream_and_keeps_the_ones_left_off(rebaser, tmp_path, upstream):
-    base = git(upstream.path, "rev-parse", "v1")
-    series = build_series(
-        tmp_path / "proj",
-        upstream,
-        "v1",
-        [
-            Change("fork: document add", {"pkg/calc.py": ADD_DOC}),
-            Change("fork: double mul", {"pkg/calc.py": DOUBLED}),
-            Change("fork: say why", {"pkg/calc.py": COMMENTED}),
-            Change("fork: check div", {"pkg/calc.py": CHECKED}),
-        ],
-        extra_directives=f"@base git:{base}\n",
-    )
-    # v2 has 0001's change and swaps mul's operands (0002 conflicts, 0003 needs 0002)
-    upstream.commit(
-        {"pkg/calc.py": edit(ADD_DOC, "    return a * b\n", "    return b * a\n")}, "v2", tag="v2"
-    )
+    series = series_with_a_knock_on(tmp_path, upstream, v2_from=ADD_DOC)  # v2 has 0001
     before = {
         name: (series.parent / name).read_text()
         for name in ("0002-change-2.patch", "0003-change-3.patch")
