@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Optional, Tuple
 
 import torch
@@ -173,7 +173,18 @@ class RowMasks:
     key_positions: Optional[torch.Tensor] = None
 
     @classmethod
-    def normalized(cls, mask, varlen_starts, varlen_ends, key_positions, sk, device) -> RowMasks:
+    def normalized(
+        cls,
+        mask: Optional[torch.Tensor] = None,
+        varlen_starts: Optional[torch.Tensor] = None,
+        varlen_ends: Optional[torch.Tensor] = None,
+        key_positions: Optional[torch.Tensor] = None,
+        *,
+        sk: int,
+        device: torch.device,
+    ) -> RowMasks:
+        """From the mask arguments of upstream's ``fused_qk_topk_naive`` and
+        ``FusedDSAIndexerLoss``, validated and normalized as upstream does."""
         starts, ends, positions = dsa_masking.normalize_varlen_bounds(
             mask=mask,
             varlen_starts=varlen_starts,
@@ -220,13 +231,28 @@ def select_topk(
     upstream's ``fused_qk_topk_naive``. Equal, bit for bit, to selecting from the full
     score matrix with ``dsa_topk.select_topk``.
     """
+    masks = RowMasks.normalized(
+        mask, varlen_starts, varlen_ends, key_positions, sk=k.size(0), device=q.device
+    )
+    return _select_rows(q, k, weights, index_topk, plan, masks, use_relu)
+
+
+def _select_rows(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    weights: torch.Tensor,
+    index_topk: int,
+    plan: BlockwisePlan,
+    masks: RowMasks,
+    use_relu: bool,
+) -> torch.Tensor:
+    """``select_topk`` on masks already normalized."""
     sq, b, heads = q.size(0), q.size(1), q.size(2)
     sk = k.size(0)
     width = min(index_topk, sk)
     out = torch.empty((b, sq, width), dtype=torch.int32, device=q.device)
     if width == 0 or sq == 0:
         return out
-    masks = RowMasks.normalized(mask, varlen_starts, varlen_ends, key_positions, sk, q.device)
     scorer_name, scorer = _pick_scorer(plan, q, k)
     per_row = b * sk * _FP32 * (_SCORE_COPIES * heads + _ROW_COPIES)
     rows = rows_per_block(per_row, sq, plan.budget_bytes)
@@ -255,17 +281,21 @@ def select_topk(
 
 @dataclass(frozen=True)
 class LossSpec:
-    """Everything of the indexer-loss call that is not a tensor with a gradient."""
+    """Everything of the indexer-loss call that is not a tensor with a gradient.
+
+    ``query_valid_rows`` as upstream takes it ([b, sq], [sq] or [t] bool); ``indexer_loss``
+    normalizes it to [b, sq].
+    """
 
     softmax_scale: float
     loss_coeff: float
     sparse_loss: bool
     pg_collection: Any
-    masks: RowMasks
-    query_valid_rows: Optional[torch.Tensor]  # [b, sq] bool, or None
-    calculate_per_token_loss: bool
-    use_relu: bool
-    budget_bytes: int
+    masks: RowMasks = RowMasks()
+    query_valid_rows: Optional[torch.Tensor] = None
+    calculate_per_token_loss: bool = False
+    use_relu: bool = True
+    budget_bytes: int = DEFAULT_BUDGET_BYTES
 
 
 def _gather_keys(key_b: torch.Tensor, safe: torch.Tensor) -> torch.Tensor:
@@ -494,39 +524,24 @@ def indexer_topk_and_loss(
     """``FusedDSAIndexerLoss.apply``'s inputs and result, memory-bounded: the plan's backend
     selects block by block, then the loss (and its backward) runs on exactly those indices.
     """
-    topk_indices = select_topk(
-        q.detach(),
-        k.detach(),
-        weights.detach(),
-        topk,
-        plan,
-        mask=mask,
-        varlen_starts=varlen_starts,
-        varlen_ends=varlen_ends,
-        key_positions=key_positions,
-        use_relu=use_relu,
+    masks = RowMasks.normalized(
+        mask, varlen_starts, varlen_ends, key_positions, sk=k.size(0), device=q.device
     )
-    loss = indexer_loss(
-        q,
-        weights,
-        k,
-        query,
-        key,
-        topk_indices,
+    topk_indices = _select_rows(
+        q.detach(), k.detach(), weights.detach(), topk, plan, masks, use_relu
+    )
+    spec = LossSpec(
         softmax_scale=softmax_scale,
         loss_coeff=loss_coeff,
         sparse_loss=sparse_loss,
         pg_collection=pg_collection,
-        mask=mask,
-        varlen_starts=varlen_starts,
-        varlen_ends=varlen_ends,
-        key_positions=key_positions,
+        masks=masks,
         query_valid_rows=query_valid_rows,
         calculate_per_token_loss=calculate_per_token_loss,
         use_relu=use_relu,
         budget_bytes=plan.budget_bytes,
     )
-    return topk_indices, loss
+    return topk_indices, indexer_loss(q, weights, k, query, key, topk_indices, spec)
 
 
 def indexer_loss(
@@ -536,19 +551,7 @@ def indexer_loss(
     query: torch.Tensor,
     key: torch.Tensor,
     topk_indices: torch.Tensor,
-    *,
-    softmax_scale: float,
-    loss_coeff: float,
-    sparse_loss: bool,
-    pg_collection: Any,
-    mask: Optional[torch.Tensor] = None,
-    varlen_starts: Optional[torch.Tensor] = None,
-    varlen_ends: Optional[torch.Tensor] = None,
-    key_positions: Optional[torch.Tensor] = None,
-    query_valid_rows: Optional[torch.Tensor] = None,
-    calculate_per_token_loss: bool = False,
-    use_relu: bool = True,
-    budget_bytes: int = DEFAULT_BUDGET_BYTES,
+    spec: LossSpec,
 ) -> torch.Tensor:
     """Upstream's indexer KL loss (``compute_dsa_indexer_loss`` on the indexer's scores) on
     exactly ``topk_indices`` [b, sq, K] (-1 marks an empty slot; no duplicates), with
@@ -558,20 +561,11 @@ def indexer_loss(
     query, _ = dsa_layout.ensure_sbhd(query, "query")
     key, _ = dsa_layout.ensure_sbhd(key, "key")
     sq, b = query.size(0), query.size(1)
-    spec = LossSpec(
-        softmax_scale=softmax_scale,
-        loss_coeff=loss_coeff,
-        sparse_loss=sparse_loss,
-        pg_collection=pg_collection,
-        masks=RowMasks.normalized(
-            mask, varlen_starts, varlen_ends, key_positions, key.size(0), q.device
-        ),
+    spec = replace(
+        spec,
         query_valid_rows=dsa_masking.normalize_query_valid_rows(
-            query_valid_rows, b=b, sq=sq, device=q.device
+            spec.query_valid_rows, b=b, sq=sq, device=q.device
         ),
-        calculate_per_token_loss=calculate_per_token_loss,
-        use_relu=use_relu,
-        budget_bytes=budget_bytes,
     )
     rows = _loss_rows(q, query, key, topk_indices, spec)
     return BlockwiseIndexerLoss.apply(q, weights, k, query, key, topk_indices, spec, rows)

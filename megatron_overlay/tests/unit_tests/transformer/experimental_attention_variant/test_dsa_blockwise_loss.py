@@ -85,21 +85,20 @@ def chosen_indices(kind="causal", seed=1):
 
 
 def blockwise_loss(inputs, indices, sparse, kind, budget=ONE_ROW, **extra):
-    return dsa_blockwise.indexer_loss(
-        inputs["q"],
-        inputs["weights"],
-        inputs["k"],
-        inputs["query"],
-        inputs["key"],
-        indices,
+    masks = dsa_blockwise.RowMasks.normalized(
+        **mask_kwargs(kind), sk=SEQ, device=inputs["q"].device
+    )
+    spec = dsa_blockwise.LossSpec(
         softmax_scale=SCALE,
         loss_coeff=COEFF,
         sparse_loss=sparse,
         pg_collection=single_rank(),
+        masks=masks,
         budget_bytes=budget,
-        **mask_kwargs(kind),
         **extra,
     )
+    tensors = [inputs[name] for name in ("q", "weights", "k", "query", "key")]
+    return dsa_blockwise.indexer_loss(*tensors, indices, spec)
 
 
 def dense_reference_loss(inputs, indices, sparse, kind, **extra):
