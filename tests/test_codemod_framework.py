@@ -21,6 +21,7 @@ from rebaser.codemods.base import (
     append_import_name,
     append_param,
     calls,
+    code,
     comment_lines,
     insert_before,
     param_names,
@@ -63,7 +64,12 @@ class CheckFirst(PatchCodemod):
         run = self.find_method(tree, "Runner", "run")
         if calls(run, "validate"):
             return tree
-        anchor = next(s for s in run.body.body if calls(s, "work"))
+        anchor = self.find_statement(
+            run.body,
+            lambda statement: bool(calls(statement, "work")),
+            "a call to work() in Runner.run",
+            (code(statement).strip() for statement in run.body.body),
+        )
         check = statements("validate(job)\n")
         check[0] = check[0].with_changes(leading_lines=comment_lines("Refuse bad jobs early."))
         return tree.deep_replace(run.body, insert_before(run.body, anchor, check))
@@ -109,35 +115,50 @@ class TestHelpers(CodemodTest):
         self.assertCodemod(before, after)
         self.assertCodemod(after, after)  # idempotent
 
-    def test_insert_before_keeps_the_anchors_comments_above_the_new_statements(self) -> None:
+    def test_insert_before_the_first_matching_statement_keeps_its_comments_above(self) -> None:
         self.TRANSFORM = CheckFirst
         before = """
             class Runner:
                 def run(self, job):
+                    prepare(job)
                     # Do the work.
-                    work(job)
+                    if job.urgent:
+                        work(job)
+                    work(job.next)
         """
         after = """
             class Runner:
                 def run(self, job):
+                    prepare(job)
                     # Do the work.
                     # Refuse bad jobs early.
                     validate(job)
 
-                    work(job)
+                    if job.urgent:
+                        work(job)
+                    work(job.next)
         """
         self.assertCodemod(before, after)
         self.assertCodemod(after, after)
 
     def test_a_missing_anchor_names_the_nearest_candidates(self) -> None:
-        source = (
+        no_class = (
             "class Runer:\n    def run(self, job):\n        work(job)\n\nclass Other:\n    pass\n"
         )
-        with pytest.raises(AnchorNotFound) as missing:
-            CheckFirst(CodemodContext()).transform_module(cst.parse_module(source))
-        assert str(missing.value) == (
-            "pkg/run.py: cannot find class Runner (nearest candidates: Runer)"
+        no_statement = (
+            "class Runner:\n    def run(self, job):\n        prepare(job)\n        finish(job)\n"
         )
+        for source, message in [
+            (no_class, "cannot find class Runner (nearest candidates: Runer)"),
+            (
+                no_statement,
+                "cannot find a call to work() in Runner.run "
+                "(nearest candidates: prepare(job), finish(job))",
+            ),
+        ]:
+            with pytest.raises(AnchorNotFound) as missing:
+                CheckFirst(CodemodContext()).transform_module(cst.parse_module(source))
+            assert str(missing.value) == f"pkg/run.py: {message}"
 
     def test_a_series_codemod_is_testable_with_codemodtest(self) -> None:
         self.TRANSFORM = load_codemods(SERIES.parent / "codemods").lookup("config_validation")

@@ -8,6 +8,7 @@ import libcst as cst
 from rebaser.codemods.base import (
     PatchCodemod,
     calls,
+    code,
     comment_lines,
     insert_before,
     mentions,
@@ -33,21 +34,16 @@ class ConfigValidation(PatchCodemod):
         if calls(post_init, "dsa_topk.validate_config"):
             return tree
         body = post_init.body
-        anchor = next(
+        anchor = self.find_statement(
+            body,
+            lambda statement: isinstance(statement, cst.If) and mentions(statement.test, VARIANT),
+            f"an `if` on {VARIANT} in TransformerConfig.__post_init__",
             (
-                statement
-                for statement in body.body
-                if isinstance(statement, cst.If) and mentions(statement.test, VARIANT)
-            ),
-            None,
-        )
-        if anchor is None:
-            checks = [
-                f"line test `{cst.Module(body=[]).code_for_node(s.test)[:60]}`"
+                f"line test `{code(s.test)[:60]}`"
                 for s in body.body
                 if isinstance(s, cst.If) and mentions(s.test, "attention")
-            ]
-            raise self.missing(f"an `if` on {VARIANT} in TransformerConfig.__post_init__", checks)
+            ),
+        )
         hook = statements(HOOK)
         hook[0] = hook[0].with_changes(leading_lines=comment_lines(COMMENT))
         new_body = insert_before(body, anchor, hook)

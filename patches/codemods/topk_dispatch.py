@@ -26,6 +26,7 @@ from rebaser.codemods.base import (
     insert_before,
     mentions,
     param_names,
+    replace_in_body,
     statements,
 )
 
@@ -160,23 +161,17 @@ class TopkDispatch(PatchCodemod):
         return tree.deep_replace(forward, updated)
 
     def _read_policy(self, body: cst.IndentedBlock) -> Body:
-        for statement in body.body:
-            if mentions(statement, "use_fused_kernels =") and isinstance(
-                statement, cst.SimpleStatementLine
-            ):
-                read = cst.parse_statement(READ_POLICY).with_changes(
-                    leading_lines=comment_lines(READ_POLICY_COMMENT)
-                )
-                items = []
-                for item in body.body:
-                    items.append(item)
-                    if item is statement:
-                        items.append(read)
-                return body.with_changes(body=items)
-        raise self.missing(
+        assignment = self.find_statement(
+            body,
+            lambda statement: isinstance(statement, cst.SimpleStatementLine)
+            and mentions(statement, "use_fused_kernels ="),
             "the `use_fused_kernels = ...` assignment in DSAttention.forward",
-            [code(c.func) for c in calls(body, "use_fused_dsa_kernels")],
+            (code(c.func) for c in calls(body, "use_fused_dsa_kernels")),
         )
+        read = cst.parse_statement(READ_POLICY).with_changes(
+            leading_lines=comment_lines(READ_POLICY_COMMENT)
+        )
+        return replace_in_body(body, assignment, [assignment, read])
 
 
 def _is_docstring(statement: cst.BaseStatement) -> bool:

@@ -14,7 +14,7 @@ A codemod's contract:
 from __future__ import annotations
 
 import difflib
-from typing import ClassVar, Iterable, Optional, Sequence, Union
+from typing import Callable, ClassVar, Iterable, Optional, Sequence, Union
 
 import libcst as cst
 from libcst.codemod import Codemod
@@ -69,6 +69,20 @@ class PatchCodemod(Codemod):
     def find_method(self, module: cst.Module, class_name: str, name: str) -> cst.FunctionDef:
         owner = self.find_class(module, class_name)
         return self.find_function(owner.body, name, owner=f"class {class_name}")
+
+    def find_statement(
+        self,
+        body: Body,
+        matches: Callable[[cst.BaseStatement], bool],
+        anchor: str,
+        candidates: Iterable[str] = (),
+    ) -> cst.BaseStatement:
+        """The first statement directly in `body` that `matches`; else `AnchorNotFound` naming
+        `anchor` and the `candidates` (a generator is only run when the anchor is missing)."""
+        for statement in body.body:
+            if matches(statement):
+                return statement
+        raise self.missing(anchor, candidates)
 
 
 def function_in(body: Body, name: str) -> Optional[cst.FunctionDef]:
