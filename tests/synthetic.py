@@ -152,23 +152,21 @@ def edit(text: str, old: str, new: str) -> str:
 
 
 ADD_DOC = edit(CALC, "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n')
+DOUBLE_MUL = edit(ADD_DOC, "    return a * b\n", "    return 2 * a * b\n")
+
+
+def calc_series(
+    tmp_path: Path, upstream: SyntheticUpstream, versions: list[tuple[str, str]], **kwargs
+) -> Path:
+    """One patch per (subject, pkg/calc.py after it), in tmp_path/proj, exported against v1."""
+    changes = [Change(subject, {"pkg/calc.py": text}) for subject, text in versions]
+    return build_series(tmp_path / "proj", upstream, "v1", changes, **kwargs)
 
 
 def two_patch_series(tmp_path: Path, upstream: SyntheticUpstream, **kwargs) -> Path:
     """Two patches on pkg/calc.py, exported against v1 (the second builds on the first)."""
-    return build_series(
-        tmp_path / "proj",
-        upstream,
-        "v1",
-        [
-            Change("demo: document add", {"pkg/calc.py": ADD_DOC}),
-            Change(
-                "demo: double mul",
-                {"pkg/calc.py": edit(ADD_DOC, "    return a * b\n", "    return 2 * a * b\n")},
-            ),
-        ],
-        **kwargs,
-    )
+    versions = [("demo: document add", ADD_DOC), ("demo: double mul", DOUBLE_MUL)]
+    return calc_series(tmp_path, upstream, versions, **kwargs)
 
 
 def apply_args(series: Path, upstream: SyntheticUpstream, base: str, *extra: str) -> list[str]:

@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from synthetic import CALC, Change, build_series, edit, git
+from synthetic import ADD_DOC, CALC, DOUBLE_MUL, calc_series, edit, git
 from test_apply_synthetic import apply
 
 from rebaser.errors import ExitCode
 
-ADD_DOC = edit(CALC, "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n')
-DOUBLED = edit(ADD_DOC, "    return a * b\n", "    return 2 * a * b\n")
-COMMENTED = edit(DOUBLED, "    return 2 * a * b\n", "    return 2 * a * b  # doubled\n")
+COMMENTED = edit(DOUBLE_MUL, "    return 2 * a * b\n", "    return 2 * a * b  # doubled\n")
 CHECKED = edit(COMMENTED, "    return a / b\n", "    assert b\n    return a / b\n")
 
 
@@ -21,15 +19,14 @@ def series_with_a_knock_on(tmp_path, upstream, v2_from: str = CALC) -> Path:
     """0002 conflicts with v2 (mul's operands swapped in `v2_from`); 0003 edits the line 0002
     adds; 0001 and 0004 are independent (0001 is in upstream when `v2_from` has its change)."""
     base = git(upstream.path, "rev-parse", "v1")
-    series = build_series(
-        tmp_path / "proj",
+    series = calc_series(
+        tmp_path,
         upstream,
-        "v1",
         [
-            Change("fork: document add", {"pkg/calc.py": ADD_DOC}),
-            Change("fork: double mul", {"pkg/calc.py": DOUBLED}),
-            Change("fork: say why", {"pkg/calc.py": COMMENTED}),
-            Change("fork: check div", {"pkg/calc.py": CHECKED}),
+            ("fork: document add", ADD_DOC),
+            ("fork: double mul", DOUBLE_MUL),
+            ("fork: say why", COMMENTED),
+            ("fork: check div", CHECKED),
         ],
         extra_directives=f"@base git:{base}\n",
     )
@@ -107,7 +104,7 @@ def test_a_cherry_pick_conflict_stop_continues_after_the_fix(rebaser, tmp_path, 
     assert report["stop"]["reason"].startswith("cherry-pick conflicts in pkg/calc.py")
     tree = Path(report["worktree"])
     assert "<<<<<<<" in (tree / "pkg/calc.py").read_text()
-    (tree / "pkg/calc.py").write_text(DOUBLED)
+    (tree / "pkg/calc.py").write_text(DOUBLE_MUL)
     git(tree, "add", "pkg/calc.py")
     resumed = rebaser("continue", "--repo", upstream.path, "--json", tmp_path / "after.json")
     assert resumed.code == ExitCode.OK, resumed.out

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from synthetic import CALC, Change, build_series, edit, git
-from test_apply_synthetic import ADD_DOC, apply, two_patch_series, worktree_of
+from synthetic import ADD_DOC, CALC, DOUBLE_MUL, calc_series, edit, git
+from test_apply_synthetic import apply, two_patch_series, worktree_of
 
 from rebaser.errors import ExitCode
 
-DOUBLE_MUL = edit(ADD_DOC, "    return a * b\n", "    return 2 * a * b\n")
 HALF_DIV = edit(DOUBLE_MUL, "    return a / b\n", "    return a / b / 2\n")
 # v2 changes both lines the second and third patches change: each stops in turn.
 V2 = edit(
@@ -28,14 +27,13 @@ RESOLVED_MUL = edit(
 
 def stopped_twice_series(tmp_path, upstream) -> Path:
     """Three patches; on v2 the second stops, and after its fix the third stops too."""
-    series = build_series(
-        tmp_path / "proj",
+    series = calc_series(
+        tmp_path,
         upstream,
-        "v1",
         [
-            Change("demo: document add", {"pkg/calc.py": ADD_DOC}),
-            Change("demo: double mul", {"pkg/calc.py": DOUBLE_MUL}),
-            Change("demo: halve div", {"pkg/calc.py": HALF_DIV}),
+            ("demo: document add", ADD_DOC),
+            ("demo: double mul", DOUBLE_MUL),
+            ("demo: halve div", HALF_DIV),
         ],
     )
     upstream.commit({"pkg/calc.py": V2, ".gitignore": "*.log\n"}, "v2", tag="v2")
