@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from synthetic import ADD_DOC, CALC, Change, apply, build_series, edit, git, two_patch_series
@@ -72,6 +73,20 @@ def conflicting_upstream(upstream):
     )
 
 
+# The user's fix of the conflict on v2: both patches' changes on upstream's swapped operands.
+CONFLICT_FIXED = edit(ADD_DOC, "    return a * b\n", "    return 2 * b * a\n")
+
+
+def stopped_apply(rebaser, tmp_path, upstream, series: Optional[Path] = None) -> Path:
+    """The two-patch series (or `series`) applied onto a v2 that conflicts with its second
+    patch, stopped there; the worktree."""
+    series = series or two_patch_series(tmp_path, upstream)
+    conflicting_upstream(upstream)
+    report = tmp_path / "r.json"
+    assert apply(rebaser, series, upstream, "v2", "--json", report).code == ExitCode.NOT_APPLIED
+    return worktree_of(report)
+
+
 def test_conflict_stops_with_a_resumable_state_then_continue(
     rebaser, tmp_path, upstream, monkeypatch
 ):
@@ -93,7 +108,7 @@ def test_conflict_stops_with_a_resumable_state_then_continue(
     early = rebaser("continue", "--repo", upstream.path)
     assert early.code == ExitCode.USAGE and "conflicts are not resolved" in early.err
 
-    (tree / "pkg/calc.py").write_text(edit(ADD_DOC, "    return a * b\n", "    return 2 * b * a\n"))
+    (tree / "pkg/calc.py").write_text(CONFLICT_FIXED)
     git(tree, "add", "pkg/calc.py")
     monkeypatch.chdir(tree)  # found from the current directory, no --repo needed
     done = rebaser("continue", "--json", report)
@@ -106,10 +121,7 @@ def test_conflict_stops_with_a_resumable_state_then_continue(
 
 def test_abort_restores_everything_and_keeps_the_work(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream)
-    conflicting_upstream(upstream)
-    report = tmp_path / "r.json"
-    assert apply(rebaser, series, upstream, "v2", "--json", report).code == ExitCode.NOT_APPLIED
-    tree = worktree_of(report)
+    tree = stopped_apply(rebaser, tmp_path, upstream, series)
     (tree / "notes.txt").write_text("half-done fix\n")
     result = rebaser("abort", "--repo", upstream.path)
     assert result.code == 0 and "refs/forkkit/backups/forkkit/demo/v2/aborted-" in result.out
@@ -135,11 +147,7 @@ def test_an_apply_in_progress_blocks_a_second_one(rebaser, tmp_path, upstream):
 
 
 def test_continue_without_a_fix_says_what_is_missing(rebaser, tmp_path, upstream):
-    series = two_patch_series(tmp_path, upstream)
-    conflicting_upstream(upstream)
-    report = tmp_path / "r.json"
-    apply(rebaser, series, upstream, "v2", "--json", report)
-    tree = worktree_of(report)
+    tree = stopped_apply(rebaser, tmp_path, upstream)
     git(tree, "reset", "-q", "--hard", "HEAD")  # the user throws the conflict away
     result = rebaser("continue", "--repo", upstream.path)
     assert result.code == ExitCode.USAGE and "still not applied" in result.err

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT
 from synthetic import Change, build_series, edit, git
-from test_apply_synthetic import ADD_DOC, apply, conflicting_upstream, two_patch_series
+from test_apply_synthetic import (
+    ADD_DOC,
+    CONFLICT_FIXED,
+    apply,
+    stopped_apply,
+    two_patch_series,
+)
 
 from rebaser.errors import ExitCode
 
@@ -52,11 +58,8 @@ def test_manual_fix_is_exported_and_the_refreshed_series_applies_cleanly(
     v1 = git(upstream.path, "rev-parse", "v1")
     series = two_patch_series(tmp_path, upstream, extra_directives=f"@base git:{v1}\n")
     first_patch = (series.parent / "0001-change-1.patch").read_bytes()
-    conflicting_upstream(upstream)
-    report = tmp_path / "r.json"
-    assert apply(rebaser, series, upstream, "v2", "--json", report).code == ExitCode.NOT_APPLIED
-    tree = Path(json.loads(report.read_text())["worktree"])
-    (tree / "pkg/calc.py").write_text(edit(ADD_DOC, "    return a * b\n", "    return 2 * b * a\n"))
+    tree = stopped_apply(rebaser, tmp_path, upstream, series)
+    (tree / "pkg/calc.py").write_text(CONFLICT_FIXED)
     git(tree, "add", "pkg/calc.py")
     assert rebaser("continue", "--repo", upstream.path).code == ExitCode.OK
 
@@ -214,11 +217,8 @@ def test_series_start_is_read_from_a_ref_not_from_a_subject(rebaser, tmp_path, u
 
 def test_a_fix_the_user_committed_goes_back_to_its_patch_file(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream)
-    conflicting_upstream(upstream)
-    report = tmp_path / "r.json"
-    assert apply(rebaser, series, upstream, "v2", "--json", report).code == ExitCode.NOT_APPLIED
-    tree = Path(json.loads(report.read_text())["worktree"])
-    (tree / "pkg/calc.py").write_text(edit(ADD_DOC, "    return a * b\n", "    return 2 * b * a\n"))
+    tree = stopped_apply(rebaser, tmp_path, upstream, series)
+    (tree / "pkg/calc.py").write_text(CONFLICT_FIXED)
     git(tree, "commit", "-qam", "demo: double mul, on top of the swap")
     assert rebaser("continue", "--repo", upstream.path).code == ExitCode.OK
     assert git(tree, "log", "-1", "--format=%B").endswith("Forkkit-Patch: 0002-change-2.patch")

@@ -6,7 +6,13 @@ import json
 from pathlib import Path
 
 from synthetic import AUTHOR, CALC, SyntheticUpstream, edit, git
-from test_apply_synthetic import ADD_DOC, apply, conflicting_upstream, two_patch_series, worktree_of
+from test_apply_synthetic import (
+    CONFLICT_FIXED,
+    apply,
+    stopped_apply,
+    two_patch_series,
+    worktree_of,
+)
 
 from rebaser import resolutions
 from rebaser.errors import ExitCode
@@ -126,12 +132,8 @@ def test_resolutions_pair_each_conflict_with_its_text_when_context_was_edited_to
 
 def test_continue_records_and_the_next_apply_elsewhere_replays(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream)
-    conflicting_upstream(upstream)
-    report = tmp_path / "r.json"
-    assert apply(rebaser, series, upstream, "v2", "--json", report).code == ExitCode.NOT_APPLIED
-    tree = worktree_of(report)
-    resolved = edit(ADD_DOC, "    return a * b\n", "    return 2 * b * a\n")
-    (tree / "pkg/calc.py").write_text(resolved)
+    tree = stopped_apply(rebaser, tmp_path, upstream, series)
+    (tree / "pkg/calc.py").write_text(CONFLICT_FIXED)
     git(tree, "add", "pkg/calc.py")
     done = rebaser("continue", "--repo", upstream.path)
     assert done.code == ExitCode.OK
@@ -150,7 +152,7 @@ def test_continue_records_and_the_next_apply_elsewhere_replays(rebaser, tmp_path
     assert [s["status"] for s in steps] == ["laid", "clean", "resolution replayed"]
     assert "1 recorded conflict resolution(s) in pkg/calc.py" in steps[2]["detail"]
     assert (worktree_of(report3) / "pkg/calc.py").read_text() == edit(
-        resolved, "return -a", "return 0 - a"
+        CONFLICT_FIXED, "return -a", "return 0 - a"
     )
 
     # Upstream changed the conflicting line again: the record does not match; a plain stop.

@@ -14,7 +14,7 @@ from synthetic import SyntheticUpstream, git
 from test_apply_synthetic import (
     ADD_DOC,
     apply,
-    conflicting_upstream,
+    stopped_apply,
     two_patch_series,
     worktree_of,
 )
@@ -24,15 +24,6 @@ from rebaser.state import state_path
 from rebaser.git import Git
 
 BRANCH = "forkkit/demo/v2"
-
-
-def stopped_apply(rebaser, tmp_path, upstream) -> Path:
-    """An apply of the two-patch series stopped at its second patch; the worktree."""
-    series = two_patch_series(tmp_path, upstream)
-    conflicting_upstream(upstream)
-    report = tmp_path / "r.json"
-    assert apply(rebaser, series, upstream, "v2", "--json", report).code == ExitCode.NOT_APPLIED
-    return worktree_of(report)
 
 
 def assert_abort_cleans_up(rebaser, upstream) -> None:
