@@ -45,12 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     apply = commands.add_parser("apply", help="apply the overlay and the series onto a base")
     _series_option(apply)
-    _repo_option(apply, _REPO_HELP["apply"])
-    apply.add_argument(
-        "--upstream",
-        metavar="pypi:megatron-core==X",
-        help="materialise upstream from a PyPI release (default: the series' @base)",
-    )
+    _upstream_options(apply, "apply")
     apply.add_argument(
         "--base",
         help="the base revision: a sha, tag or branch of --repo, "
@@ -98,12 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--bad", required=True, help="a later revision (or release) where it fails"
     )
     _series_option(bisect_cmd)
-    _repo_option(bisect_cmd, _REPO_HELP["bisect"])
-    bisect_cmd.add_argument(
-        "--upstream",
-        metavar="pypi:megatron-core",
-        help="bisect over PyPI releases (one commit each) instead of a clone",
-    )
+    _upstream_options(bisect_cmd, "bisect")
     _test_option(
         bisect_cmd, "none", "also count failing tests as breaking (default: apply + verify only)"
     )
@@ -188,6 +178,26 @@ def _series_option(parser: argparse.ArgumentParser, what: str = "the series file
 
 def _repo_option(parser: argparse.ArgumentParser, help_text: str) -> None:
     parser.add_argument("--repo", type=Path, help=help_text)
+
+
+# --upstream of the commands that take upstream from a clone or from PyPI: (metavar, help).
+_UPSTREAM_HELP = {
+    "apply": (
+        "pypi:megatron-core==X",
+        "materialise upstream from a PyPI release (default: the series' @base)",
+    ),
+    "bisect": (
+        "pypi:megatron-core",
+        "bisect over PyPI releases (one commit each) instead of a clone",
+    ),
+}
+
+
+def _upstream_options(parser: argparse.ArgumentParser, command: str) -> None:
+    """Where upstream comes from: a git clone (--repo) or PyPI releases (--upstream)."""
+    _repo_option(parser, _REPO_HELP[command])
+    metavar, help_text = _UPSTREAM_HELP[command]
+    parser.add_argument("--upstream", metavar=metavar, help=help_text)
 
 
 def _test_option(parser: argparse.ArgumentParser, default: str, help_text: str) -> None:
