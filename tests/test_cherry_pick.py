@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import RunResult
 from synthetic import CALC, Change, SyntheticUpstream, build_series, edit, git
 from test_apply_synthetic import apply
 
@@ -34,38 +36,33 @@ LEGACY = "def legacy():\n    return 1\n"
 def carried_history(upstream: SyntheticUpstream, root: Path) -> Path:
     """A fork series on v1, then upstream moves on: renames + modifies util.py, moves `sub`,
     deletes legacy.py, rewrites the module docstring (tag `tip`). Returns the series."""
-    base = upstream.commit({"pkg/util.py": UTIL, "pkg/legacy.py": LEGACY}, "base", tag="base")
+    upstream.commit({"pkg/util.py": UTIL, "pkg/legacy.py": LEGACY}, "base", tag="base")
     clamp_doc = edit(
         UTIL, "def clamp(value, low, high):\n", 'def clamp(value, low, high):\n    """Clamp."""\n'
     )
     div_checked = edit(CALC, "    return a / b\n", "    assert b\n    return a / b\n")
     doubled = edit(div_checked, "    return a * b\n", "    return 2 * a * b\n")
-    series = build_series(
-        root,
-        upstream,
-        "base",
-        [
-            Change("fork: check div", {"pkg/calc.py": div_checked}),
-            Change("fork: document clamp", {"pkg/util.py": clamp_doc}),
-            Change(
-                "fork: scale rounds",
-                {
-                    "pkg/util.py": edit(
-                        clamp_doc,
-                        "    return value * factor\n",
-                        "    return round(value * factor)\n",
-                    )
-                },
-            ),
-            Change("fork: legacy returns 2", {"pkg/legacy.py": "def legacy():\n    return 2\n"}),
-            Change("fork: double mul", {"pkg/calc.py": doubled}),
-            Change(
-                "fork: neg of zero",
-                {"pkg/calc.py": edit(doubled, "    return -a\n", "    return -a if a else 0\n")},
-            ),
-        ],
-        extra_directives=f"@base git:{base}\n",
-    )
+    changes = [
+        Change("fork: check div", {"pkg/calc.py": div_checked}),
+        Change("fork: document clamp", {"pkg/util.py": clamp_doc}),
+        Change(
+            "fork: scale rounds",
+            {
+                "pkg/util.py": edit(
+                    clamp_doc,
+                    "    return value * factor\n",
+                    "    return round(value * factor)\n",
+                )
+            },
+        ),
+        Change("fork: legacy returns 2", {"pkg/legacy.py": "def legacy():\n    return 2\n"}),
+        Change("fork: double mul", {"pkg/calc.py": doubled}),
+        Change(
+            "fork: neg of zero",
+            {"pkg/calc.py": edit(doubled, "    return -a\n", "    return -a if a else 0\n")},
+        ),
+    ]
+    series = fork_series(upstream, root, "base", changes)
     # Upstream: util.py moves to pkg/utils_helpers.py (with an edit), `sub` moves to the end
     # of calc.py, legacy.py goes away, calc.py's docstring changes.
     git(upstream.path, "mv", "pkg/util.py", "pkg/utils_helpers.py")
@@ -83,6 +80,13 @@ def carried_history(upstream: SyntheticUpstream, root: Path) -> Path:
         tag="tip",
     )
     return series
+
+
+def fork_series(upstream: SyntheticUpstream, root: Path, tag: str, changes: list[Change]) -> Path:
+    """The fork's changes exported against `tag`, which is the series' @base (so each patch's
+    own commit is at hand to cherry-pick)."""
+    base = git(upstream.path, "rev-parse", tag)
+    return build_series(root, upstream, tag, changes, extra_directives=f"@base git:{base}\n")
 
 
 def git_rebase(repo: Path, series: Path, base: str, onto: str) -> dict[str, str]:
@@ -131,25 +135,49 @@ def rebaser_trees(worktree: Path, base: str) -> dict[str, str]:
     }
 
 
-def test_applies_every_patch_git_rebase_applies_with_the_same_trees(rebaser, tmp_path, upstream):
-    series = carried_history(upstream, tmp_path / "proj")
-    expected = git_rebase(upstream.path, series, "base", "tip")
+@dataclass
+class Carried:
+    """The same series onto `tip` by git rebase and by rebaser (one pass, --keep-going)."""
+
+    rebased: dict[str, str]  # git rebase: the tree after each patch it applied, by subject
+    trees: dict[str, str]  # rebaser: the same
+    report: dict
+    result: RunResult
+
+    @property
+    def statuses(self) -> dict[str, str]:
+        return {step["name"]: step["status"] for step in self.report["steps"]}
+
+    def detail(self, name: str) -> str:
+        return next(step["detail"] for step in self.report["steps"] if step["name"] == name)
+
+
+def carry_beside_git_rebase(rebaser, tmp_path, upstream, series: Path, base: str) -> Carried:
+    """Both carries of the series from `base` onto `tip`; asserts that rebaser applies every
+    patch git rebase applies, each with git rebase's tree."""
+    rebased = git_rebase(upstream.path, series, base, "tip")
     report = tmp_path / "r.json"
     result = apply(rebaser, series, upstream, "tip", "--keep-going", "--json", report)
     data = json.loads(report.read_text())
-    statuses = {step["name"]: step["status"] for step in data["steps"]}
-    carried = rebaser_trees(Path(data["worktree"]), "tip")
-    assert set(expected) <= set(carried), (statuses, result.out)
-    assert {subject: carried[subject] for subject in expected} == expected
+    carried = Carried(rebased, rebaser_trees(Path(data["worktree"]), "tip"), data, result)
+    assert set(rebased) <= set(carried.trees), (carried.statuses, result.out)
+    assert {subject: carried.trees[subject] for subject in rebased} == rebased, carried.statuses
+    return carried
+
+
+def test_applies_every_patch_git_rebase_applies_with_the_same_trees(rebaser, tmp_path, upstream):
+    series = carried_history(upstream, tmp_path / "proj")
+    carried = carry_beside_git_rebase(rebaser, tmp_path, upstream, series, "base")
+    statuses = carried.statuses
     # git rebase stops on the file deleted upstream and on the change next to the moved
     # function; rebaser leaves both off (one pass) and says so
-    assert set(carried) - set(expected) == set()
+    assert set(carried.trees) - set(carried.rebased) == set()
     assert statuses["0004-change-4.patch"] == statuses["0006-change-6.patch"] == "dropped"
-    assert "pkg/legacy.py" in step_detail(data, "0004-change-4.patch")
-    assert result.code == ExitCode.NOT_APPLIED
+    assert "pkg/legacy.py" in carried.detail("0004-change-4.patch")
+    assert carried.result.code == ExitCode.NOT_APPLIED
     # util.py was renamed upstream: per-file 3-way cannot find it, ort follows the rename
     assert statuses["0002-change-2.patch"] == statuses["0003-change-3.patch"] == "cherry-pick"
-    assert "pkg/utils_helpers.py" in step_detail(data, "0003-change-3.patch")
+    assert "pkg/utils_helpers.py" in carried.detail("0003-change-3.patch")
     git(upstream.path, "checkout", "-q", "--detach", "tip")
     three_way = subprocess.run(
         ["git", "apply", "--3way", "--index", str(series.parent / "0002-change-2.patch")],
@@ -157,10 +185,6 @@ def test_applies_every_patch_git_rebase_applies_with_the_same_trees(rebaser, tmp
         capture_output=True,
     )
     assert three_way.returncode != 0
-
-
-def step_detail(report: dict, name: str) -> str:
-    return next(step["detail"] for step in report["steps"] if step["name"] == name)
 
 
 ALPHA = "def alpha(x):\n    return x + 1\n"
@@ -171,21 +195,16 @@ GAMMA = "from pkg.plugins.alpha import alpha\n\n\ndef gamma(x):\n    return alph
 def renamed_folder_history(upstream: SyntheticUpstream, root: Path) -> Path:
     """A fork series that edits files in pkg/plugins/ and adds one there, then upstream
     renames the folder to pkg/extensions/ and edits a file in it (tag `tip`)."""
-    files = {"pkg/plugins/alpha.py": ALPHA, "pkg/plugins/beta.py": BETA}
-    base = upstream.commit(files, "plugins", tag="plugins")
+    folder = {"pkg/plugins/alpha.py": ALPHA, "pkg/plugins/beta.py": BETA}
+    upstream.commit(folder, "upstream adds pkg/plugins/", tag="plugins")
     checked = edit(ALPHA, "    return x + 1\n", "    assert x >= 0\n    return x + 1\n")
-    series = build_series(
-        root,
-        upstream,
-        "plugins",
-        [
-            Change("fork: alpha checks", {"pkg/plugins/alpha.py": checked}),
-            Change("fork: add gamma", {"pkg/plugins/gamma.py": GAMMA}),
-            Change("fork: beta quadruples", {"pkg/plugins/beta.py": edit(BETA, "* 3", "* 4")}),
-            Change("fork: gamma doubles", {"pkg/plugins/gamma.py": edit(GAMMA, "- 1", "* 2")}),
-        ],
-        extra_directives=f"@base git:{base}\n",
-    )
+    changes = [
+        Change("fork: alpha checks", {"pkg/plugins/alpha.py": checked}),
+        Change("fork: add gamma", {"pkg/plugins/gamma.py": GAMMA}),
+        Change("fork: beta quadruples", {"pkg/plugins/beta.py": edit(BETA, "* 3", "* 4")}),
+        Change("fork: gamma doubles", {"pkg/plugins/gamma.py": edit(GAMMA, "- 1", "* 2")}),
+    ]
+    series = fork_series(upstream, root, "plugins", changes)
     git(upstream.path, "mv", "pkg/plugins", "pkg/extensions")
     upstream.commit(
         {"pkg/extensions/beta.py": '"""Beta."""\n\n\n' + BETA},
@@ -206,16 +225,9 @@ def test_a_folder_renamed_upstream_takes_the_edits_and_the_added_files(
     rebaser, tmp_path, upstream
 ):
     series = renamed_folder_history(upstream, tmp_path / "proj")
-    expected = git_rebase(upstream.path, series, "plugins", "tip")
-    assert len(expected) == 4  # git rebase applies every patch (ort follows the folder)
-    report = tmp_path / "r.json"
-    result = apply(rebaser, series, upstream, "tip", "--keep-going", "--json", report)
-    data = json.loads(report.read_text())
-    statuses = {step["name"]: step["status"] for step in data["steps"]}
-    carried = rebaser_trees(Path(data["worktree"]), "tip")
-    assert set(expected) <= set(carried), (statuses, result.out)
-    assert {subject: carried[subject] for subject in expected} == expected, statuses
-    assert result.code == ExitCode.OK, result.out
-    tree = Path(data["worktree"])
+    carried = carry_beside_git_rebase(rebaser, tmp_path, upstream, series, "plugins")
+    assert len(carried.rebased) == 4  # git rebase applies every patch (ort follows the folder)
+    assert carried.result.code == ExitCode.OK, carried.result.out
+    tree = Path(carried.report["worktree"])
     assert not (tree / "pkg/plugins").exists()
     assert "* 2" in (tree / "pkg/extensions/gamma.py").read_text()
