@@ -33,6 +33,7 @@ _EXPORT_FLAGS = (
     "--no-thread",
     "--encoding=UTF-8",
 )
+_FROM_LINE_RE = re.compile(r"^From 0{40} Mon Sep 17 00:00:00 2001\nFrom: ", re.MULTILINE)
 _EXPORT_CONFIG = ("-c", "format.signOff=false", "-c", "core.quotePath=true")
 
 
@@ -42,6 +43,20 @@ def export_patch(git: Git, sha: str) -> str:
     if f"{PATCH_TRAILER}:" in message:
         sha = _without_identity(git, sha, strip_identity(message))
     return git.run(*_EXPORT_CONFIG, "format-patch", "-1", sha, *_EXPORT_FLAGS).stdout
+
+
+def export_range(git: Git, base: str, tip: str) -> str:
+    """Every non-empty commit of base..tip exported as export_patch would, in one call
+    (trailers left in: the caller re-exports the commits that carry one)."""
+    return git.run(*_EXPORT_CONFIG, "format-patch", f"{base}..{tip}", *_EXPORT_FLAGS).stdout
+
+
+def split_patches(stream: str) -> list[str]:
+    """format-patch --stdout output, one text per patch (each starts with its From line);
+    the blank line git puts between two patches belongs to neither."""
+    starts = [match.start() for match in _FROM_LINE_RE.finditer(stream)]
+    ends = [start - 1 for start in starts[1:]] + [len(stream)]
+    return [stream[a:b] for a, b in zip(starts, ends)]
 
 
 def patch_file_name(number: int, subject: str) -> str:

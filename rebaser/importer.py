@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Optional
 
 from rebaser.errors import RebaserError
-from rebaser.export import export_patch, patch_file_name
+from rebaser.export import export_patch, export_range, patch_file_name, split_patches
 from rebaser.git import Git, find_repo
-from rebaser.series import load_series
+from rebaser.series import PATCH_TRAILER, load_series
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_LOG_FORMAT = "%x1e%H%x1f%h%x1f%s%x1f%B%x1f"  # records and fields split by ASCII separators
 
 
 @dataclass(frozen=True)
@@ -100,35 +101,59 @@ def _parse_range(git: Git, range_spec: str) -> tuple[str, str]:
     return base, tip
 
 
-def _commits(git: Git, base: str, tip: str, range_spec: str) -> list[str]:
-    merges = git.out("log", "--merges", "--format=%h %s", f"{base}..{tip}").splitlines()
-    if merges:
+@dataclass(frozen=True)
+class _Commit:
+    sha: str
+    short: str
+    subject: str
+    message: str
+    empty: bool  # changes no file
+
+
+def _commits(git: Git, base: str, tip: str, range_spec: str) -> list[_Commit]:
+    """The range's commits, oldest first, in two git calls whatever their number."""
+    lines = git.out("rev-list", "--reverse", "--parents", f"{base}..{tip}").splitlines()
+    if merges := [line.split()[0] for line in lines if len(line.split()) > 2]:
+        described = [git.out("log", "-1", "--format=%h %s", sha) for sha in merges]
         raise RebaserError(
             f"{range_spec} holds {len(merges)} merge commit(s), which a patch series cannot "
-            "carry: " + "; ".join(merges),
+            "carry: " + "; ".join(described),
             where=str(git.path),
             next_step="linearise the branch first (e.g. git rebase BASE on a copy of it), "
             "then import that",
         )
-    commits = git.out("rev-list", "--reverse", f"{base}..{tip}").split()
-    if not commits:
+    if not lines:
         raise RebaserError(
             f"{range_spec} holds no commits", next_step="check the order: --range BASE..TIP"
         )
+    log = git.run(
+        "log",
+        "--reverse",
+        "--no-renames",
+        "--name-only",
+        f"--format={_LOG_FORMAT}",
+        f"{base}..{tip}",
+    ).stdout
+    commits = []
+    for record in log.split("\x1e")[1:]:
+        sha, short, subject, message, files = record.split("\x1f")
+        commits.append(_Commit(sha, short, subject, message, not files.strip()))
     return commits
 
 
-def _write_series(git: Git, commits: list[str], folder: Path, name: str, base: str) -> Imported:
-    patches, skipped = [], []
-    for sha in commits:
-        if not git.out("diff-tree", "--no-commit-id", "--name-only", "-r", sha):
-            skipped.append(git.out("log", "-1", "--format=%h %s", sha))
-            continue
-        file_name = patch_file_name(len(patches) + 1, git.out("log", "-1", "--format=%s", sha))
-        (folder / file_name).write_text(export_patch(git, sha), encoding="utf-8")
-        patches.append(file_name)
-    if not patches:
+def _write_series(
+    git: Git, commits: list[_Commit], folder: Path, name: str, base: str
+) -> Imported:
+    kept = [commit for commit in commits if not commit.empty]
+    skipped = [f"{commit.short} {commit.subject}" for commit in commits if commit.empty]
+    if not kept:
         raise RebaserError("every commit in the range is empty; there is nothing to import")
+    texts = _exported(git, base, commits[-1].sha, kept)
+    patches = []
+    for commit, text in zip(kept, texts):
+        file_name = patch_file_name(len(patches) + 1, commit.subject)
+        (folder / file_name).write_text(text, encoding="utf-8")
+        patches.append(file_name)
     series_file = folder / "series"
     lines = [
         f"# Imported by `rebaser import` from {len(commits)} commits on top of {base[:12]}.",
@@ -139,3 +164,16 @@ def _write_series(git: Git, commits: list[str], folder: Path, name: str, base: s
     series_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
     load_series(series_file)  # what import writes, apply must be able to read
     return Imported(series_file, base, patches, skipped)
+
+
+def _exported(git: Git, base: str, tip: str, commits: list[_Commit]) -> list[str]:
+    """Each commit's stable export: one `format-patch` of the range, split per commit. A
+    commit carrying a `Forkkit-Patch:` trailer (or a split that does not come out one per
+    commit) takes export_patch's per-commit path, which gives the same bytes."""
+    texts = split_patches(export_range(git, base, tip))
+    if len(texts) != len(commits):
+        texts = [export_patch(git, commit.sha) for commit in commits]
+    return [
+        export_patch(git, commit.sha) if f"{PATCH_TRAILER}:" in commit.message else text
+        for commit, text in zip(commits, texts)
+    ]

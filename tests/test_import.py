@@ -10,6 +10,8 @@ from synthetic import CALC, edit, git
 from test_apply_synthetic import apply
 
 from rebaser.errors import ExitCode
+from rebaser.export import export_patch
+from rebaser.git import Git
 from rebaser.series import load_series
 
 
@@ -115,3 +117,25 @@ def test_an_existing_series_folder_is_never_overwritten(rebaser, tmp_path, fork)
     assert result.code == ExitCode.USAGE and "already exists" in result.err
     assert files_of(target) == {"series": b"my own series\n"}
     assert not list(tmp_path.glob(".patches.import-*"))
+
+
+def test_import_in_one_export_equals_the_per_commit_export(rebaser, tmp_path, fork):
+    """The range is exported by one format-patch and split; each file must be byte for byte
+    what the per-commit export (refresh's) gives, trailers, deletions and modes included."""
+    git(fork.path, "checkout", "-q", "fork")
+    git(fork.path, "rm", "-q", "pkg/extra.py")
+    git(fork.path, "commit", "-q", "-m", "extra: gone again\n\nForkkit-Patch: 0009-old.patch")
+    (fork.path / "run.sh").write_text("#!/bin/sh\nexit 0\n")
+    (fork.path / "run.sh").chmod(0o755)
+    fork.commit({"pkg/calc.py": edit(CALC, "a * b", "a * b  # ×")}, "calc: ünïcode — subject")
+    git(fork.path, "checkout", "-q", "main")
+    target = tmp_path / "series"
+    arguments = ["--repo", fork.path, "--range", "v1..fork", "--series-dir", target]
+    assert rebaser("import", *arguments).code == ExitCode.OK
+    commits = git(fork.path, "rev-list", "--reverse", "--no-merges", "v1..fork").split()
+    nonempty = [sha for sha in commits if git(fork.path, "diff-tree", "--name-only", "-r", sha)]
+    names = load_series(target / "series").patches
+    assert len(names) == len(nonempty) == 5
+    for patch, sha in zip(names, nonempty):
+        assert patch.path.read_text(encoding="utf-8") == export_patch(Git(fork.path), sha)
+    assert "Forkkit-Patch" not in (target / names[3].name).read_text()
