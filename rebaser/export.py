@@ -18,23 +18,29 @@ from typing import Mapping, Optional
 from rebaser.git import Git
 from rebaser.series import PATCH_TRAILER, strip_identity
 
-_EXPORT_FLAGS = (
-    "--stdout",
-    "--zero-commit",
+# The diff itself (also how fastbuild compares a commit with its patch)...
+DIFF_FLAGS = (
     "--full-index",
-    "--no-signature",
-    "--no-stat",
-    "--keep-subject",
-    "--no-numbered",
+    "--binary",
     "--no-renames",
     "--no-color",
     "--diff-algorithm=myers",
     "--unified=3",
+)
+# ... and the mail around it.
+_EXPORT_FLAGS = (
+    "--stdout",
+    "--zero-commit",
+    "--no-signature",
+    "--no-stat",
+    "--keep-subject",
+    "--no-numbered",
     "--no-thread",
     "--encoding=UTF-8",
+    *DIFF_FLAGS,
 )
 _FROM_LINE_RE = re.compile(r"^From 0{40} Mon Sep 17 00:00:00 2001\nFrom: ", re.MULTILINE)
-_EXPORT_CONFIG = ("-c", "format.signOff=false", "-c", "core.quotePath=true")
+EXPORT_CONFIG = ("-c", "format.signOff=false", "-c", "core.quotePath=true")
 
 
 def export_patch(git: Git, sha: str) -> str:
@@ -42,13 +48,13 @@ def export_patch(git: Git, sha: str) -> str:
     message = git.run("log", "-1", "--format=%B", sha).stdout
     if f"{PATCH_TRAILER}:" in message:
         sha = _without_identity(git, sha, strip_identity(message))
-    return git.run(*_EXPORT_CONFIG, "format-patch", "-1", sha, *_EXPORT_FLAGS).stdout
+    return git.run(*EXPORT_CONFIG, "format-patch", "-1", sha, *_EXPORT_FLAGS).stdout
 
 
 def export_range(git: Git, base: str, tip: str) -> str:
     """Every non-empty commit of base..tip exported as export_patch would, in one call
     (trailers left in: the caller re-exports the commits that carry one)."""
-    return git.run(*_EXPORT_CONFIG, "format-patch", f"{base}..{tip}", *_EXPORT_FLAGS).stdout
+    return git.run(*EXPORT_CONFIG, "format-patch", f"{base}..{tip}", *_EXPORT_FLAGS).stdout
 
 
 def split_patches(stream: str) -> list[str]:

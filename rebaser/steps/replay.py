@@ -24,6 +24,7 @@ from typing import Callable, Optional
 from rebaser.errors import RebaserError
 from rebaser.git import FORKKIT_IDENTITY, Git
 from rebaser.series import Patch, Series
+from rebaser.steps.fastbuild import build_commits
 from rebaser.upstream import PypiSpec, pypi_cache
 
 REPLAY_PREFIX = "refs/forkkit/replay"
@@ -72,11 +73,12 @@ def recorded_base(series: Series, repo: Git, progress: Callable[[str], None]) ->
 
 
 class Replay:
-    """Each patch's commit on its recorded base, built on first use.
+    """Each patch's commit on its recorded base.
 
-    One temporary index follows the series: to build patch j it takes the patches since the
-    last one built in one `git apply --cached` call, so a run costs a few git calls per patch
-    that needs a cherry-pick, not per patch of the series.
+    First all at once in one fast-import where the repository has the patches' blobs
+    (fastbuild); the patches after that, on first use: one temporary index follows the
+    series, and to build patch j it takes the patches since the last one built in one
+    `git apply --cached` call.
     """
 
     def __init__(self, repo: Git, base_sha: str, patches: list[Patch]) -> None:
@@ -88,21 +90,49 @@ class Replay:
         self._index = {"GIT_INDEX_FILE": str(self._folder / "index")}
         self._applied = -1  # the index holds the base plus patches[: _applied + 1]
         self._index_commit: Optional[str] = None  # a commit with the index's tree
+        self._index_read = False
+        self._batch_tried = False
+        self._chain: list[str] = []
+        self._refs = _refs(base_sha, patches)
         self._cache: Optional[dict[str, str]] = None
         self._broken = False  # a patch did not apply on its recorded base
+
+    def commits(self) -> list[str]:
+        """The patches' commits as one first-parent chain on the base, for as many patches
+        from the first as that can be had at once (remembered, or built by fastbuild): the
+        commits a fast lane may carry."""
+        if not self._batch_tried:
+            self._batch_tried = True
+            cached = self._cached()
+            if all(ref in cached for ref in self._refs):
+                remembered = [cached[ref] for ref in self._refs]
+                chain = self.repo.out(
+                    "rev-list", "--reverse", "--first-parent", f"{self.base_sha}..{remembered[-1]}"
+                ).split()
+                self._chain = remembered if chain == remembered else []
+            else:
+                self._chain = build_commits(self.repo, self.base_sha, self.patches, self._refs)
+                cached.update(zip(self._refs, self._chain))
+                if self._chain:
+                    self._applied, self._index_commit = len(self._chain) - 1, self._chain[-1]
+        return self._chain
 
     def commit_of(self, patch: Patch) -> Optional[str]:
         """The patch's own commit, or None when it (or an earlier patch) does not apply
         exactly on its recorded base: the series was not exported from that base."""
         position = self.patches.index(patch)
-        ref = self._ref(position)
-        if (cached := self._cached().get(ref)) is not None:
+        if (cached := self._cached().get(self._refs[position])) is not None:
             return cached
+        if not self._batch_tried:
+            self.commits()  # builds what it can in one go
+            if (cached := self._cached().get(self._refs[position])) is not None:
+                return cached
         if self._broken or position <= self._applied:
             return None  # only asked again after the index moved on: not in a normal apply
-        if self._index_commit is None:
-            self.repo.run("read-tree", self.base_sha, env=self._index)
-            self._index_commit = self.base_sha
+        if not self._index_read:
+            self.repo.run("read-tree", self._index_commit or self.base_sha, env=self._index)
+            self._index_commit = self._index_commit or self.base_sha
+            self._index_read = True
         gap = self.patches[self._applied + 1 : position]
         if gap and not self._apply(gap):
             return None
@@ -113,8 +143,8 @@ class Replay:
             return None
         commit = self._commit(parent, patch.message, patch)
         self._applied, self._index_commit = position, commit
-        self.repo.run("update-ref", ref, commit)
-        self._cached()[ref] = commit
+        self.repo.run("update-ref", self._refs[position], commit)
+        self._cached()[self._refs[position]] = commit
         return commit
 
     def _apply(self, patches: list[Patch]) -> bool:
@@ -128,12 +158,6 @@ class Replay:
         tree = self.repo.out("write-tree", env=self._index)
         return commit_tree(self.repo, tree, parent, message, patch)
 
-    def _ref(self, position: int) -> str:
-        key = hashlib.sha1(self.base_sha.encode())
-        for patch in self.patches[: position + 1]:
-            key.update(patch.path.read_bytes())
-        return f"{REPLAY_PREFIX}/{key.hexdigest()}"
-
     def _cached(self) -> dict[str, str]:
         if self._cache is None:
             listing = self.repo.out(
@@ -141,6 +165,16 @@ class Replay:
             )
             self._cache = dict(line.split() for line in listing.splitlines())
         return self._cache
+
+
+def _refs(base_sha: str, patches: list[Patch]) -> list[str]:
+    """Each patch's commit's ref, keyed by the base and the bytes of the patches up to it."""
+    key = hashlib.sha1(base_sha.encode())
+    refs = []
+    for patch in patches:
+        key.update(patch.path.read_bytes())
+        refs.append(f"{REPLAY_PREFIX}/{key.hexdigest()}")
+    return refs
 
 
 def commit_tree(repo: Git, tree: str, parent: str, message: str, patch: Patch) -> str:
