@@ -22,7 +22,7 @@ from rebaser.git import Git, find_repo
 from rebaser.series import PATCH_TRAILER, load_series
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_LOG_FORMAT = "%x1e%H%x1f%h%x1f%s%x1f%B%x1f"  # records and fields split by ASCII separators
+_LOG_FORMAT = "%x1e%H%x1f%P%x1f%h%x1f%s%x1f%B%x1f"  # records and fields split by ASCII separators
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ def import_range(
 ) -> Imported:
     git = _repository(repo)
     base, tip = _parse_range(git, range_spec)
+    commits = _commits(git, base, tip, range_spec)
     name = name or series_dir.name
     if not _NAME_RE.match(name):
         raise RebaserError(
@@ -49,7 +50,6 @@ def import_range(
             f"{series_dir} already exists; import never overwrites a series",
             next_step="choose a new --series-dir, or remove that folder yourself",
         )
-    commits = _commits(git, base, tip, range_spec)
     series_dir.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{series_dir.name}.import-", dir=series_dir.parent))
     try:
@@ -78,32 +78,36 @@ def _parse_range(git: Git, range_spec: str) -> tuple[str, str]:
             f"--range {range_spec!r} is not BASE..TIP",
             next_step="e.g. --range upstream/dev..my-fork (two dots, both ends named)",
         )
-    shas = []
-    for rev in (base_rev, tip_rev):
-        sha = git.rev_parse(rev)
-        if sha is None:
+    both = git.run("rev-parse", f"{base_rev}^{{commit}}", f"{tip_rev}^{{commit}}", check=False)
+    if both.ok and not base_rev.startswith("-") and not tip_rev.startswith("-"):
+        base, tip = both.stdout.split()
+        return base, tip
+    for rev in (base_rev, tip_rev):  # one of them is unknown: say which
+        if git.rev_parse(rev) is None:
             raise RebaserError(
                 f"unknown revision {rev!r}: not a commit, tag or branch of this repository",
                 where=str(git.path),
                 next_step="fetch it first (git fetch), or check the spelling",
             )
-        shas.append(sha)
-    base, tip = shas
-    if not git.run("merge-base", "--is-ancestor", base, tip, check=False).ok:
-        fork_point = git.run("merge-base", base, tip, check=False).stdout.strip()
-        hint = f"the branches meet at {fork_point[:12]}; " if fork_point else ""
-        raise RebaserError(
-            f"{base_rev} is not an ancestor of {tip_rev}, so {range_spec} is not one line of "
-            "commits on top of a base",
-            where=str(git.path),
-            next_step=f"{hint}pass --range $(git merge-base {base_rev} {tip_rev})..{tip_rev}",
-        )
-    return base, tip
+    return git.rev_parse(base_rev), git.rev_parse(tip_rev)  # type: ignore[return-value]
+
+
+def _not_on_top(git: Git, range_spec: str, base: str, tip: str) -> RebaserError:
+    base_rev, _, tip_rev = range_spec.partition("..")
+    fork_point = git.run("merge-base", base, tip, check=False).stdout.strip()
+    hint = f"the branches meet at {fork_point[:12]}; " if fork_point else ""
+    return RebaserError(
+        f"{base_rev} is not an ancestor of {tip_rev}, so {range_spec} is not one line of "
+        "commits on top of a base",
+        where=str(git.path),
+        next_step=f"{hint}pass --range $(git merge-base {base_rev} {tip_rev})..{tip_rev}",
+    )
 
 
 @dataclass(frozen=True)
 class _Commit:
     sha: str
+    parents: list[str]
     short: str
     subject: str
     message: str
@@ -111,21 +115,7 @@ class _Commit:
 
 
 def _commits(git: Git, base: str, tip: str, range_spec: str) -> list[_Commit]:
-    """The range's commits, oldest first, in two git calls whatever their number."""
-    lines = git.out("rev-list", "--reverse", "--parents", f"{base}..{tip}").splitlines()
-    if merges := [line.split()[0] for line in lines if len(line.split()) > 2]:
-        described = [git.out("log", "-1", "--format=%h %s", sha) for sha in merges]
-        raise RebaserError(
-            f"{range_spec} holds {len(merges)} merge commit(s), which a patch series cannot "
-            "carry: " + "; ".join(described),
-            where=str(git.path),
-            next_step="linearise the branch first (e.g. git rebase BASE on a copy of it), "
-            "then import that",
-        )
-    if not lines:
-        raise RebaserError(
-            f"{range_spec} holds no commits", next_step="check the order: --range BASE..TIP"
-        )
+    """The range's commits, oldest first, from one `git log` whatever their number."""
     log = git.run(
         "log",
         "--reverse",
@@ -136,8 +126,25 @@ def _commits(git: Git, base: str, tip: str, range_spec: str) -> list[_Commit]:
     ).stdout
     commits = []
     for record in log.split("\x1e")[1:]:
-        sha, short, subject, message, files = record.split("\x1f")
-        commits.append(_Commit(sha, short, subject, message, not files.strip()))
+        sha, parents, short, subject, message, files = record.split("\x1f")
+        commits.append(_Commit(sha, parents.split(), short, subject, message, not files.strip()))
+    merges = [commit for commit in commits if len(commit.parents) > 1]
+    # Without merges, BASE is an ancestor of TIP exactly when the oldest commit sits on it.
+    on_top = commits[0].parents == [base] if commits and not merges else base == tip
+    if not on_top and not git.run("merge-base", "--is-ancestor", base, tip, check=False).ok:
+        raise _not_on_top(git, range_spec, base, tip)
+    if merges:
+        raise RebaserError(
+            f"{range_spec} holds {len(merges)} merge commit(s), which a patch series cannot "
+            "carry: " + "; ".join(f"{commit.short} {commit.subject}" for commit in merges),
+            where=str(git.path),
+            next_step="linearise the branch first (e.g. git rebase BASE on a copy of it), "
+            "then import that",
+        )
+    if not commits:
+        raise RebaserError(
+            f"{range_spec} holds no commits", next_step="check the order: --range BASE..TIP"
+        )
     return commits
 
 
