@@ -7,7 +7,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from rebaser.codemods import AnchorNotFound, Codemods
 from rebaser.git import Git
@@ -36,7 +36,7 @@ def verify(worktree: Git, base_sha: str, series: Series) -> list[Check]:
     return [
         _committed(worktree),
         find_conflict_markers(worktree.path, existing),
-        _compiles(worktree.path, [path for path in existing if path.endswith(".py")]),
+        _per_file("python compiles", worktree.path, [p for p in existing if p.endswith(".py")]),
         _diff_check(worktree, base_sha),
         _symbols(worktree.path, [spec for patch in series.patches for spec in patch.symbols]),
         _codemods_idempotent(
@@ -56,33 +56,37 @@ def _committed(worktree: Git) -> Check:
 
 
 def find_conflict_markers(root: Path, paths: list[str]) -> Check:
-    problems = []
-    for path in paths:
-        text = (root / path).read_text(encoding="utf-8", errors="replace")
-        for number, line in enumerate(text.splitlines(), start=1):
-            if _MARKER_RE.match(line):
-                problems.append(f"{path}:{number}: {line[:40]}")
-    return Check.of(
-        "no conflict markers",
-        problems,
-        ok=f"{len(paths)} changed files scanned",
-        failed="{count} markers",
-    )
+    return _per_file("no conflict markers", root, paths)
 
 
-def _compiles(root: Path, paths: list[str]) -> Check:
-    problems = []
-    for path in paths:
-        try:
-            compile((root / path).read_bytes(), path, "exec", dont_inherit=True)
-        except SyntaxError as exc:
-            problems.append(f"{path}:{exc.lineno}: {exc.msg}")
-    return Check.of(
-        "python compiles",
-        problems,
-        ok=f"{len(paths)} changed .py files compile",
-        failed="{count} fail",
-    )
+def _per_file(name: str, root: Path, paths: list[str]) -> Check:
+    """A check made of each file's problems (_PER_FILE says which and how to say it)."""
+    problems_in, ok, failed = _PER_FILE[name]
+    problems = [problem for path in paths for problem in problems_in(root, path)]
+    return Check.of(name, problems, ok=ok.format(files=len(paths)), failed=failed)
+
+
+def _markers_in(root: Path, path: str) -> list[str]:
+    text = (root / path).read_text(encoding="utf-8", errors="replace")
+    return [
+        f"{path}:{number}: {line[:40]}"
+        for number, line in enumerate(text.splitlines(), start=1)
+        if _MARKER_RE.match(line)
+    ]
+
+
+def _syntax_errors(root: Path, path: str) -> list[str]:
+    try:
+        compile((root / path).read_bytes(), path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return [f"{path}:{exc.lineno}: {exc.msg}"]
+    return []
+
+
+_PER_FILE: dict[str, tuple[Callable[[Path, str], list[str]], str, str]] = {
+    "no conflict markers": (_markers_in, "{files} changed files scanned", "{count} markers"),
+    "python compiles": (_syntax_errors, "{files} changed .py files compile", "{count} fail"),
+}
 
 
 def _diff_check(worktree: Git, base_sha: str) -> Check:
