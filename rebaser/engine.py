@@ -25,6 +25,7 @@ from rebaser.lock import repository_lock
 from rebaser.report import Report, StepRow, outcome_text
 from rebaser.series import Patch, Series, identity, load_series, with_identity
 from rebaser.state import ApplyState
+from rebaser.steps import fastlane
 from rebaser.steps.knockon import needed_patch
 from rebaser.steps.overlay import OVERLAY_STEP, lay_overlay
 from rebaser.steps.patching import PatchOutcome, SeriesContext, apply_patch
@@ -35,6 +36,7 @@ from rebaser.steps.upstreamed import UpstreamHistory
 from rebaser.upstream import Target, resolve_target
 
 Progress = Callable[[str], None]
+FAST_LANE = True  # carry runs of patches in one git rebase (tests compare with it off)
 
 
 @dataclass
@@ -221,7 +223,12 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
     worktree = Git(state.worktree)
     context = _series_context(series, state, progress)
     steps = [OVERLAY_STEP, *(patch.name for patch in series.patches)]
+    lane_tried = -1  # the step a fast lane last stopped at: that patch takes the long way
     while state.next_step < len(steps):
+        if FAST_LANE and state.next_step not in (0, lane_tried) and context.replay:
+            lane_tried = state.next_step
+            if _fast_lane(state, series, worktree, context.replay, progress):
+                continue
         name = steps[state.next_step]
         progress(name)
         _starting(state, name)
@@ -298,6 +305,28 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
         ExitCode.TESTS_FAILED if any(suite.status == "failed" for suite in suites) else ExitCode.OK
     )
     return _finish(state, series, _rows(state), checks, suites, command, code)
+
+
+def _fast_lane(
+    state: ApplyState, series: Series, worktree: Git, replay: Replay, progress: Progress
+) -> bool:
+    """Carry the patches from the next step on in one git sequencer run (steps/fastlane.py),
+    as far as their own commits are at hand and git goes; whether any was carried."""
+    first = state.next_step - 1
+    commits = replay.commits()[first:]
+    if not commits:
+        return False
+    patches = series.patches[first : first + len(commits)]
+    progress(f"{patches[0].name} .. {patches[-1].name} (one git rebase)")
+    _starting(state, patches[0].name)
+    git_dir = workspace.worktree_git_dir(worktree.path)
+    head = state.head or worktree.out("rev-parse", "HEAD")
+    lane = fastlane.carry(worktree, git_dir, state.branch, head, patches, commits)
+    state.steps += [asdict(row) for row in lane.rows]
+    state.next_step += len(lane)
+    state.head = lane.head
+    state.save()
+    return bool(lane)
 
 
 def _starting(state: ApplyState, step: str) -> None:

@@ -96,30 +96,7 @@ class Git:
         env: Optional[Mapping[str, str]] = None,
         stdin: Optional[bytes] = None,
     ) -> GitResult:
-        # Repository-locating variables (set e.g. by `git bisect run` for its command) would
-        # redirect every command to that repository; each Git names its own directory.
-        full_env = {
-            key: value for key, value in os.environ.items() if key not in _LOCATION_VARIABLES
-        }
-        full_env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
-        if env:
-            full_env.update(env)
-        command = ["git", *_NEUTRAL_CONFIG, *args]
-        try:
-            completed = subprocess.run(
-                command, cwd=self.path, env=full_env, input=stdin, capture_output=True
-            )
-        except FileNotFoundError as exc:
-            if not self.path.is_dir():  # the folder to run in, not git, is what is missing
-                raise RebaserError(
-                    f"the folder {self.path} does not exist (moved or deleted?)",
-                    next_step="`rebaser status` says what rebaser expected there",
-                ) from None
-            raise RebaserError(
-                "git is not installed or not on PATH",
-                next_step="install git (2.30 or newer)",
-                code=ExitCode.ENVIRONMENT,
-            ) from exc
+        completed = self._completed(args, env, stdin)
         result = GitResult(
             completed.returncode,
             completed.stdout.decode("utf-8", errors="replace"),
@@ -134,6 +111,41 @@ class Git:
                 code=ExitCode.ENVIRONMENT,
             )
         return result
+
+    def output_bytes(self, *args: str, stdin: Optional[bytes] = None) -> bytes:
+        """A command's stdout as git wrote it (file contents: sizes count bytes)."""
+        completed = self._completed(args, None, stdin)
+        if completed.returncode != 0:
+            self.run(*args, stdin=stdin)  # again, for the error run() describes
+        return completed.stdout
+
+    def _completed(
+        self, args: tuple[str, ...], env: Optional[Mapping[str, str]], stdin: Optional[bytes]
+    ) -> subprocess.CompletedProcess[bytes]:
+        # Repository-locating variables (set e.g. by `git bisect run` for its command) would
+        # redirect every command to that repository; each Git names its own directory.
+        full_env = {
+            key: value for key, value in os.environ.items() if key not in _LOCATION_VARIABLES
+        }
+        full_env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
+        if env:
+            full_env.update(env)
+        command = ["git", *_NEUTRAL_CONFIG, *args]
+        try:
+            return subprocess.run(
+                command, cwd=self.path, env=full_env, input=stdin, capture_output=True
+            )
+        except FileNotFoundError as exc:
+            if not self.path.is_dir():  # the folder to run in, not git, is what is missing
+                raise RebaserError(
+                    f"the folder {self.path} does not exist (moved or deleted?)",
+                    next_step="`rebaser status` says what rebaser expected there",
+                ) from None
+            raise RebaserError(
+                "git is not installed or not on PATH",
+                next_step="install git (2.30 or newer)",
+                code=ExitCode.ENVIRONMENT,
+            ) from exc
 
     def out(self, *args: str, env: Optional[Mapping[str, str]] = None) -> str:
         return self.run(*args, env=env).stdout.strip()

@@ -16,6 +16,7 @@ from rebaser import workspace
 from rebaser.errors import RebaserError
 from rebaser.git import Git, forkkit_env
 from rebaser.state import ApplyState, BrokenState
+from rebaser.steps import fastlane
 
 _SHOWN = 8  # paths named in a message
 
@@ -30,6 +31,7 @@ def worktree_of(state: ApplyState) -> Git:
             f"{workspace.BACKUP_PREFIX}/), then apply again",
         )
     git = Git(path)
+    fastlane.leave_interrupted(git, workspace.worktree_git_dir(path))
     workspace.check_on_branch(git, state.branch)
     return git
 
@@ -42,8 +44,9 @@ def describe(state: ApplyState) -> list[str]:
         lines.append(f"the worktree {state.worktree} is missing (deleted?)")
         lines.append("next: `rebaser abort` drops the apply (its commits are kept in a ref)")
         return lines
+    in_lane = (workspace.worktree_git_dir(Path(state.worktree)) / fastlane.MARKER).is_file()
     current = workspace.current_branch(Git(state.worktree))
-    if current != state.branch:
+    if current != state.branch and not in_lane:
         lines.append(f"the worktree is on {current or 'a detached HEAD'}, not on {state.branch}")
         lines.append(f"next: `git switch {state.branch}` there before continuing or aborting")
         return lines
@@ -114,6 +117,7 @@ def drop(repo: Git, branch: str, worktree: Path) -> str:
     saved = None
     if worktree.is_dir():
         git = Git(worktree)
+        fastlane.leave_interrupted(git, workspace.worktree_git_dir(worktree))
         workspace.check_on_branch(git, branch)
         saved = workspace.save_uncommitted(
             git, "forkkit: work in progress saved by rebaser abort\n"

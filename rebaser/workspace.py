@@ -83,7 +83,7 @@ def create(
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     repo.run("worktree", "add", "--quiet", "-b", branch, str(path), base_sha)
-    (_worktree_git_dir(path) / _MARKER).write_text(branch + "\n")
+    (worktree_git_dir(path) / _MARKER).write_text(branch + "\n")
     return Workspace(branch, path)
 
 
@@ -264,8 +264,16 @@ def _registered_worktree(repo: Git, branch: str) -> Optional[Path]:
 
 def _is_forkkit_worktree(path: Path) -> bool:
     """Whether rebaser created this worktree (it leaves a marker in the worktree's git dir)."""
-    return (_worktree_git_dir(path) / _MARKER).exists()
+    return (worktree_git_dir(path) / _MARKER).exists()
 
 
 def _worktree_git_dir(path: Path) -> Path:
     return Path(Git(path).out("rev-parse", "--absolute-git-dir"))
+
+
+def worktree_git_dir(path: Path) -> Path:
+    """A linked worktree's own git dir, read from its `.git` file (no git process)."""
+    dot_git = path / ".git"
+    if dot_git.is_file() and (text := dot_git.read_text()).startswith("gitdir: "):
+        return (path / text[len("gitdir: ") :].strip()).resolve()
+    return _worktree_git_dir(path)

@@ -15,7 +15,12 @@ from rebaser.records import StepStatus
 from rebaser.series import Patch
 from rebaser.steps.hunks import HunkReport, failing_hunks
 from rebaser.steps.replay import Replay
-from rebaser.steps.upstreamed import UpstreamHistory, reverse_applies, superseded_in
+from rebaser.steps.upstreamed import (
+    UpstreamHistory,
+    files_under,
+    reverse_applies,
+    superseded_in,
+)
 
 _OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
 
@@ -57,7 +62,7 @@ def apply_patch(worktree: Git, patch: Patch, context: SeriesContext) -> PatchOut
     hand: a reverse apply (upstream has it?), then a per-file 3-way apply. Then its codemod;
     a patch that fails all of them is left with conflict markers.
     """
-    superseded = superseded_in(worktree.path, patch)
+    superseded = superseded_in(files_under(worktree.path), patch)
     applied = _apply_exactly(worktree, patch)
     commit = None
     if applied is None:

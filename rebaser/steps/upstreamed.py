@@ -9,7 +9,7 @@ the patch adds already exists in the file it touches ("possibly superseded").
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from rebaser.git import Git
 from rebaser.series import Patch
@@ -67,15 +67,22 @@ def reverse_applies(worktree: Git, patch: Patch) -> bool:
     return worktree.run("apply", "--check", "--reverse", str(patch.path), check=False).ok
 
 
-def superseded_in(tree: Path, patch: Patch) -> list[str]:
+def superseded_in(read: Callable[[str], Optional[str]], patch: Patch) -> list[str]:
     """The files the patch edits that already contain every meaningful line it adds there
-    (checked before applying); empty when the patch brings something new to every file."""
+    (`read` gives a file's text before the patch); empty when the patch brings something new
+    to every file."""
     return [
         path
         for path, lines in file_lines(patch).items()
-        if not lines.created and lines.added and lines.added <= present_lines(_read(tree / path))
+        if not lines.created and lines.added and lines.added <= present_lines(read(path))
     ]
 
 
-def _read(path: Path) -> Optional[str]:
-    return path.read_text(errors="replace") if path.is_file() else None
+def files_under(root: Path) -> Callable[[str], Optional[str]]:
+    """A reader of the files in a worktree, for superseded_in."""
+
+    def read(path: str) -> Optional[str]:
+        file = root / path
+        return file.read_text(errors="replace") if file.is_file() else None
+
+    return read

@@ -1,0 +1,226 @@
+"""A run of patches carried in one `git rebase`, as `git rebase` itself would carry them.
+
+Patch by patch, an apply costs several git processes (apply, commit, rev-parse, ...). On the
+happy path that is most of its time, so a run of patches whose own commits are at hand
+(Replay) goes through git's sequencer in ONE process: `git rebase --onto HEAD` of those
+commits, ort with renames followed, each commit keeping the patch's message and author and
+getting rebaser's committer with the patch's date, exactly the commit the per-patch path
+makes. The lane stops where git stops (a conflict, an empty pick = upstream has it); that
+patch goes through the per-patch path (exact/offset, cherry-pick, resolutions, codemod, in
+upstream checks, keep-going), and the lane resumes after it.
+
+Statuses come from two git calls afterwards. A patch is `clean` where the tree held its
+preimage blobs, `offset` where `git apply` would have placed its hunks elsewhere
+(rawdiff.apply_exactly, git's own search) and ort made the same file, else `cherry-pick`.
+Where the exact apply would have made a different file than ort, the lane is cut before
+that patch and the per-patch path applies it as it always has.
+
+While git's sequencer runs, HEAD is detached and the apply's branch stays where the last
+recorded step left it; a marker file says so, and leave_interrupted() puts the worktree back
+on its branch after a kill (`rebaser continue` then redoes the lane, `abort` drops it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from rebaser.git import FORKKIT_IDENTITY, Git
+from rebaser.records import StepStatus
+from rebaser.report import StepRow
+from rebaser.series import Patch
+from rebaser.steps.rawdiff import ABSENT, FileDiff, apply_exactly, parse_diff
+from rebaser.steps.upstreamed import superseded_in
+
+Texts = dict[str, Optional[bytes]]  # path -> its bytes before the patch (None: no file)
+MARKER = "forkkit-fast-lane"  # in the worktree's git dir while the sequencer runs
+# The user's settings must not change what the sequencer does with the commits.
+_SEQUENCER = (
+    "-c",
+    "merge.renames=true",
+    "-c",
+    "rebase.autoSquash=false",
+    "-c",
+    "rebase.autoStash=false",
+    "-c",
+    "rebase.updateRefs=false",
+    "-c",
+    "rebase.missingCommitsCheck=ignore",
+    "-c",
+    "rerere.enabled=false",
+)
+
+
+@dataclass
+class Lane:
+    rows: list[StepRow]  # one per patch carried, in order
+    head: str  # the branch's tip afterwards
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def carry(
+    worktree: Git, git_dir: Path, branch: str, head: str, patches: list[Patch], commits: list[str]
+) -> Lane:
+    """Carry `patches` (their own commits `commits`, a first-parent chain) onto `head`, the
+    branch's tip; as many as git's sequencer takes and the status check keeps."""
+    marker = git_dir / MARKER
+    marker.write_text(branch + "\n")
+    _sequence(worktree, head, commits)
+    changes = _carried(worktree, head)
+    made = list(changes)
+    if len(made) < len(patches):  # stopped: the rest waits for the per-patch path
+        worktree.run("rebase", "--quit", check=False)
+        worktree.run("reset", "--quiet", "--hard")
+        worktree.run("clean", "--quiet", "-d", "--force")
+    rows = _rows(worktree, head, patches[: len(made)], changes)
+    tip = made[len(rows) - 1] if rows else head
+    worktree.run("checkout", "--quiet", "-B", branch, tip)
+    marker.unlink()
+    return Lane(rows, tip)
+
+
+def _sequence(worktree: Git, head: str, commits: list[str]) -> None:
+    """git's sequencer: the commits onto `head` (HEAD detached), stopping where git stops."""
+    name, email = FORKKIT_IDENTITY
+    worktree.run(
+        *_SEQUENCER,
+        "rebase",
+        "--quiet",
+        "--empty=ask",
+        "--committer-date-is-author-date",
+        "--no-fork-point",
+        "--onto",
+        head,
+        f"{commits[0]}~1",
+        commits[-1],
+        check=False,
+        env={"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email},
+    )
+
+
+def leave_interrupted(worktree: Git, git_dir: Path) -> bool:
+    """After a kill during a lane: quit git's sequencer and go back to the branch (the lane
+    only ever made commits off it). Whether there was a lane to leave."""
+    marker = git_dir / MARKER
+    if not marker.is_file():
+        return False
+    worktree.run("rebase", "--quit", check=False)
+    worktree.run("checkout", "--quiet", "--force", marker.read_text().strip())
+    marker.unlink()
+    return True
+
+
+@dataclass(frozen=True)
+class _Change:
+    """One path of one carried commit: its blob before and after (ABSENT: no file)."""
+
+    before: str
+    after: str
+
+
+def _rows(
+    worktree: Git, head: str, patches: list[Patch], changes: dict[str, dict[str, _Change]]
+) -> list[StepRow]:
+    """The rows of the carried patches up to the first whose status cannot be told (the
+    lane is cut there)."""
+    made = list(changes)
+    diffs = [parse_diff(patch.path.read_bytes()) for patch in patches]
+    parents = [head, *made[:-1]]
+    names = [
+        f"{parent}:{diff.path}"
+        for parent, files in zip(parents, diffs)
+        for diff in files or []
+        if not diff.created
+    ]
+    texts = _texts(worktree, names)
+    rows = []
+    for parent, commit, patch, files in zip(parents, made, patches, diffs):
+        row = None
+        if files is not None:
+            before = {diff.path: texts.get(f"{parent}:{diff.path}") for diff in files}
+            row = _row(patch, files, changes[commit], before)
+        if row is None:
+            break
+        rows.append(row)
+    return rows
+
+
+def _row(
+    patch: Patch, files: list[FileDiff], changed: dict[str, _Change], before: Texts
+) -> Optional[StepRow]:
+    """The patch's row, as the per-patch path would write it; None when that path would
+    have made a different tree (an exact apply that ort does differently)."""
+    applied = [apply_exactly(before[diff.path], diff) for diff in files]
+    offsets = [note for result in applied if result is not None for note in result[1]]
+    if any(result is None for result in applied):
+        status = StepStatus.CHERRY_PICK
+        moved = sorted(set(changed) - set(patch.touched_paths))
+        where = f"; followed upstream's renames to {', '.join(moved)}" if moved else ""
+        detail = f"context drifted; merged by git's ort cherry-pick{where}"
+    else:
+        same = set(changed) == {diff.path for diff in files} and all(
+            changed[diff.path].after == (ABSENT if diff.deleted else _blob_id(result[0]))
+            for diff, result in zip(files, applied)
+            if result is not None
+        )
+        if not same:
+            return None
+        status = StepStatus.OFFSET if offsets else StepStatus.CLEAN
+        detail = "; ".join(offsets)
+    superseded = superseded_in(lambda path: _decoded(before.get(path)), patch)
+    if superseded:
+        note = "possibly superseded: upstream already has the lines it adds in "
+        detail = "; ".join(filter(None, [detail, note + ", ".join(superseded)]))
+    hunks = sum(change.hunks for change in patch.files)
+    return StepRow(patch.name, status, detail, patch.touched_paths, hunks)
+
+
+def _decoded(data: Optional[bytes]) -> Optional[str]:
+    return data.decode(errors="replace") if data is not None else None
+
+
+def _carried(worktree: Git, head: str) -> dict[str, dict[str, _Change]]:
+    """The commits the sequencer made on `head`, oldest first, each with the paths it
+    changes against its parent (renames not followed): one `git log`."""
+    out = worktree.output_bytes(
+        "log", "--reverse", "-z", "--raw", "--no-abbrev", "--no-renames", "--format=%x1e%H",
+        f"{head}..HEAD",
+    )
+    carried: dict[str, dict[str, _Change]] = {}
+    for record in out.split(b"\x1e")[1:]:
+        sha, *fields = record.split(b"\0")
+        changed = carried.setdefault(sha.decode(), {})
+        for meta, path in zip(fields[::2], fields[1::2]):
+            _, _, before, after, _ = meta.lstrip(b"\n")[1:].decode().split(" ")
+            changed[path.decode()] = _Change(before, after)
+    return carried
+
+
+def _texts(worktree: Git, names: list[str]) -> Texts:
+    """`<commit>:<path>` -> the file's bytes (None: no such file), in one git call."""
+    if not names:
+        return {}
+    query = "".join(f"{name}\n" for name in names).encode()
+    out = worktree.output_bytes("cat-file", "--batch", stdin=query)
+    texts: Texts = {}
+    cursor = 0
+    for name in names:
+        end = out.index(b"\n", cursor)
+        header = out[cursor:end].split()
+        cursor = end + 1
+        if len(header) == 3 and header[1] == b"blob":
+            size = int(header[2])
+            texts[name] = out[cursor : cursor + size]
+            cursor += size + 1
+        else:
+            texts[name] = None
+    return texts
+
+
+def _blob_id(data: bytes) -> str:
+    """The id git gives a blob of these bytes."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()

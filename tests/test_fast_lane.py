@@ -1,0 +1,180 @@
+"""The fast lane (one git rebase for a run of patches, their commits built by one fast-import)
+makes exactly the branch and the report the per-patch path makes, costs a number of git
+processes that does not grow with the series, and survives a kill in the middle."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from faults import FaultPoint, run_with_fault
+from synthetic import CALC, edit, git
+
+from rebaser import engine
+from rebaser.errors import ExitCode
+from rebaser.git import Git
+from rebaser.series import load_series
+from rebaser.steps import replay as replay_module
+from rebaser.steps.replay import Replay
+
+ROOT = Path(__file__).resolve().parents[1]
+UTIL = "".join(f"\n\ndef helper_{n}(value):\n    total = value\n    return total + {n}\n" for n in range(12))
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_carry", ROOT / "ci" / "bench_carry.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def fork_and_tip(upstream, root: Path) -> Path:
+    """A fork of six commits on v1 and an upstream tip that makes each way of applying
+    happen: clean, offset, ort cherry-pick across a rename, in upstream, a conflict
+    (dropped) and a patch that needs the dropped one (blocked). Returns the imported series."""
+    upstream.commit({"pkg/util.py": UTIL}, "util", tag="base")
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+    steps = [
+        ("pkg/calc.py", "    return a + b\n", "    return b + a\n", "calc: commute add"),
+        ("pkg/util.py", "return total + 9\n", "return total + 90\n", "util: renamed nine"),
+        ("pkg/util.py", "return total + 2\n", "return total - 2\n", "util: drift two"),
+        ("pkg/calc.py", "    return -a\n", "    return 0 - a\n", "calc: neg upstream too"),
+        ("pkg/calc.py", "    return a / b\n", "    return a // b\n", "calc: floor div"),
+        ("pkg/calc.py", "    return a // b\n", "    return int(a // b)\n", "calc: int div"),
+    ]
+    for path, old, new, subject in steps:
+        upstream.commit({path: edit(upstream.read(path), old, new)}, subject)
+    git(upstream.path, "checkout", "-q", "main")
+    calc = edit(edit(CALC, "    return -a\n", "    return 0 - a\n"), "a / b", "a / (b or 1)")
+    util = edit(UTIL, "def helper_2(value):\n", "def helper_2(value):  # upstream\n")
+    upstream.commit({"pkg/calc.py": calc, "pkg/util.py": util}, "upstream moves")
+    git(upstream.path, "mv", "pkg/util.py", "pkg/helpers.py")
+    git(upstream.path, "commit", "-q", "-m", "rename util")
+    git(upstream.path, "tag", "tip")
+    series_dir = root / "series"
+    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
+    from rebaser.cli import main
+
+    assert main(["import", *arguments, str(series_dir)]) == 0
+    return series_dir / "series"
+
+
+def carried(rebaser, series: Path, upstream, report: Path, *extra: str):
+    args = ["apply", "--series", series, "--repo", upstream.path, "--base", "tip"]
+    return rebaser(*args, "--test", "none", "--keep-going", "--json", report, *extra)
+
+
+def test_the_fast_lane_makes_the_per_patch_paths_branch_and_report(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    series = fork_and_tip(upstream, tmp_path)
+    reports = {}
+    for lane in (False, True):
+        monkeypatch.setattr(engine, "FAST_LANE", lane)
+        report = tmp_path / f"lane-{lane}.json"
+        force = ("--force",) if lane else ()
+        assert carried(rebaser, series, upstream, report, *force).code == ExitCode.NOT_APPLIED
+        data = json.loads(report.read_text())
+        reports[lane] = (git(upstream.path, "rev-parse", data["branch"]), data["steps"])
+    assert reports[True] == reports[False]
+    statuses = [step["status"] for step in reports[True][1]]
+    assert statuses == ["laid", "clean", "cherry-pick", "cherry-pick", "in upstream", "dropped", "blocked"]
+
+
+def test_the_fast_lane_reports_offsets_as_git_apply_does(rebaser, tmp_path, upstream, monkeypatch):
+    upstream.commit({"pkg/util.py": UTIL}, "util", tag="base")
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+    upstream.commit({"pkg/util.py": edit(UTIL, "total + 9\n", "total + 90\n")}, "util: nine")
+    git(upstream.path, "checkout", "-q", "main")
+    upstream.commit({"pkg/util.py": "# one\n# two\n" + UTIL}, "upstream header", tag="tip")
+    from rebaser.cli import main
+
+    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
+    assert main(["import", *arguments, str(tmp_path / "s")]) == 0
+    report = tmp_path / "r.json"
+    assert carried(rebaser, tmp_path / "s" / "series", upstream, report).code == ExitCode.OK
+    step = json.loads(report.read_text())["steps"][1]
+    assert step["status"] == "offset" and step["detail"].endswith("(offset +2)"), step
+
+
+def test_fast_built_commits_are_the_commits_git_apply_builds(tmp_path, upstream, monkeypatch):
+    series = load_series(fork_and_tip(upstream, tmp_path))
+    base = git(upstream.path, "rev-parse", "base")
+    fast = Replay(Git(upstream.path), base, series.patches).commits()
+    assert len(fast) == len(series.patches)
+    refs = git(upstream.path, "for-each-ref", "--format=%(refname)", replay_module.REPLAY_PREFIX)
+    for ref in refs.split():
+        git(upstream.path, "update-ref", "-d", ref)
+    monkeypatch.setattr(replay_module, "build_commits", lambda *args: [])
+    slow = Replay(Git(upstream.path), base, series.patches)
+    assert [slow.commit_of(patch) for patch in series.patches] == fast
+
+
+def test_a_stale_index_line_is_caught_and_left_to_git_apply(rebaser, tmp_path, upstream):
+    series_file = fork_and_tip(upstream, tmp_path)
+    third = sorted(series_file.parent.glob("0003-*.patch"))[0]
+    third.write_text(third.read_text().replace("+    return total - 2\n", "+    return total * 2\n"))
+    series = load_series(series_file)
+    base = git(upstream.path, "rev-parse", "base")
+    assert len(Replay(Git(upstream.path), base, series.patches).commits()) == 2
+    report = tmp_path / "r.json"
+    carried(rebaser, series_file, upstream, report)
+    tree = Path(json.loads(report.read_text())["worktree"])
+    assert "return total * 2" in (tree / "pkg/helpers.py").read_text()
+
+
+def count_git_processes(monkeypatch, tmp_path: Path, patches: int) -> int:
+    bench = _bench()
+    repo = tmp_path / f"repo-{patches}"
+    repo.mkdir()
+    bench.build_history(repo, patches)
+    calls = []
+    original = Git._completed
+    monkeypatch.setattr(
+        Git, "_completed", lambda self, args, *rest: calls.append(args) or original(self, args, *rest)
+    )
+    seconds, statuses = bench.time_rebaser(repo, tmp_path / f"scratch-{patches}", 1)
+    monkeypatch.setattr(Git, "_completed", original)
+    assert "cherry-pick" in statuses and "clean" in statuses
+    return len(calls)
+
+
+def test_git_processes_do_not_grow_with_the_series(monkeypatch, tmp_path):
+    """A regression guard for ci/bench_carry.py's figure, without timing anything."""
+    ten, thirty = (count_git_processes(monkeypatch, tmp_path, n) for n in (10, 30))
+    assert thirty - ten <= 3, (ten, thirty)
+    assert thirty < 60, thirty
+
+
+def test_a_kill_inside_the_sequencer_can_be_continued_or_aborted(rebaser, tmp_path, upstream):
+    series = fork_and_tip(upstream, tmp_path)
+    whole = tmp_path / "whole.json"
+    assert carried(rebaser, series, upstream, whole).code == ExitCode.NOT_APPLIED
+    expected = json.loads(whole.read_text())
+    branch = expected["branch"]
+    uninterrupted = git(upstream.path, "rev-parse", branch)
+
+    args = ["apply", "--series", series, "--repo", upstream.path, "--base", "tip", "--force"]
+    args += ["--test", "none", "--keep-going"]
+    point = FaultPoint("rebaser.steps.fastlane:_sequence", "after", 1)
+    died = run_with_fault(point, args)
+    assert died.returncode == 137, died.stdout + died.stderr
+    worktree = Path(expected["worktree"])
+    assert (worktree / git(worktree, "rev-parse", "--git-path", "rebase-merge")).is_dir()
+    status = rebaser("status", "--repo", upstream.path)
+    assert "interrupted" in status.out and "rebaser continue" in status.out, status.out
+
+    report = tmp_path / "continued.json"
+    continued = rebaser("continue", "--repo", upstream.path, "--json", report)
+    assert continued.code == ExitCode.NOT_APPLIED, continued.out + continued.err
+    assert git(upstream.path, "rev-parse", branch) == uninterrupted
+    assert [s["status"] for s in json.loads(report.read_text())["steps"]] == [
+        s["status"] for s in expected["steps"]
+    ]
+    assert git(worktree, "status", "--porcelain") == ""
+
+    assert run_with_fault(point, args).returncode == 137
+    assert rebaser("abort", "--repo", upstream.path).code == 0, "abort after a kill mid-lane"
+    assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
