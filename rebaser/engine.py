@@ -223,12 +223,12 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
     worktree = Git(state.worktree)
     context = _series_context(series, state, progress)
     steps = [OVERLAY_STEP, *(patch.name for patch in series.patches)]
-    lane_tried = -1  # the step a fast lane last stopped at: that patch takes the long way
+    lane_stopped = -1  # the step a fast lane last stopped at: that patch takes the long way
     while state.next_step < len(steps):
-        if FAST_LANE and state.next_step not in (0, lane_tried) and context.replay:
-            lane_tried = state.next_step
-            if _fast_lane(state, series, worktree, context.replay, progress):
-                continue
+        if FAST_LANE and state.next_step not in (0, lane_stopped) and context.replay:
+            _fast_lane(state, series, worktree, context.replay, progress)
+            lane_stopped = state.next_step
+            continue
         name = steps[state.next_step]
         progress(name)
         _starting(state, name)
@@ -309,13 +309,13 @@ def _drive(state: ApplyState, series: Series, progress: Progress, command: str) 
 
 def _fast_lane(
     state: ApplyState, series: Series, worktree: Git, replay: Replay, progress: Progress
-) -> bool:
+) -> None:
     """Carry the patches from the next step on in one git sequencer run (steps/fastlane.py),
-    as far as their own commits are at hand and git goes; whether any was carried."""
+    as far as their own commits are at hand and git goes."""
     first = state.next_step - 1
     commits = replay.commits()[first:]
     if not commits:
-        return False
+        return
     patches = series.patches[first : first + len(commits)]
     progress(f"{patches[0].name} .. {patches[-1].name} (one git rebase)")
     _starting(state, patches[0].name)
@@ -323,10 +323,9 @@ def _fast_lane(
     head = state.head or worktree.out("rev-parse", "HEAD")
     lane = fastlane.carry(worktree, git_dir, state.branch, head, patches, commits)
     state.steps += [asdict(row) for row in lane.rows]
-    state.next_step += len(lane)
+    state.next_step += len(lane.rows)
     state.head = lane.head
     state.save()
-    return bool(lane)
 
 
 def _starting(state: ApplyState, step: str) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,9 +16,11 @@ from synthetic import CALC, edit, git
 
 from rebaser import engine
 from rebaser.errors import ExitCode
+from rebaser.export import export_patch
 from rebaser.git import Git
 from rebaser.series import load_series
 from rebaser.steps import replay as replay_module
+from rebaser.steps.rawdiff import apply_exactly, parse_diff
 from rebaser.steps.replay import Replay
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,3 +182,48 @@ def test_a_kill_inside_the_sequencer_can_be_continued_or_aborted(rebaser, tmp_pa
     assert run_with_fault(point, args).returncode == 137
     assert rebaser("abort", "--repo", upstream.path).code == 0, "abort after a kill mid-lane"
     assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
+
+
+LINES = "".join(f"line {n}\n" for n in range(1, 31))
+# (the file a patch was made on, the patch's result, the file it is applied to now)
+EXACT_CASES = {
+    "moved down": (LINES, LINES.replace("line 15\n", "LINE 15\n"), "new\nnew\n" + LINES),
+    "moved up": (LINES, LINES.replace("line 15\n", "LINE 15\n"), LINES.replace("line 2\n", "")),
+    "context changed": (LINES, LINES.replace("line 15\n", "X\n"), LINES.replace("line 14", "y")),
+    "at the beginning": (LINES, "first\n" + LINES, "new\n" + LINES),
+    "at the end": (LINES, LINES + "last\n", LINES + "more\n"),
+    "no newline at the end": (LINES + "tail", LINES + "tail!", "new\n" + LINES + "tail"),
+    "two hunks": (
+        LINES,
+        LINES.replace("line 5\n", "five\n").replace("line 25\n", "twenty-five\n"),
+        "a\n" + LINES.replace("line 20\n", "line 20\nb\nc\n"),
+    ),
+    "repeated context": (  # it fits one line down and two up: git takes the nearer
+        "x\ny\nz\n" * 6,
+        "x\ny\nz\n" * 3 + "x\nY\nz\n" + "x\ny\nz\n" * 2,
+        "q\n" + "x\ny\nz\n" * 6,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", EXACT_CASES)
+def test_the_hunk_search_agrees_with_git_apply(tmp_path, upstream, case):
+    """rawdiff.apply_exactly decides `offset` in the fast lane: it must find what git finds."""
+    before, after, now = EXACT_CASES[case]
+    upstream.commit({"f.txt": before}, "before")
+    upstream.commit({"f.txt": after}, "after")
+    patch = tmp_path / "p.patch"
+    patch.write_text(export_patch(Git(upstream.path), "HEAD"))
+    upstream.commit({"f.txt": now}, "now")
+    applied = subprocess.run(
+        ["git", "apply", "--verbose", str(patch)], cwd=upstream.path, capture_output=True, text=True
+    )
+    ours = apply_exactly(now.encode(), parse_diff(patch.read_bytes())[0])
+    if applied.returncode != 0:
+        assert ours is None, applied.stderr
+        return
+    assert ours is not None, applied.stderr
+    text, offsets = ours
+    assert text == (upstream.path / "f.txt").read_bytes()
+    said = re.findall(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", applied.stderr)
+    assert offsets == [f"hunk {n} at line {at} (offset {int(d):+d})" for n, at, d in said]

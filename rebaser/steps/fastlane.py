@@ -58,9 +58,6 @@ class Lane:
     rows: list[StepRow]  # one per patch carried, in order
     head: str  # the branch's tip afterwards
 
-    def __len__(self) -> int:
-        return len(self.rows)
-
 
 def carry(
     worktree: Git, git_dir: Path, branch: str, head: str, patches: list[Patch], commits: list[str]
