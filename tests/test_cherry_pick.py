@@ -8,7 +8,6 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 from conftest import RunResult
 from synthetic import CALC, Change, SyntheticUpstream, build_series, edit, git
 from test_apply_synthetic import apply
@@ -214,13 +213,6 @@ def renamed_folder_history(upstream: SyntheticUpstream, root: Path) -> Path:
     return series
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rebaser applies 0002 (adds pkg/plugins/gamma.py) exactly, recreating the folder "
-    "upstream renamed, where git rebase's ort moves the file to pkg/extensions/; and its "
-    "cherry-pick (rebaser/steps/patching.py) does not set merge.directoryRenames, so ort "
-    "would stop with CONFLICT (file location). Both in carry-speed's files: reported.",
-)
 def test_a_folder_renamed_upstream_takes_the_edits_and_the_added_files(
     rebaser, tmp_path, upstream
 ):
@@ -231,3 +223,5 @@ def test_a_folder_renamed_upstream_takes_the_edits_and_the_added_files(
     tree = Path(carried.report["worktree"])
     assert not (tree / "pkg/plugins").exists()
     assert "* 2" in (tree / "pkg/extensions/gamma.py").read_text()
+    statuses = {step["name"][:4]: step["status"] for step in carried.report["steps"][1:]}
+    assert statuses["0002"] == "cherry-pick", "the added file followed the folder's rename"

@@ -41,6 +41,8 @@ _SEQUENCER = (
     "-c",
     "merge.renames=true",
     "-c",
+    "merge.directoryRenames=true",
+    "-c",
     "rebase.autoSquash=false",
     "-c",
     "rebase.autoStash=false",
@@ -153,21 +155,20 @@ def _row(
     have made a different tree (an exact apply that ort does differently)."""
     applied = [apply_exactly(before[diff.path], diff) for diff in files]
     offsets = [note for result in applied if result is not None for note in result[1]]
-    if any(result is None for result in applied):
-        status = StepStatus.CHERRY_PICK
-        moved = sorted(set(changed) - set(patch.touched_paths))
-        where = f"; followed upstream's renames to {', '.join(moved)}" if moved else ""
-        detail = f"context drifted; merged by git's ort cherry-pick{where}"
-    else:
-        same = set(changed) == {diff.path for diff in files} and all(
-            changed[diff.path].after == (ABSENT if diff.deleted else _blob_id(result[0]))
+    moved = sorted(set(changed) - set(patch.touched_paths))
+    if all(result is not None for result in applied) and not moved:
+        if set(changed) != set(patch.touched_paths) or any(
+            changed[diff.path].after != (ABSENT if diff.deleted else _blob_id(result[0]))
             for diff, result in zip(files, applied)
             if result is not None
-        )
-        if not same:
-            return None
+        ):
+            return None  # git apply would have made another file than ort: cut the lane
         status = StepStatus.OFFSET if offsets else StepStatus.CLEAN
         detail = "; ".join(offsets)
+    else:  # git apply fails, or ort followed upstream's renames (git rebase's result)
+        status = StepStatus.CHERRY_PICK
+        where = f"; followed upstream's renames to {', '.join(moved)}" if moved else ""
+        detail = f"context drifted; merged by git's ort cherry-pick{where}"
     superseded = superseded_in(lambda path: _decoded(before.get(path)), patch)
     if superseded:
         note = "possibly superseded: upstream already has the lines it adds in "

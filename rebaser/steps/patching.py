@@ -24,8 +24,16 @@ from rebaser.steps.upstreamed import (
 
 _OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
 
-# ort follows renames only when asked: the neutral config turns diff renames off.
-_CHERRY_PICK = ("-c", "merge.renames=true", "cherry-pick", "--no-commit")
+# ort follows renames (of files and folders) only when asked: the neutral config turns diff
+# renames off, and git leaves a folder rename to the user unless told to follow it.
+_CHERRY_PICK = (
+    "-c",
+    "merge.renames=true",
+    "-c",
+    "merge.directoryRenames=true",
+    "cherry-pick",
+    "--no-commit",
+)
 
 
 @dataclass
