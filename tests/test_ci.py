@@ -14,7 +14,7 @@ import tomllib
 import pytest
 import yaml
 from conftest import PROJECT
-from synthetic import CALC, Change, build_series, edit, git
+from synthetic import ADD_DOC, CALC, calc_series, edit, git
 
 WORKFLOW = PROJECT / "ci" / "github-workflow.yml"
 SCRIPT = PROJECT / "ci" / "verify-upstream.sh"
@@ -127,17 +127,11 @@ def test_script_verifies_a_clone(tmp_path, release_clone):
 
 # -- offline: a synthetic upstream with a `main` and a `dev` branch ---------------------------
 
-DOC_ADD = edit(CALC, "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n')
-
 
 def fork_upstream(tmp_path, upstream):
     """A series of one patch on v1; `dev` drifts inside the patch's context, `main` does not."""
-    series = build_series(
-        tmp_path / "proj",
-        upstream,
-        "v1",
-        [Change("demo: document add", {"pkg/calc.py": DOC_ADD})],
-        overlay={"pkg/extra.py": "X = 1\n"},
+    series = calc_series(
+        tmp_path, upstream, [("demo: document add", ADD_DOC)], overlay={"pkg/extra.py": "X = 1\n"}
     )
     git(upstream.path, "checkout", "-q", "-b", "dev")
     drifted = edit(

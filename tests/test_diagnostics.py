@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from synthetic import CALC, Change, build_series, edit, git
+from synthetic import CALC, Change, build_series, calc_series, edit, git
 
 from rebaser.errors import ExitCode
 
@@ -14,12 +14,7 @@ MUL_DOUBLED = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
 
 
 def double_mul_series(tmp_path, upstream):
-    return build_series(
-        tmp_path / "proj",
-        upstream,
-        "v1",
-        [Change("demo: double mul", {"pkg/calc.py": MUL_DOUBLED})],
-    )
+    return calc_series(tmp_path, upstream, [("demo: double mul", MUL_DOUBLED)])
 
 
 def stop_of(rebaser, tmp_path, upstream, series, base="v2"):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PROJECT
-from synthetic import Change, build_series, edit, git
+from synthetic import DOUBLE_MUL, calc_series, edit, git
 from test_apply_synthetic import (
     ADD_DOC,
     CONFLICT_FIXED,
@@ -115,11 +115,10 @@ def test_manual_fix_is_exported_and_the_refreshed_series_applies_cleanly(
 
 
 def test_overlay_edits_and_new_commits_are_exported(rebaser, tmp_path, upstream):
-    series = build_series(
-        tmp_path / "p",
+    series = calc_series(
+        tmp_path,
         upstream,
-        "v1",
-        [Change("demo: doc", {"pkg/calc.py": ADD_DOC})],
+        [("demo: doc", ADD_DOC)],
         overlay={"pkg/extra.py": "def triple(x):\n    return 3 * x\n"},
     )
     report = tmp_path / "r.json"
@@ -148,23 +147,12 @@ def test_refresh_needs_a_branch_made_by_apply(rebaser, tmp_path, upstream):
 
 
 def three_patch_series(tmp_path, upstream):
-    return build_series(
-        tmp_path / "proj",
-        upstream,
-        "v1",
-        [
-            Change("demo: document add", {"pkg/calc.py": ADD_DOC}),
-            Change("demo: double mul", {"pkg/calc.py": edit(ADD_DOC, "a * b\n", "2 * a * b\n")}),
-            Change(
-                "demo: negate twice",
-                {
-                    "pkg/calc.py": edit(
-                        edit(ADD_DOC, "a * b\n", "2 * a * b\n"), "-a\n", "-(-(-a))\n"
-                    )
-                },
-            ),
-        ],
-    )
+    versions = [
+        ("demo: document add", ADD_DOC),
+        ("demo: double mul", DOUBLE_MUL),
+        ("demo: negate twice", edit(DOUBLE_MUL, "-a\n", "-(-(-a))\n")),
+    ]
+    return calc_series(tmp_path, upstream, versions)
 
 
 def test_a_patch_dropped_on_the_branch_keeps_its_file_and_the_next_keeps_its_own(

@@ -8,19 +8,13 @@ import os
 from pathlib import Path
 
 import pytest
-from synthetic import ADD_DOC, Change, apply, build_series, git
+from synthetic import ADD_DOC, apply, calc_series, git
 
 from rebaser.errors import ExitCode
 
 
 def series_with_overlay(tmp_path, upstream, overlay):
-    return build_series(
-        tmp_path / "proj",
-        upstream,
-        "v1",
-        [Change("demo: document add", {"pkg/calc.py": ADD_DOC})],
-        overlay=overlay,
-    )
+    return calc_series(tmp_path, upstream, [("demo: document add", ADD_DOC)], overlay=overlay)
 
 
 def commit_symlink(upstream, link: str, target: str, tag: str) -> None:
