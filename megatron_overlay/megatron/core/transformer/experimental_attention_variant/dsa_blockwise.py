@@ -283,8 +283,9 @@ def _select_rows(
 class LossSpec:
     """Everything of the indexer-loss call that is not a tensor with a gradient.
 
-    ``query_valid_rows`` as upstream takes it ([b, sq], [sq] or [t] bool); ``indexer_loss``
-    normalizes it to [b, sq].
+    ``masks`` as ``RowMasks.normalized`` makes them (the ones selection used);
+    ``query_valid_rows`` as upstream takes it ([b, sq], [sq] or [t] bool), normalized to
+    [b, sq] by ``indexer_loss``.
     """
 
     softmax_scale: float
