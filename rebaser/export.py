@@ -13,7 +13,6 @@ apply makes; the exported file never carries it (the file name is the identity t
 from __future__ import annotations
 
 import re
-from typing import Mapping, Optional
 
 from rebaser.git import Git
 from rebaser.series import PATCH_TRAILER, strip_identity
@@ -71,29 +70,18 @@ def patch_file_name(number: int, subject: str) -> str:
     return f"{number:04d}-{slug or 'patch'}.patch"
 
 
-def commit_object(
-    git: Git,
-    tree: str,
-    parents: list[str],
-    message: str,
-    author: tuple[str, str, str],
-    env: Optional[Mapping[str, str]] = None,
+def _commit_object(
+    git: Git, tree: str, parents: list[str], message: str, author: tuple[str, str, str]
 ) -> str:
-    """An unreferenced commit (`author` = name, email, date; also the committer): for
-    exports and range-diffs, never for a branch."""
+    """An unreferenced commit (`author` = name, email, date; also the committer), for an
+    export only, never for a branch."""
     fields = dict(zip(("NAME", "EMAIL", "DATE"), author))
     identity = {
         f"GIT_{role}_{key}": v for role in ("AUTHOR", "COMMITTER") for key, v in fields.items()
     }
     parent_args = [arg for parent in parents for arg in ("-p", parent)]
     created = git.run(
-        "commit-tree",
-        tree,
-        *parent_args,
-        "-F",
-        "-",
-        env={**(env or {}), **identity},
-        stdin=message.encode(),
+        "commit-tree", tree, *parent_args, "-F", "-", env=identity, stdin=message.encode()
     )
     return created.stdout.strip()
 
@@ -102,4 +90,4 @@ def _without_identity(git: Git, sha: str, message: str) -> str:
     """The same commit (tree, parents, author) with `message`."""
     fields = git.out("log", "-1", "--date=raw", "--format=%an%x00%ae%x00%ad%x00%P", sha)
     name, email, date, parents = fields.split("\0")
-    return commit_object(git, f"{sha}^{{tree}}", parents.split(), message, (name, email, date))
+    return _commit_object(git, f"{sha}^{{tree}}", parents.split(), message, (name, email, date))

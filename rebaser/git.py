@@ -86,8 +86,9 @@ class GitResult:
 class Git:
     """Runs git in one directory (a worktree, or a git dir for bare repositories)."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, env: Optional[Mapping[str, str]] = None) -> None:
         self.path = Path(path)
+        self.env = dict(env or {})  # for every command (e.g. alternates to read objects from)
 
     def run(
         self,
@@ -127,7 +128,7 @@ class Git:
         full_env = {
             key: value for key, value in os.environ.items() if key not in _LOCATION_VARIABLES
         }
-        full_env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
+        full_env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **self.env})
         if env:
             full_env.update(env)
         command = ["git", *_NEUTRAL_CONFIG, *args]

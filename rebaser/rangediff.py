@@ -1,23 +1,22 @@
 """What a refresh changed in the series, as `git range-diff` shows it (and as Markdown).
 
 The new series is the branch's commits. The old one is rebuilt from the patch files before
-refresh overwrites them: applied exactly, in order, onto the series' `@base` in a temporary
-index (commits only, no worktree; unreferenced objects that git's gc drops). A PyPI base is
-read from the release cache through alternates, never downloaded here.
+refresh overwrites them: each patch's own commit on the series' `@base`, as an apply builds
+them (steps/replay.py: one fast-import, or `git apply --cached` in a temporary index; no
+worktree). A PyPI base is read from the release cache through alternates, never downloaded
+here; those commits are then left unreferenced, for git's gc.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from typing import Optional
 
 from rebaser.errors import RebaserError
-from rebaser.export import commit_object
 from rebaser.git import Git
 from rebaser.series import Series
+from rebaser.steps.replay import Replay
 from rebaser.upstream import PypiSpec, pypi_cache
 
 _PAIR_RE = re.compile(r"^\s*(\d+|-):\s+(?:[0-9a-f]+|-+) ([=!<>]) \s*(\d+|-):\s+(?:[0-9a-f]+|-+) ")
@@ -113,16 +112,10 @@ def _old_base(git: Git, text: str) -> Optional[tuple[str, Optional[dict[str, str
 
 
 def _commit_series(git: Git, series: Series, base: str, env: Optional[dict[str, str]]) -> str:
-    """The old series as commits on `base`, built in a throwaway index; the last commit."""
-    with tempfile.TemporaryDirectory(prefix="forkkit-rangediff-") as scratch:
-        index = {**(env or {}), "GIT_INDEX_FILE": os.path.join(scratch, "index")}
-        git.run("read-tree", base, env=index)
-        parent = base
-        for patch in series.patches:
-            if not git.run("apply", "--cached", str(patch.path), env=index, check=False).ok:
-                raise _DoesNotApply(patch.name)
-            tree = git.out("write-tree", env=index)
-            name, _, email = patch.author.rpartition(" <")
-            author = (name, email.rstrip(">"), patch.date)
-            parent = commit_object(git, tree, [parent], patch.message, author, env=index)
-    return parent
+    """The old series as commits on `base` (Replay, as an apply builds them); the last one.
+    Remembered under refs/forkkit/replay/ unless its objects come through alternates."""
+    replay = Replay(Git(git.path, env=env), base, series.patches, remember=env is None)
+    commits = [replay.commit_of(patch) for patch in series.patches]
+    if None in commits:
+        raise _DoesNotApply(series.patches[commits.index(None)].name)
+    return commits[-1]  # type: ignore[return-value]

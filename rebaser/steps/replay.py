@@ -81,8 +81,13 @@ class Replay:
     `git apply --cached` call.
     """
 
-    def __init__(self, repo: Git, base_sha: str, patches: list[Patch]) -> None:
+    def __init__(
+        self, repo: Git, base_sha: str, patches: list[Patch], *, remember: bool = True
+    ) -> None:
+        """`remember`: keep the commits under refs/forkkit/replay/ (not for commits whose
+        objects `repo` reads from another repository through its env)."""
         self.repo = repo
+        self.remember = remember
         self.base_sha = base_sha
         self.patches = patches
         self._folder = Path(tempfile.mkdtemp(prefix="forkkit-replay-"))
@@ -94,14 +99,14 @@ class Replay:
         self._batch_tried = False
         self._chain: list[str] = []
         self._refs = _refs(base_sha, patches)
-        self._cache: Optional[dict[str, str]] = None
+        self._cache: Optional[dict[str, str]] = None if remember else {}
         self._broken = False  # a patch did not apply on its recorded base
 
     def commits(self) -> list[str]:
         """The patches' commits as one first-parent chain on the base, for as many patches
         from the first as that can be had at once (remembered, or built by fastbuild): the
         commits a fast lane may carry."""
-        if not self._batch_tried:
+        if not self._batch_tried and self.remember:  # fast-import writes refs
             self._batch_tried = True
             cached = self._cached()
             if all(ref in cached for ref in self._refs):
@@ -143,7 +148,8 @@ class Replay:
             return None
         commit = self._commit(parent, patch.message, patch)
         self._applied, self._index_commit = position, commit
-        self.repo.run("update-ref", self._refs[position], commit)
+        if self.remember:
+            self.repo.run("update-ref", self._refs[position], commit)
         self._cached()[self._refs[position]] = commit
         return commit
 
