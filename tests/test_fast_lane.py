@@ -19,6 +19,7 @@ from rebaser.errors import ExitCode
 from rebaser.export import export_patch
 from rebaser.git import Git
 from rebaser.series import load_series
+from rebaser.steps import fastlane
 from rebaser.steps import replay as replay_module
 from rebaser.steps.rawdiff import apply_exactly, parse_diff
 from rebaser.steps.replay import Replay
@@ -227,3 +228,39 @@ def test_the_hunk_search_agrees_with_git_apply(tmp_path, upstream, case):
     assert text == (upstream.path / "f.txt").read_bytes()
     said = re.findall(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", applied.stderr)
     assert offsets == [f"hunk {n} at line {at} (offset {int(d):+d})" for n, at, d in said]
+
+
+def test_continue_after_a_stop_carries_the_rest_in_a_lane(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    """Without --keep-going the lane hands the conflict to the per-patch stop; the user's fix
+    and `continue` take the rest through a new lane."""
+    series = fork_and_tip(upstream, tmp_path)
+    carried: list[str] = []
+    carry = fastlane.carry
+    monkeypatch.setattr(
+        fastlane,
+        "carry",
+        lambda *args: carried.extend(p.name[:4] for p in args[4]) or carry(*args),
+    )
+    args = ["apply", "--series", series, "--repo", upstream.path, "--base", "tip"]
+    stopped = rebaser(*args, "--test", "none")
+    assert stopped.code == ExitCode.NOT_APPLIED, stopped.out
+    state = rebaser("status", "--repo", upstream.path)
+    assert "0005-floor-div.patch" in state.out, state.out
+    tree = Path(git(upstream.path, "worktree", "list", "--porcelain").split("\n\n")[1].split()[1])
+    calc = (tree / "pkg/calc.py").read_text()
+    start, end = calc.index("<<<<<<<"), calc.index(">>>>>>>")
+    fixed = calc[:start] + "    return a // b\n" + calc[calc.index("\n", end) + 1 :]
+    (tree / "pkg/calc.py").write_text(fixed)
+    git(tree, "add", "pkg/calc.py")
+    report = tmp_path / "r.json"
+    done = rebaser("continue", "--repo", upstream.path, "--json", report)
+    assert done.code == ExitCode.OK, done.out + done.err
+    steps = json.loads(report.read_text())["steps"]
+    assert [s["status"] for s in steps][-2:] == ["manual", "clean"]
+    assert "return int(a // b)" in (tree / "pkg/calc.py").read_text()
+    assert git(tree, "status", "--porcelain") == ""
+    # a lane from 0001 stops at 0004 (empty: in upstream), one from 0005 at its conflict,
+    # and after the fix one carries 0006
+    assert carried == ["0001", "0002", "0003", "0004", "0005", "0006", "0005", "0006", "0006"]
