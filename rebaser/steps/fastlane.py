@@ -43,6 +43,8 @@ _SEQUENCER = (
     "-c",
     "merge.directoryRenames=true",
     "-c",
+    "rebase.backend=merge",
+    "-c",
     "rebase.autoSquash=false",
     "-c",
     "rebase.autoStash=false",
