@@ -264,3 +264,11 @@ def test_continue_after_a_stop_carries_the_rest_in_a_lane(
     # a lane from 0001 stops at 0004 (empty: in upstream), one from 0005 at its conflict,
     # and after the fix one carries 0006
     assert carried == ["0001", "0002", "0003", "0004", "0005", "0006", "0005", "0006", "0006"]
+
+
+def test_the_hunk_search_refuses_to_create_a_file_that_exists(upstream, tmp_path):
+    upstream.commit({"new.txt": "one\ntwo\n"}, "create new.txt")
+    created = parse_diff(export_patch(Git(upstream.path), "HEAD").encode())[0]
+    assert created.created
+    assert apply_exactly(None, created) == (b"one\ntwo\n", [])
+    assert apply_exactly(b"one\ntwo\n", created) is None  # git apply: already exists

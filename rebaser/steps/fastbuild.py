@@ -33,6 +33,7 @@ Tree = dict[str, tuple[str, str]]  # path -> (mode, blob id)
 @dataclass(frozen=True)
 class _Edit:
     patch: Patch
+    identity: tuple[str, str]  # author, date (also the committer's date)
     files: list[FileDiff]
     modes: dict[str, str]  # the mode each created or changed path gets
 
@@ -62,12 +63,13 @@ def _edits(repo: Git, base_sha: str, patches: list[Patch]) -> list[_Edit]:
     edits = []
     for patch in patches:
         files = parse_diff(patch.path.read_bytes())
-        if files is None or _identity(patch) is None:
+        identity = _identity(patch)
+        if files is None or identity is None:
             break
         modes = _follow(tree, files)
         if modes is None:
             break
-        edits.append(_Edit(patch, files, modes))
+        edits.append(_Edit(patch, identity, files, modes))
     wanted = {diff.new_blob for edit in edits for diff in edit.files if not diff.deleted}
     present = _blobs_present(repo, wanted)
     for position, edit in enumerate(edits):
@@ -106,27 +108,26 @@ def _blobs_present(repo: Git, shas: set[str]) -> set[str]:
     return {line.split()[0] for line in answer.splitlines() if line.split()[1:2] == ["blob"]}
 
 
-def _identity(patch: Patch) -> Optional[str]:
-    """`Name <email> <epoch> <zone>` as fast-import's raw dates want it, or None."""
+def _identity(patch: Patch) -> Optional[tuple[str, str]]:
+    """The author as fast-import wants it (`Name <email>`, raw date `<epoch> <zone>`), or
+    None when the patch's From: or Date: cannot be written so."""
     name, address = email.utils.parseaddr(patch.author)
     parsed = email.utils.parsedate_tz(patch.date) if patch.date else None
     if parsed is None or parsed[9] is None or any(c in name + address for c in "<>\n"):
         return None
     offset = parsed[9]
     zone = f"{'-' if offset < 0 else '+'}{abs(offset) // 3600:02d}{abs(offset) % 3600 // 60:02d}"
-    return f"{name or address} <{address}> {email.utils.mktime_tz(parsed)} {zone}"
+    return f"{name or address} <{address}>", f"{email.utils.mktime_tz(parsed)} {zone}"
 
 
 def _fast_import(repo: Git, base_sha: str, edits: list[_Edit], refs: list[str]) -> list[str]:
     committer_name, committer_email = FORKKIT_IDENTITY
     stream = bytearray()
     for mark, edit in enumerate(edits, start=1):
-        who = _identity(edit.patch)
-        assert who is not None  # _edits keeps only patches with an identity
-        date = who.rsplit(" ", 2)[1:]
+        author, date = edit.identity
         message = edit.patch.message.encode()
-        stream += f"commit {refs[mark - 1]}\nmark :{mark}\nauthor {who}\n".encode()
-        stream += f"committer {committer_name} <{committer_email}> {' '.join(date)}\n".encode()
+        stream += f"commit {refs[mark - 1]}\nmark :{mark}\nauthor {author} {date}\n".encode()
+        stream += f"committer {committer_name} <{committer_email}> {date}\n".encode()
         stream += f"data {len(message)}\n".encode() + message + b"\n"
         stream += f"from {base_sha if mark == 1 else f':{mark - 1}'}\n".encode()
         for diff in edit.files:
@@ -154,8 +155,9 @@ def _fast_import(repo: Git, base_sha: str, edits: list[_Edit], refs: list[str]) 
 def _matching_diffs(repo: Git, commits: list[str], patches: list[Patch]) -> int:
     """How many commits, from the first, have exactly their patch's diff."""
     query = "".join(f"{sha}\n" for sha in commits).encode()
-    shown = repo.run(*EXPORT_CONFIG, "diff-tree", "--stdin", "-p", *DIFF_FLAGS, stdin=query)
-    output = shown.stdout.encode()
+    output = repo.output_bytes(
+        *EXPORT_CONFIG, "diff-tree", "--stdin", "-p", *DIFF_FLAGS, stdin=query
+    )
     starts = []
     cursor = 0
     for sha in commits:

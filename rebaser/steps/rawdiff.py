@@ -139,8 +139,8 @@ def _hunk(lines: list[bytes], number: int) -> tuple[Optional[Hunk], int]:
 def apply_exactly(text: Optional[bytes], diff: FileDiff) -> Optional[tuple[bytes, list[str]]]:
     """The file after `git apply` of this file's hunks (no fuzz), and git's offset notes
     ("hunk 1 at line 12 (offset +2)"); None where `git apply` would refuse."""
-    if diff.created:
-        return (b"", []) if text is None and not diff.hunks else _hunks_onto(b"", diff)
+    if diff.created:  # git apply refuses to create a file that exists
+        return _hunks_onto(b"", diff) if text is None else None
     if text is None:
         return None
     applied = _hunks_onto(text, diff)
