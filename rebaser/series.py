@@ -105,6 +105,11 @@ class Patch:
         own = f"{self.subject}\n\n{self.body}\n" if self.body else f"{self.subject}\n"
         return with_identity(own, self.name)
 
+    @cached_property
+    def raw(self) -> bytes:
+        """The patch file's bytes, read once (an apply reads them several times)."""
+        return self.path.read_bytes()
+
     @property
     def touched_paths(self) -> list[str]:
         return [change.path for change in self.files]

@@ -31,7 +31,7 @@ def meaningful(line: str) -> bool:
 def file_lines(patch: Patch) -> dict[str, FileLines]:
     """Per file the patch changes (deleted files left out), stripped meaningful lines."""
     result = {}
-    for patched in unidiff.PatchSet(patch.path.read_text(encoding="utf-8")):
+    for patched in unidiff.PatchSet(patch.raw.decode("utf-8")):
         if patched.is_removed_file:
             continue
         lines = [line for hunk in patched for line in hunk if meaningful(line.value)]

@@ -62,7 +62,7 @@ def _edits(repo: Git, base_sha: str, patches: list[Patch]) -> list[_Edit]:
         tree[path] = (mode, sha)
     edits = []
     for patch in patches:
-        files = parse_diff(patch.path.read_bytes())
+        files = parse_diff(patch.raw)
         identity = _identity(patch)
         if files is None or identity is None:
             break
@@ -166,6 +166,6 @@ def _matching_diffs(repo: Git, commits: list[str], patches: list[Patch]) -> int:
     ends = [*starts[1:], len(output)]
     for position, (patch, start, end) in enumerate(zip(patches, starts, ends)):
         own = output[start + len(commits[position]) + 1 : end]
-        if start < 0 or own != diff_section(patch.path.read_bytes()):
+        if start < 0 or own != diff_section(patch.raw):
             return position
     return len(commits)

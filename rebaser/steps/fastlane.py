@@ -129,7 +129,7 @@ def _rows(
     """The rows of the carried patches up to the first whose status cannot be told (the
     lane is cut there)."""
     made = list(changes)
-    diffs = [parse_diff(patch.path.read_bytes()) for patch in patches]
+    diffs = [parse_diff(patch.raw) for patch in patches]
     parents = [head, *made[:-1]]
     names = [
         f"{parent}:{diff.path}"

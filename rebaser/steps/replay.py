@@ -178,7 +178,7 @@ def _refs(base_sha: str, patches: list[Patch]) -> list[str]:
     key = hashlib.sha1(base_sha.encode())
     refs = []
     for patch in patches:
-        key.update(patch.path.read_bytes())
+        key.update(patch.raw)
         refs.append(f"{REPLAY_PREFIX}/{key.hexdigest()}")
     return refs
 

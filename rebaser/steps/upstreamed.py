@@ -27,7 +27,7 @@ class UpstreamHistory:
 
     def commit_with_same_change(self, patch: Patch) -> Optional[str]:
         """The upstream commit whose patch-id equals the patch's, if any."""
-        own = patch_id(self.repo, patch.path.read_bytes())
+        own = patch_id(self.repo, patch.raw)
         return self._ids().get(own) if own else None
 
     def _ids(self) -> dict[str, str]:
