@@ -93,6 +93,9 @@ def _start(target: Target, series: Series, options: ApplyOptions, progress: Prog
         state_store.check_registry(str(target.git.path))
     check_upstream_paths(target.git, target.base_sha, series.overlay_files())
     branch = workspace.branch_name(series.name, target.label, options.branch_prefix)
+    context = _series_context(series, target.git, target.base_sha, progress)
+    if context.replay:
+        context.replay.prefetch()  # the patches' commits are built while the worktree is made
     progress(f"creating branch {branch}")
     space = workspace.create(
         target.git, branch, target.base_sha, options.worktree, force=options.force
@@ -114,7 +117,7 @@ def _start(target: Target, series: Series, options: ApplyOptions, progress: Prog
         keep_going=options.keep_going,
     )
     state.save()
-    return _driven(state, series, progress, "apply")
+    return _driven(state, series, progress, "apply", context)
 
 
 def resume(repo_hint: Optional[Path], progress: Progress) -> Report:
@@ -219,9 +222,16 @@ def status(repo_hint: Optional[Path]) -> Optional[ApplyState]:
 # -- the step machine ---------------------------------------------------------------------
 
 
-def _drive(state: ApplyState, series: Series, progress: Progress, command: str) -> Report:
+def _drive(
+    state: ApplyState,
+    series: Series,
+    progress: Progress,
+    command: str,
+    context: Optional[SeriesContext] = None,
+) -> Report:
     worktree = Git(state.worktree)
-    context = _series_context(series, state, progress)
+    if context is None:
+        context = _series_context(series, Git(state.repo), state.base_sha, progress)
     steps = [OVERLAY_STEP, *(patch.name for patch in series.patches)]
     lane_stopped = -1  # the step a fast lane last stopped at: that patch takes the long way
     while state.next_step < len(steps):
@@ -338,10 +348,16 @@ def _nothing_staged(worktree: Git) -> bool:
     return worktree.run("diff", "--cached", "--quiet", check=False).ok
 
 
-def _driven(state: ApplyState, series: Series, progress: Progress, command: str) -> Report:
+def _driven(
+    state: ApplyState,
+    series: Series,
+    progress: Progress,
+    command: str,
+    context: Optional[SeriesContext] = None,
+) -> Report:
     """_drive, saying after a Ctrl-C what can be done with the apply it leaves."""
     try:
-        return _drive(state, series, progress, command)
+        return _drive(state, series, progress, command, context)
     except KeyboardInterrupt:
         if state.ephemeral:
             raise
@@ -516,13 +532,14 @@ def _record_resolution(state: ApplyState, series: Series, worktree: Git) -> None
         state.steps[-1]["detail"] += f"; {len(recorded)} resolution(s) recorded in {folder}/"
 
 
-def _series_context(series: Series, state: ApplyState, progress: Progress) -> SeriesContext:
+def _series_context(
+    series: Series, repo: Git, new_base: str, progress: Progress
+) -> SeriesContext:
     """The patches' own commits on the series' recorded base (for cherry-picks) and the
     upstream history since that base (to recognise patches upstream already has)."""
-    repo = Git(state.repo)
     base = recorded_base(series, repo, progress)
     replay = Replay(repo, base, series.patches) if base else None
-    return SeriesContext(series.codemods, replay, UpstreamHistory(repo, base, state.base_sha))
+    return SeriesContext(series.codemods, replay, UpstreamHistory(repo, base, new_base))
 
 
 def _with_notes(outcome: PatchOutcome) -> str:

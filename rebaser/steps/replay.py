@@ -17,6 +17,7 @@ import hashlib
 import re
 import shutil
 import tempfile
+import threading
 import weakref
 from pathlib import Path
 from typing import Callable, Optional
@@ -98,40 +99,63 @@ class Replay:
         self._index_read = False
         self._batch_tried = False
         self._chain: list[str] = []
+        self._prefetch: Optional[threading.Thread] = None
+        self._failure: Optional[BaseException] = None
         self._refs = _refs(base_sha, patches)
         self._cache: Optional[dict[str, str]] = None if remember else {}
         self._broken = False  # a patch did not apply on its recorded base
+
+    def prefetch(self) -> None:
+        """Start commits() in a thread: it needs only the repository, so it runs while the
+        caller creates the worktree (git processes on both sides)."""
+        if self._batch_tried or not self.remember:
+            return
+        self._batch_tried = True
+        self._prefetch = threading.Thread(target=self._collect, name="forkkit-replay")
+        self._prefetch.start()
 
     def commits(self) -> list[str]:
         """The patches' commits as one first-parent chain on the base, for as many patches
         from the first as that can be had at once (remembered, or built by fastbuild): the
         commits a fast lane may carry."""
+        if self._prefetch is not None:
+            self._prefetch.join()
+            self._prefetch = None
+            if self._failure is not None:
+                raise self._failure
         if not self._batch_tried and self.remember:  # fast-import writes refs
             self._batch_tried = True
-            cached = self._cached()
-            if all(ref in cached for ref in self._refs):
-                remembered = [cached[ref] for ref in self._refs]
-                chain = self.repo.out(
-                    "rev-list", "--reverse", "--first-parent", f"{self.base_sha}..{remembered[-1]}"
-                ).split()
-                self._chain = remembered if chain == remembered else []
-            else:
-                self._chain = build_commits(self.repo, self.base_sha, self.patches, self._refs)
-                cached.update(zip(self._refs, self._chain))
-                if self._chain:
-                    self._applied, self._index_commit = len(self._chain) - 1, self._chain[-1]
+            self._build()
         return self._chain
+
+    def _collect(self) -> None:
+        try:
+            self._build()
+        except BaseException as failure:  # raised again by commits(), in the caller
+            self._failure = failure
+
+    def _build(self) -> None:
+        """Reuse the remembered chain, or build it with fastbuild."""
+        cached = self._cached()
+        if all(ref in cached for ref in self._refs):
+            remembered = [cached[ref] for ref in self._refs]
+            chain = self.repo.out(
+                "rev-list", "--reverse", "--first-parent", f"{self.base_sha}..{remembered[-1]}"
+            ).split()
+            self._chain = remembered if chain == remembered else []
+        else:
+            self._chain = build_commits(self.repo, self.base_sha, self.patches, self._refs)
+            cached.update(zip(self._refs, self._chain))
+            if self._chain:
+                self._applied, self._index_commit = len(self._chain) - 1, self._chain[-1]
 
     def commit_of(self, patch: Patch) -> Optional[str]:
         """The patch's own commit, or None when it (or an earlier patch) does not apply
         exactly on its recorded base: the series was not exported from that base."""
         position = self.patches.index(patch)
+        self.commits()  # what can be had in one go first (or the prefetch's result)
         if (cached := self._cached().get(self._refs[position])) is not None:
             return cached
-        if not self._batch_tried:
-            self.commits()  # builds what it can in one go
-            if (cached := self._cached().get(self._refs[position])) is not None:
-                return cached
         if self._broken or position <= self._applied:
             return None  # only asked again after the index moved on: not in a normal apply
         if not self._index_read:
