@@ -15,7 +15,7 @@ from faults import FaultPoint, run_with_fault
 from synthetic import CALC, edit, git
 
 from rebaser import engine
-from rebaser.errors import ExitCode
+from rebaser.errors import ExitCode, RebaserError
 from rebaser.export import export_patch
 from rebaser.git import Git
 from rebaser.series import load_series
@@ -272,3 +272,12 @@ def test_the_hunk_search_refuses_to_create_a_file_that_exists(upstream, tmp_path
     assert created.created
     assert apply_exactly(None, created) == (b"one\ntwo\n", [])
     assert apply_exactly(b"one\ntwo\n", created) is None  # git apply: already exists
+
+
+def test_a_prefetch_that_fails_says_so_where_the_commits_are_needed(tmp_path, upstream):
+    series = load_series(fork_and_tip(upstream, tmp_path))
+    missing = "1" * 40  # not a commit of the repository: ls-tree fails in the thread
+    replay = Replay(Git(upstream.path), missing, series.patches)
+    replay.prefetch()
+    with pytest.raises(RebaserError, match="ls-tree"):
+        replay.commits()
