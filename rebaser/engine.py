@@ -223,15 +223,9 @@ def status(repo_hint: Optional[Path]) -> Optional[ApplyState]:
 
 
 def _drive(
-    state: ApplyState,
-    series: Series,
-    progress: Progress,
-    command: str,
-    context: Optional[SeriesContext] = None,
+    state: ApplyState, series: Series, progress: Progress, command: str, context: SeriesContext
 ) -> Report:
     worktree = Git(state.worktree)
-    if context is None:
-        context = _series_context(series, Git(state.repo), state.base_sha, progress)
     steps = [OVERLAY_STEP, *(patch.name for patch in series.patches)]
     lane_stopped = -1  # the step a fast lane last stopped at: that patch takes the long way
     while state.next_step < len(steps):
@@ -355,8 +349,11 @@ def _driven(
     command: str,
     context: Optional[SeriesContext] = None,
 ) -> Report:
-    """_drive, saying after a Ctrl-C what can be done with the apply it leaves."""
+    """_drive, saying after a Ctrl-C what can be done with the apply it leaves. `context`
+    when the caller has it already (apply builds it early to prefetch the commits)."""
     try:
+        if context is None:
+            context = _series_context(series, Git(state.repo), state.base_sha, progress)
         return _drive(state, series, progress, command, context)
     except KeyboardInterrupt:
         if state.ephemeral:
