@@ -18,8 +18,9 @@ policy decides the selected set. This module makes the selection explicit:
   - NaN ranks as ``-inf`` on every path: never selected over a real score, and reported as
     padding (``-1``, value ``-inf``) when selected.
 * ``torch`` backend: exact for every policy on CPU and GPU (policy 0 behaves as 1), and
-  deterministic by construction. On CUDA one Triton program per row selects
-  (``dsa_topk_triton``). Elsewhere a float ``topk`` of width k+1 settles every row without a
+  deterministic by construction. On CUDA one Triton program per row selects from
+  ``topk(k+1)``'s candidates and writes the row in its final order (``dsa_topk_triton``).
+  Elsewhere a float ``topk`` of width k+1 settles every row without a
   tie at the k-th score; rows with boundary ties take one ``topk`` over order-preserving
   integer keys to find the k-th value and fill the remaining slots with ties in column
   order. No full sort of a row.
@@ -162,11 +163,11 @@ def select_topk(
     rows = scores.reshape(math.prod(lead), n)  # -1 is ambiguous when n == 0
     if width == 0 or rows.size(0) == 0:
         indices = torch.empty(rows.size(0), width, dtype=torch.int64, device=scores.device)
+        values, indices = _finalize(rows, indices)
     elif backend == "torch":
-        indices = _torch_select(rows, width, prefer_large=tie_break == TIE_BREAK_LARGE)
+        values, indices = _torch_select_ordered(rows, width, tie_break == TIE_BREAK_LARGE)
     else:
-        indices = _flashinfer_select(rows, width, deterministic, tie_break)
-    values, indices = _finalize(rows, indices)
+        values, indices = _finalize(rows, _flashinfer_select(rows, width, deterministic, tie_break))
     return values.reshape(*lead, width), indices.reshape(*lead, width)
 
 
@@ -196,6 +197,17 @@ def _order_key(rows: torch.Tensor) -> torch.Tensor:
     key &= magnitude
     key ^= bits
     return key
+
+
+def _torch_select_ordered(
+    rows: torch.Tensor, width: int, prefer_large: bool
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The torch backend's final (values, indices). On CUDA the Triton program orders its own
+    row (k up to MAX_ORDERED_WIDTH), which saves _finalize's sort and gathers."""
+    triton_rows = _triton_rows() if rows.is_cuda else None
+    if triton_rows is not None and triton_rows.orders(rows, width):
+        return triton_rows.select_rows_ordered(rows, width, prefer_large)
+    return _finalize(rows, _torch_select(rows, width, prefer_large))
 
 
 def _torch_select(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.Tensor:

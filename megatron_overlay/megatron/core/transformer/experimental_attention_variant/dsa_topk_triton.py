@@ -3,22 +3,28 @@
 """The torch backend's CUDA selection: one Triton program per row, exact for every tie policy.
 
 Scores are ranked by order keys (the float's bit pattern with negatives flipped, so -0.0 <
-+0.0; NaN ranks as -inf). Each program finds the row's k-th largest key and writes the
-row's ``width`` selected columns, in no particular order (``dsa_topk`` orders them):
++0.0; NaN ranks as -inf). Every row comes with ``torch.topk(k+1)``'s candidates, which hold
+every key above the k-th and at least one equal to it. Each program finds the row's k-th
+largest key from them and selects:
 
-* float32 rows come with ``torch.topk(k+1)``'s candidates. A row whose k-th key is unique
-  at the boundary (the usual case for ReLU sums) takes them as they are; a row with ties at
-  a non-zero k-th score keeps the candidates above it and walks the row once for the
-  policy's ties, stopping as soon as it has them.
-* 16-bit rows (where the k-th score nearly always ties), and float32 rows whose k-th score is
-  ±0.0 or that hold a NaN, find the k-th key by a radix select on 8-bit digits (two
-  histogram passes for 16-bit keys, four for 32-bit), then collect the keys above it and
-  the policy's ties in one walk.
+* a row whose k-th key is unique at the boundary (the usual case for float32 ReLU sums)
+  takes the candidates as they are;
+* a row with ties at a non-zero k-th score (16-bit rows nearly always, integer plateaus)
+  keeps the candidates above it and walks the row once for the policy's ties, comparing
+  bit patterns and stopping as soon as it has them;
+* a row whose k-th score is ±0.0 (float order and key order disagree there) or that holds a
+  NaN finds the k-th key by a radix select on 8-bit digits, then collects the keys above it
+  and the policy's ties in one walk.
 
-Rows are addressed through their strides, so transposed or sliced score rows work as they are.
+``select_rows_ordered`` then sorts the row's columns in the same program and writes the
+final answer (ascending columns, -1 / -inf padding last); ``select_rows`` leaves them
+unordered for ``dsa_topk._finalize`` (k above ``MAX_ORDERED_WIDTH``). Rows are addressed
+through their strides, so transposed or sliced score rows work as they are.
 """
 
 from __future__ import annotations
+
+from typing import Optional, Tuple
 
 import torch
 import triton
@@ -29,39 +35,56 @@ KEY_BITS_OF = {torch.float32: 32, torch.float16: 16, torch.bfloat16: 16}
 ROW_BLOCK = 2048
 CANDIDATE_BLOCK = 1024
 NUM_WARPS = 8
+# The in-program sort holds next_power_of_2(k) columns in registers: up to this k.
+MAX_ORDERED_WIDTH = 8192
+
+
+def orders(rows: torch.Tensor, width: int) -> bool:
+    """Whether select_rows_ordered takes these rows (width < n, as select_rows needs)."""
+    return rows.dtype in KEY_BITS_OF and width < rows.size(-1) and width <= MAX_ORDERED_WIDTH
 
 
 def select_rows(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.Tensor:
-    """The columns of each row's top ``width`` scores (``width < n``), unordered, int64."""
+    """The columns of each row's top ``width`` scores (``width < n``), unordered, int32."""
+    return _launch(rows, width, prefer_large, values=None)[1]
+
+
+def select_rows_ordered(
+    rows: torch.Tensor, width: int, prefer_large: bool
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """select_topk's answer for these rows: (values, int32 columns), ascending, padding last."""
+    values = torch.empty(rows.size(0), width, dtype=rows.dtype, device=rows.device)
+    return _launch(rows, width, prefer_large, values)
+
+
+def _launch(
+    rows: torch.Tensor, width: int, prefer_large: bool, values: Optional[torch.Tensor]
+) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
     count, n = rows.shape
-    out = torch.empty(count, width, dtype=torch.int64, device=rows.device)
+    out = torch.empty(count, width, dtype=torch.int32, device=rows.device)
     if count == 0:
-        return out
-    key_bits = KEY_BITS_OF[rows.dtype]
-    if key_bits == 32:
-        candidates = rows.topk(width + 1, dim=-1, sorted=False)
-        values, indices = candidates.values, candidates.indices
-    else:  # the radix select needs no candidates; pass placeholders
-        values, indices = rows[:, :1], out[:, :1]
+        return values, out
+    candidates = rows.topk(width + 1, dim=-1, sorted=False)
     select_row[(count,)](
         rows,
         rows.stride(0),
         rows.stride(1),
         n,
-        values,
-        indices,
-        values.stride(0),
+        candidates.values,
+        candidates.indices,
+        candidates.values.stride(0),
         out,
+        out if values is None else values,
         width,
         _negative_infinity_key(rows.dtype),
         ROW_BLOCK=ROW_BLOCK,
         CANDIDATE_BLOCK=CANDIDATE_BLOCK,
-        KEY_BITS=key_bits,
-        HAS_CANDIDATES=key_bits == 32,
+        KEY_BITS=KEY_BITS_OF[rows.dtype],
         FROM_END=prefer_large,
+        SORT_BLOCK=0 if values is None else triton.next_power_of_2(width),
         num_warps=NUM_WARPS,
     )
-    return out
+    return values, out
 
 
 def _negative_infinity_key(dtype: torch.dtype) -> int:
@@ -74,22 +97,36 @@ _BITS_DTYPE = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfl
 
 
 @triton.jit
-def order_key(x, neg_inf_key, KEY_BITS: tl.constexpr):
-    """int64 keys ordering like the floats' bit patterns; NaN gets -inf's key."""
+def raw_key(x, KEY_BITS: tl.constexpr):
+    """int64 keys ordering like the floats' bit patterns (NaN beyond ±inf)."""
     if KEY_BITS == 16:
         bits = x.to(tl.int16, bitcast=True).to(tl.int64)
     else:
         bits = x.to(tl.int32, bitcast=True).to(tl.int64)
-    key = bits ^ ((bits >> (KEY_BITS - 1)) & ((1 << (KEY_BITS - 1)) - 1))
-    return tl.where(x != x, neg_inf_key, key)
+    return bits ^ ((bits >> (KEY_BITS - 1)) & ((1 << (KEY_BITS - 1)) - 1))
+
+
+@triton.jit
+def is_nan_key(key, neg_inf_key):
+    """NaN keys lie beyond ±inf's (+inf's key is -neg_inf_key - 1). An integer test, since
+    Triton's interpreter compares 16-bit floats by their bits (x != x fails there)."""
+    return (key < neg_inf_key) | (key > -neg_inf_key - 1)
+
+
+@triton.jit
+def order_key(x, neg_inf_key, KEY_BITS: tl.constexpr):
+    """int64 keys ordering like the floats' bit patterns; NaN gets -inf's key."""
+    key = raw_key(x, KEY_BITS)
+    return tl.where(is_nan_key(key, neg_inf_key), neg_inf_key, key)
 
 
 @triton.jit
 def candidate_keys(values_row, start, offsets, count, neg_inf_key, KEY_BITS: tl.constexpr):
     """Which of the candidates start + offsets exist (< count), their keys, which are NaN."""
     inside = start + offsets < count
-    x = tl.load(values_row + start + offsets, mask=inside, other=0)
-    return inside, order_key(x, neg_inf_key, KEY_BITS), inside & (x != x)
+    key = raw_key(tl.load(values_row + start + offsets, mask=inside, other=0), KEY_BITS)
+    nan = is_nan_key(key, neg_inf_key)
+    return inside, tl.where(nan, neg_inf_key, key), inside & nan
 
 
 @triton.jit
@@ -132,12 +169,11 @@ def radix_kth(
 
 @triton.jit
 def collect(
-    row_ptr, col_stride, n, out_row, kth, take_greater, greater_goal, first_tie_slot,
-    ties_goal, neg_inf_key,
+    row_ptr, col_stride, n, out_row, kth, greater_goal, ties_goal, neg_inf_key,
     ROW_BLOCK: tl.constexpr, KEY_BITS: tl.constexpr, FROM_END: tl.constexpr,
 ):  # fmt: skip
-    """Walk the row (from the end with FROM_END): store keys above kth (if take_greater)
-    in slots 0.., and the first ties_goal keys equal to kth from first_tie_slot on."""
+    """Walk the row (from the end with FROM_END): store the keys above kth in slots 0.., and
+    the first ties_goal keys equal to kth from slot greater_goal on."""
     offsets = tl.arange(0, ROW_BLOCK).to(tl.int64)
     found_greater = tl.zeros((), tl.int32)
     found_ties = tl.zeros((), tl.int32)
@@ -151,90 +187,156 @@ def collect(
         inside = step < n
         x = tl.load(row_ptr + columns * col_stride, mask=inside, other=0)
         key = order_key(x, neg_inf_key, KEY_BITS)
-        greater = inside & (key > kth) & take_greater
+        greater = inside & (key > kth)
         rank = found_greater + tl.cumsum(greater.to(tl.int32), axis=0)
-        tl.store(out_row + rank - 1, columns, mask=greater)
+        tl.store(out_row + rank - 1, columns.to(tl.int32), mask=greater)
         tie = inside & (key == kth)
         rank = found_ties + tl.cumsum(tie.to(tl.int32), axis=0)
-        tl.store(out_row + first_tie_slot + rank - 1, columns, mask=tie & (rank <= ties_goal))
+        tl.store(
+            out_row + greater_goal + rank - 1, columns.to(tl.int32), mask=tie & (rank <= ties_goal)
+        )
         found_greater += tl.sum(greater.to(tl.int32), axis=0)
         found_ties += tl.sum(tie.to(tl.int32), axis=0)
         start += ROW_BLOCK
 
 
 @triton.jit
+def collect_ties(
+    row_ptr, col_stride, n, out_row, kth, first_slot, goal,
+    ROW_BLOCK: tl.constexpr, KEY_BITS: tl.constexpr, FROM_END: tl.constexpr,
+):  # fmt: skip
+    """Store the first goal columns whose score has the bit pattern of key kth (from the end
+    with FROM_END) in slots first_slot... The row holds no NaN and kth is not ±0.0, so a bit
+    compare is the key compare."""
+    kth_bits = kth ^ ((kth >> (KEY_BITS - 1)) & ((1 << (KEY_BITS - 1)) - 1))  # an involution
+    if KEY_BITS == 16:
+        kth_bits = kth_bits.to(tl.int16)
+    else:
+        kth_bits = kth_bits.to(tl.int32)
+    offsets = tl.arange(0, ROW_BLOCK).to(tl.int64)
+    found = tl.zeros((), tl.int32)
+    done = tl.zeros((), tl.int64)
+    while (found < goal) & (done < n):
+        # Blocks run from the row's end with FROM_END; columns ascend inside each block.
+        if FROM_END:
+            columns = n - done - ROW_BLOCK + offsets
+        else:
+            columns = done + offsets
+        inside = (columns >= 0) & (columns < n)
+        x = tl.load(row_ptr + columns * col_stride, mask=inside, other=0)
+        if KEY_BITS == 16:
+            bits = x.to(tl.int16, bitcast=True)
+        else:
+            bits = x.to(tl.int32, bitcast=True)
+        tie = (inside & (bits == kth_bits)).to(tl.int32)
+        before = tl.cumsum(tie, axis=0)
+        ties = tl.sum(tie, axis=0)
+        if FROM_END:
+            rank = found + ties - before + tie  # counted from the block's end
+        else:
+            rank = found + before
+        chosen = (tie > 0) & (rank <= goal)
+        tl.store(out_row + first_slot + rank - 1, columns.to(tl.int32), mask=chosen)
+        found += ties
+        done += ROW_BLOCK
+
+
+@triton.jit
+def write_ordered(
+    row_ptr, col_stride, out_row, values_row, width, real, SORT_BLOCK: tl.constexpr
+):  # fmt: skip
+    """Reorder the row's width selected columns ascending; slots from real on are padding
+    (-1, value -inf) and go last."""
+    slots = tl.arange(0, SORT_BLOCK)
+    tl.debug_barrier()  # the walks' stores are visible to every thread of the program
+    columns = tl.load(out_row + slots, mask=slots < real, other=2**31 - 1)
+    columns = tl.sort(columns)
+    tl.debug_barrier()  # every thread has read its slots before any is overwritten
+    kept = slots < real
+    x = tl.load(row_ptr + columns.to(tl.int64) * col_stride, mask=kept, other=float("-inf"))
+    tl.store(out_row + slots, tl.where(kept, columns, -1), mask=slots < width)
+    tl.store(values_row + slots, x, mask=slots < width)
+
+
+@triton.jit
 def select_row(
     rows_ptr, row_stride, col_stride, n, values_ptr, indices_ptr, candidate_stride, out_ptr,
-    width, neg_inf_key,
+    out_values_ptr, width, neg_inf_key,
     ROW_BLOCK: tl.constexpr, CANDIDATE_BLOCK: tl.constexpr, KEY_BITS: tl.constexpr,
-    HAS_CANDIDATES: tl.constexpr, FROM_END: tl.constexpr,
+    FROM_END: tl.constexpr, SORT_BLOCK: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     row_ptr = rows_ptr + row * row_stride
     out_row = out_ptr + row * width
-    use_radix = 1
-    if HAS_CANDIDATES:
-        # The k+1 candidates hold every key above the k-th and at least one equal to it.
-        # Float order and key order differ only at ±0.0 and NaN: those rows use the radix.
-        values_row = values_ptr + row * candidate_stride
-        indices_row = indices_ptr + row * candidate_stride
-        offsets = tl.arange(0, CANDIDATE_BLOCK)
-        lowest = tl.full((), 2**62, tl.int64)
-        has_nan = tl.zeros((), tl.int32)
-        for start in range(0, width + 1, CANDIDATE_BLOCK):
-            inside, key, nan = candidate_keys(
-                values_row, start, offsets, width + 1, neg_inf_key, KEY_BITS
-            )
-            lowest = tl.minimum(lowest, tl.min(tl.where(inside, key, 2**62), axis=0))
-            has_nan = tl.maximum(has_nan, tl.max(nan.to(tl.int32), axis=0))
-        # The k-th key is the lowest if it repeats, else the next lowest (with its count).
-        lowest_count = tl.zeros((), tl.int32)
-        next_lowest = tl.full((), 2**62, tl.int64)
-        next_count = tl.zeros((), tl.int32)
+    # The k+1 candidates hold every key above the k-th and at least one equal to it.
+    # Float order and key order differ only at ±0.0 and NaN: those rows use the radix.
+    values_row = values_ptr + row * candidate_stride
+    indices_row = indices_ptr + row * candidate_stride
+    offsets = tl.arange(0, CANDIDATE_BLOCK)
+    lowest = tl.full((), 2**62, tl.int64)
+    has_nan = tl.zeros((), tl.int32)
+    for start in range(0, width + 1, CANDIDATE_BLOCK):
+        inside, key, nan = candidate_keys(
+            values_row, start, offsets, width + 1, neg_inf_key, KEY_BITS
+        )
+        lowest = tl.minimum(lowest, tl.min(tl.where(inside, key, 2**62), axis=0))
+        has_nan = tl.maximum(has_nan, tl.max(nan.to(tl.int32), axis=0))
+    # The k-th key is the lowest if it repeats, else the next lowest (with its count).
+    lowest_count = tl.zeros((), tl.int32)
+    next_lowest = tl.full((), 2**62, tl.int64)
+    next_count = tl.zeros((), tl.int32)
+    for start in range(0, width + 1, CANDIDATE_BLOCK):
+        inside, key, _ = candidate_keys(values_row, start, offsets, width + 1, neg_inf_key, KEY_BITS)
+        lowest_count += tl.sum((inside & (key == lowest)).to(tl.int32), axis=0)
+        above = inside & (key > lowest)
+        block_min = tl.min(tl.where(above, key, 2**62), axis=0)
+        block_count = tl.sum((above & (key == block_min)).to(tl.int32), axis=0)
+        next_count = tl.where(
+            block_min < next_lowest,
+            block_count,
+            next_count + tl.where(block_min == next_lowest, block_count, 0),
+        )
+        next_lowest = tl.minimum(next_lowest, block_min)
+    kth = tl.where(lowest_count > 1, lowest, next_lowest)
+    greater = tl.where(lowest_count > 1, width + 1 - lowest_count, width - next_count)
+    # +0.0 has key 0 and -0.0 key -1.
+    use_radix = (has_nan > 0) | (kth == 0) | (kth == -1)
+    if use_radix == 0:
+        # Ties at the k-th key are all among the candidates when the (k+1)-th is below it,
+        # and any -inf is padding: then the candidates' ties suffice.
+        # Keys above kth go to slots 0.., ties to slots greater.. (padding stays last).
+        ties_in_candidates = (lowest < kth) | (kth == neg_inf_key)
+        greater_taken = tl.zeros((), tl.int32)
+        ties_taken = tl.zeros((), tl.int32)
         for start in range(0, width + 1, CANDIDATE_BLOCK):
             inside, key, _ = candidate_keys(
                 values_row, start, offsets, width + 1, neg_inf_key, KEY_BITS
             )
-            lowest_count += tl.sum((inside & (key == lowest)).to(tl.int32), axis=0)
-            above = inside & (key > lowest)
-            block_min = tl.min(tl.where(above, key, 2**62), axis=0)
-            block_count = tl.sum((above & (key == block_min)).to(tl.int32), axis=0)
-            next_count = tl.where(
-                block_min < next_lowest,
-                block_count,
-                next_count + tl.where(block_min == next_lowest, block_count, 0),
-            )
-            next_lowest = tl.minimum(next_lowest, block_min)
-        kth = tl.where(lowest_count > 1, lowest, next_lowest)
-        greater = tl.where(lowest_count > 1, width + 1 - lowest_count, width - next_count)
-        # +0.0 has key 0 and -0.0 key -1.
-        use_radix = (has_nan > 0) | (kth == 0) | (kth == -1)
-        if use_radix == 0:
-            # Ties at the k-th key are all among the candidates when the (k+1)-th is
-            # below it, and any -inf is padding: then the candidates' ties suffice.
-            ties_in_candidates = (lowest < kth) | (kth == neg_inf_key)
-            taken = tl.zeros((), tl.int32)
-            ties_taken = tl.zeros((), tl.int32)
-            for start in range(0, width + 1, CANDIDATE_BLOCK):
-                inside, key, _ = candidate_keys(
-                    values_row, start, offsets, width + 1, neg_inf_key, KEY_BITS
-                )
-                column = tl.load(indices_row + start + offsets, mask=inside, other=0)
-                tie = tl.where(ties_in_candidates, inside & (key == kth), False)
-                tie_rank = ties_taken + tl.cumsum(tie.to(tl.int32), axis=0)
-                chosen = (inside & (key > kth)) | (tie & (tie_rank <= width - greater))
-                rank = taken + tl.cumsum(chosen.to(tl.int32), axis=0)
-                tl.store(out_row + rank - 1, column, mask=chosen)
-                taken += tl.sum(chosen.to(tl.int32), axis=0)
-                ties_taken += tl.sum(tie.to(tl.int32), axis=0)
-            if taken < width:
-                collect(
-                    row_ptr, col_stride, n, out_row, kth, False, 0, taken, width - taken,
-                    neg_inf_key, ROW_BLOCK, KEY_BITS, FROM_END,
-                )  # fmt: skip
-    if use_radix != 0:
+            column = tl.load(indices_row + start + offsets, mask=inside, other=0).to(tl.int32)
+            above = inside & (key > kth)
+            rank = greater_taken + tl.cumsum(above.to(tl.int32), axis=0)
+            tl.store(out_row + rank - 1, column, mask=above)
+            tie = tl.where(ties_in_candidates, inside & (key == kth), False)
+            rank = ties_taken + tl.cumsum(tie.to(tl.int32), axis=0)
+            tl.store(out_row + greater + rank - 1, column, mask=tie & (rank <= width - greater))
+            greater_taken += tl.sum(above.to(tl.int32), axis=0)
+            ties_taken += tl.sum(tie.to(tl.int32), axis=0)
+        ties_taken = tl.minimum(ties_taken, width - greater)
+        if ties_taken < width - greater:
+            collect_ties(
+                row_ptr, col_stride, n, out_row, kth, greater + ties_taken,
+                width - greater - ties_taken, ROW_BLOCK, KEY_BITS, FROM_END,
+            )  # fmt: skip
+    else:
         kth, ties = radix_kth(row_ptr, col_stride, n, width, neg_inf_key, ROW_BLOCK, KEY_BITS)
+        greater = width - ties
         collect(
-            row_ptr, col_stride, n, out_row, kth, True, width - ties, width - ties, ties,
-            neg_inf_key, ROW_BLOCK, KEY_BITS, FROM_END,
+            row_ptr, col_stride, n, out_row, kth, greater, ties, neg_inf_key,
+            ROW_BLOCK, KEY_BITS, FROM_END,
         )  # fmt: skip
+    if SORT_BLOCK > 0:
+        # Keys at -inf (NaN too) are padding: only the keys above the k-th are real then.
+        real = tl.where(kth == neg_inf_key, greater, width)
+        write_ordered(
+            row_ptr, col_stride, out_row, out_values_ptr + row * width, width, real, SORT_BLOCK
+        )

@@ -71,6 +71,26 @@ def test_torch_backend_raw_output_is_deterministic(tie_break):
         assert torch.equal(first, dsa_topk._torch_select(scores, 2048, tie_break == 2))
 
 
+@pytest.mark.parametrize("tie_break", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_kernel_orders_its_rows_as_finalize_does(tie_break, dtype, monkeypatch):
+    """The kernel's own ordering (k <= MAX_ORDERED_WIDTH) against its unordered output
+    through _finalize (larger k), on rows for every branch: unique k-th scores, ties at
+    non-zero k-th scores, ±0.0 plateaus, NaN, fewer visible keys than k."""
+    scores = tie_heavy(256, 50000, torch.float32, seed=13)
+    scores[64:128] = torch.where(scores[64:128].isneginf(), NEG_INF, torch.rand_like(scores[64:128]))
+    scores[128:160] = scores[128:160].neg()  # -0.0 plateaus, negative ties, +inf
+    scores[160:170, ::3] = float("nan")
+    scores[170:180, 1000:] = NEG_INF
+    scores = scores.to(dtype)
+    ordered = select_topk(scores, 2048, backend="torch", tie_break=tie_break)
+    monkeypatch.setattr(dsa_topk._triton_rows(), "MAX_ORDERED_WIDTH", 0)
+    unordered = select_topk(scores, 2048, backend="torch", tie_break=tie_break)
+    assert torch.equal(ordered[1], unordered[1]) and torch.equal(ordered[0], unordered[0])
+    on_cpu = select_topk(scores.cpu(), 2048, backend="torch", tie_break=tie_break)
+    assert torch.equal(ordered[1].cpu(), on_cpu[1]) and torch.equal(ordered[0].cpu(), on_cpu[0])
+
+
 @pytest.fixture(scope="module")
 def flashinfer():
     module = pytest.importorskip("flashinfer", reason="flashinfer-python is not installed")

@@ -204,7 +204,11 @@ for dtype in (torch.float32, torch.bfloat16):
     ]
     for layout, view, policy in layouts:
         chosen = dsa_topk_triton.select_rows(view, width, policy == "large")
-        found[f"{dtype} {layout} {policy}"] = dsa_topk._finalize(rows, chosen)[1].tolist()
+        found[f"{dtype} {layout} {policy} unordered"] = dsa_topk._finalize(rows, chosen)[1].tolist()
+        values, indices = dsa_topk_triton.select_rows_ordered(view, width, policy == "large")
+        gathered = rows.gather(-1, indices.long().clamp_min(0))
+        assert torch.equal(values, gathered.masked_fill(indices < 0, float("-inf")))
+        found[f"{dtype} {layout} {policy} ordered"] = indices.tolist()
 print(json.dumps(found))
 """
 
@@ -247,7 +251,7 @@ def test_cuda_kernel_logic_is_exact_for_any_layout(tmp_path, reference_topk):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(found) == 8
+    assert len(found) == 16
     as_neg_inf = scores.nan_to_num(nan=NEG_INF, posinf=float("inf"), neginf=NEG_INF)
     for case, indices in found.items():
         dtype = torch.bfloat16 if "bfloat16" in case else torch.float32
