@@ -224,7 +224,7 @@ def _torch_select(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.T
     if width == n:
         return torch.arange(n, device=rows.device).expand(rows_count, n)
     triton_rows = _triton_rows() if rows.is_cuda else None
-    if triton_rows is not None and rows.dtype in triton_rows.KEY_BITS_OF:
+    if triton_rows is not None and triton_rows.handles(rows):
         return triton_rows.select_rows(rows, width, prefer_large)
     values, indices = rows.topk(width + 1, dim=-1, sorted=False)
     lowest = values.topk(2, dim=-1, largest=False, sorted=True)

@@ -24,6 +24,7 @@ through their strides, so transposed or sliced score rows work as they are.
 
 from __future__ import annotations
 
+import functools
 from typing import Optional, Tuple
 
 import torch
@@ -31,17 +32,24 @@ import triton
 import triton.language as tl
 
 KEY_BITS_OF = {torch.float32: 32, torch.float16: 16, torch.bfloat16: 16}
-# Elements a program handles per step (rows) and per step of the topk candidates.
+# Elements a program handles per step: the radix select's passes, the tie walk, the topk
+# candidates. Wider blocks cost registers, hence programs per multiprocessor.
 ROW_BLOCK = 2048
+WALK_BLOCK = 2048
 CANDIDATE_BLOCK = 1024
 NUM_WARPS = 8
 # The in-program sort holds next_power_of_2(k) columns in registers: up to this k.
 MAX_ORDERED_WIDTH = 8192
 
 
+def handles(rows: torch.Tensor) -> bool:
+    """Whether select_rows takes these rows (the walk's columns are int32)."""
+    return rows.dtype in KEY_BITS_OF and rows.size(-1) < 2**30
+
+
 def orders(rows: torch.Tensor, width: int) -> bool:
     """Whether select_rows_ordered takes these rows (width < n, as select_rows needs)."""
-    return rows.dtype in KEY_BITS_OF and width < rows.size(-1) and width <= MAX_ORDERED_WIDTH
+    return handles(rows) and width < rows.size(-1) and width <= MAX_ORDERED_WIDTH
 
 
 def select_rows(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.Tensor:
@@ -78,15 +86,18 @@ def _launch(
         width,
         _negative_infinity_key(rows.dtype),
         ROW_BLOCK=ROW_BLOCK,
+        WALK_BLOCK=WALK_BLOCK,
         CANDIDATE_BLOCK=CANDIDATE_BLOCK,
         KEY_BITS=KEY_BITS_OF[rows.dtype],
         FROM_END=prefer_large,
         SORT_BLOCK=0 if values is None else triton.next_power_of_2(width),
+        CONTIGUOUS=rows.stride(1) == 1,
         num_warps=NUM_WARPS,
     )
     return values, out
 
 
+@functools.lru_cache(maxsize=None)
 def _negative_infinity_key(dtype: torch.dtype) -> int:
     """The order key of -inf in this dtype (NaN takes it too)."""
     bits = torch.tensor(float("-inf"), dtype=dtype).view(_BITS_DTYPE[dtype]).item()
@@ -201,34 +212,52 @@ def collect(
 
 
 @triton.jit
+def walk_block(row_ptr, col_stride, n, done, offsets, FROM_END: tl.constexpr, CONTIGUOUS: tl.constexpr):
+    """The int32 columns of the walk's block after `done` keys and which exist (blocks run
+    from the row's end with FROM_END; columns ascend inside each block), and their scores."""
+    if FROM_END:
+        columns = (n - done - offsets.shape[0]).to(tl.int32) + offsets
+    else:
+        columns = done.to(tl.int32) + offsets
+    inside = (columns >= 0) & (columns < n)
+    if CONTIGUOUS:
+        x = tl.load(row_ptr + columns, mask=inside, other=0)
+    else:
+        x = tl.load(row_ptr + columns.to(tl.int64) * col_stride, mask=inside, other=0)
+    return columns, inside, x
+
+
+@triton.jit
 def collect_ties(
     row_ptr, col_stride, n, out_row, kth, first_slot, goal,
-    ROW_BLOCK: tl.constexpr, KEY_BITS: tl.constexpr, FROM_END: tl.constexpr,
+    WALK_BLOCK: tl.constexpr, KEY_BITS: tl.constexpr, FROM_END: tl.constexpr,
+    CONTIGUOUS: tl.constexpr,
 ):  # fmt: skip
     """Store the first goal columns whose score has the bit pattern of key kth (from the end
     with FROM_END) in slots first_slot... The row holds no NaN and kth is not ±0.0, so a bit
-    compare is the key compare."""
+    compare is the key compare. The next block is loaded while this one is scanned."""
     kth_bits = kth ^ ((kth >> (KEY_BITS - 1)) & ((1 << (KEY_BITS - 1)) - 1))  # an involution
     if KEY_BITS == 16:
         kth_bits = kth_bits.to(tl.int16)
     else:
         kth_bits = kth_bits.to(tl.int32)
-    offsets = tl.arange(0, ROW_BLOCK).to(tl.int64)
+    offsets = tl.arange(0, WALK_BLOCK)
     found = tl.zeros((), tl.int32)
-    done = tl.zeros((), tl.int64)
+    done = tl.zeros((), tl.int32)
+    x = walk_block(row_ptr, col_stride, n, done, offsets, FROM_END, CONTIGUOUS)[2]
     while (found < goal) & (done < n):
-        # Blocks run from the row's end with FROM_END; columns ascend inside each block.
+        next_x = walk_block(
+            row_ptr, col_stride, n, done + WALK_BLOCK, offsets, FROM_END, CONTIGUOUS
+        )[2]
         if FROM_END:
-            columns = n - done - ROW_BLOCK + offsets
+            columns = (n - done - WALK_BLOCK).to(tl.int32) + offsets
         else:
             columns = done + offsets
-        inside = (columns >= 0) & (columns < n)
-        x = tl.load(row_ptr + columns * col_stride, mask=inside, other=0)
         if KEY_BITS == 16:
             bits = x.to(tl.int16, bitcast=True)
         else:
             bits = x.to(tl.int32, bitcast=True)
-        tie = (inside & (bits == kth_bits)).to(tl.int32)
+        tie = ((columns >= 0) & (columns < n) & (bits == kth_bits)).to(tl.int32)
         before = tl.cumsum(tie, axis=0)
         ties = tl.sum(tie, axis=0)
         if FROM_END:
@@ -236,9 +265,10 @@ def collect_ties(
         else:
             rank = found + before
         chosen = (tie > 0) & (rank <= goal)
-        tl.store(out_row + first_slot + rank - 1, columns.to(tl.int32), mask=chosen)
+        tl.store(out_row + first_slot + rank - 1, columns, mask=chosen)
         found += ties
-        done += ROW_BLOCK
+        done += WALK_BLOCK
+        x = next_x
 
 
 @triton.jit
@@ -262,8 +292,9 @@ def write_ordered(
 def select_row(
     rows_ptr, row_stride, col_stride, n, values_ptr, indices_ptr, candidate_stride, out_ptr,
     out_values_ptr, width, neg_inf_key,
-    ROW_BLOCK: tl.constexpr, CANDIDATE_BLOCK: tl.constexpr, KEY_BITS: tl.constexpr,
-    FROM_END: tl.constexpr, SORT_BLOCK: tl.constexpr,
+    ROW_BLOCK: tl.constexpr, WALK_BLOCK: tl.constexpr, CANDIDATE_BLOCK: tl.constexpr,
+    KEY_BITS: tl.constexpr, FROM_END: tl.constexpr, SORT_BLOCK: tl.constexpr,
+    CONTIGUOUS: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     row_ptr = rows_ptr + row * row_stride
@@ -325,7 +356,7 @@ def select_row(
         if ties_taken < width - greater:
             collect_ties(
                 row_ptr, col_stride, n, out_row, kth, greater + ties_taken,
-                width - greater - ties_taken, ROW_BLOCK, KEY_BITS, FROM_END,
+                width - greater - ties_taken, WALK_BLOCK, KEY_BITS, FROM_END, CONTIGUOUS,
             )  # fmt: skip
     else:
         kth, ties = radix_kth(row_ptr, col_stride, n, width, neg_inf_key, ROW_BLOCK, KEY_BITS)

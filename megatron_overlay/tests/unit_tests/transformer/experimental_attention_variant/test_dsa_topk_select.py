@@ -190,7 +190,8 @@ KERNEL_ON_CPU = """
 import json, sys, torch
 from megatron.core.transformer.experimental_attention_variant import dsa_topk, dsa_topk_triton
 # Small blocks, so every loop of the kernel carries its state across steps.
-dsa_topk_triton.ROW_BLOCK, dsa_topk_triton.CANDIDATE_BLOCK = 64, 16
+dsa_topk_triton.ROW_BLOCK = dsa_topk_triton.WALK_BLOCK = 64
+dsa_topk_triton.CANDIDATE_BLOCK = 16
 scores = torch.load(sys.argv[1])
 width = int(sys.argv[2])
 found = {}
