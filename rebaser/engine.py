@@ -227,11 +227,16 @@ def _drive(
 ) -> Report:
     worktree = Git(state.worktree)
     steps = [OVERLAY_STEP, *(patch.name for patch in series.patches)]
-    lane_stopped = -1  # the step a fast lane last stopped at: that patch takes the long way
+    lane_at, lane_wait = 1, 1  # the first step a fast lane may start at; see below
     while state.next_step < len(steps):
-        if FAST_LANE and state.next_step not in (0, lane_stopped) and context.replay:
+        if FAST_LANE and state.next_step >= lane_at and context.replay:
+            started = state.next_step
             _fast_lane(state, series, worktree, context.replay, progress)
-            lane_stopped = state.next_step
+            # The patch the lane stopped at takes the long way. Stops come in runs on a real
+            # fork, and a lane that carried nothing cost a sequencer start for no patch: each
+            # such lane doubles how many patches take the long way before the next one.
+            lane_wait = 1 if state.next_step > started else lane_wait * 2
+            lane_at = state.next_step + lane_wait
             continue
         name = steps[state.next_step]
         progress(name)

@@ -281,3 +281,36 @@ def test_a_prefetch_that_fails_says_so_where_the_commits_are_needed(tmp_path, up
     replay.prefetch()
     with pytest.raises(RebaserError, match="ls-tree"):
         replay.commits()
+
+
+def test_a_run_of_conflicts_does_not_start_a_lane_per_patch(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    """On a real fork most stops come in runs (docs/real-fork.md: 23 of 32 patches); a lane
+    that carries nothing waits longer before the next one, so the run costs a few sequencer
+    starts, not one per patch, and the outcome is the per-patch path's."""
+    upstream.commit({"pkg/util.py": UTIL}, "util", tag="base")
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+    for n in range(12):
+        text = edit(upstream.read("pkg/util.py"), f"total + {n}\n", f"total * {n}\n")
+        upstream.commit({"pkg/util.py": text}, f"util: times {n}")
+    git(upstream.path, "checkout", "-q", "main")
+    theirs = UTIL
+    for n in range(12):
+        theirs = edit(theirs, f"total + {n}\n", f"total - {n}\n")
+    upstream.commit({"pkg/util.py": theirs}, "upstream: minus", tag="tip")
+    from rebaser.cli import main
+
+    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
+    assert main(["import", *arguments, str(tmp_path / "s")]) == 0
+    lanes: list[str] = []
+    carry = fastlane.carry
+    monkeypatch.setattr(
+        fastlane, "carry", lambda *args: lanes.append(args[4][0].name[:4]) or carry(*args)
+    )
+    report = tmp_path / "r.json"
+    outcome = carried(rebaser, tmp_path / "s" / "series", upstream, report)
+    assert outcome.code == ExitCode.NOT_APPLIED, outcome.out
+    steps = json.loads(report.read_text())["steps"][1:]
+    assert [step["status"] for step in steps] == ["dropped"] * 12
+    assert lanes == ["0001", "0003", "0007"], lanes  # then 2, 4 and 8 patches the long way
