@@ -180,8 +180,7 @@ def _set_aside(worktree: Git, state: ApplyState, patch: Patch) -> Optional[str]:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         backup = f"{workspace.BACKUP_PREFIX}/{state.branch}/skipped-{_number(patch)}-{stamp}"
         worktree.run("update-ref", backup, kept)
-    worktree.run("reset", "--quiet", "--hard", state.stopped_head)
-    worktree.run("clean", "--quiet", "-d", "--force")  # untracked files are in the backup
+    worktree.discard_changes(state.stopped_head)  # untracked files are in the backup
     return backup
 
 
@@ -387,8 +386,7 @@ def _stop_record(
 
 def _left_off(row: StepRow, stop: Stop, worktree: Git, *, blocked: bool) -> StepRow:
     """--keep-going: the failed patch leaves the branch as it was; the row keeps the stop."""
-    worktree.run("reset", "--quiet", "--hard", "HEAD")
-    worktree.run("clean", "--quiet", "-d", "--force")
+    worktree.discard_changes()
     status = StepStatus.BLOCKED if blocked else StepStatus.DROPPED
     return replace(row, status=status, detail=stop.reason, stop=stop)
 

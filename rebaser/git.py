@@ -167,6 +167,12 @@ class Git:
         out = self.run("status", "--porcelain=v1", "--untracked-files=all").stdout
         return [line for line in out.splitlines() if line.strip()]
 
+    def discard_changes(self, to: str = "HEAD") -> None:
+        """Back to commit `to`: tracked changes and untracked files go, ignored files stay.
+        Callers make sure nothing of the user's is among them (a clean tree, or a backup)."""
+        self.run("reset", "--quiet", "--hard", to)
+        self.run("clean", "--quiet", "-d", "--force")
+
     def unmerged_paths(self) -> list[str]:
         out = self.run("diff", "--name-only", "--diff-filter=U").stdout
         return sorted(set(out.split()))

@@ -94,8 +94,7 @@ def restore_last_step(state: ApplyState, worktree: Git) -> Optional[str]:
         f"{workspace.BACKUP_PREFIX}/{state.branch}/interrupted-{time.strftime('%Y%m%d-%H%M%S')}"
     )
     worktree.run("update-ref", backup, snapshot(worktree, "forkkit: saved after an interruption\n"))
-    worktree.run("reset", "--quiet", "--hard", last)
-    worktree.run("clean", "--quiet", "-d", "--force")  # untracked only; ignored files stay
+    worktree.discard_changes(last)  # untracked only; ignored files stay
     return backup
 
 

@@ -75,8 +75,7 @@ def carry(
     made = list(changes)
     if len(made) < len(patches):  # stopped: the rest waits for the per-patch path
         worktree.run("rebase", "--quit", check=False)
-        worktree.run("reset", "--quiet", "--hard")
-        worktree.run("clean", "--quiet", "-d", "--force")
+        worktree.discard_changes()
     rows = _rows(worktree, head, patches[: len(made)], changes)
     tip = made[len(rows) - 1] if rows else head
     worktree.run("checkout", "--quiet", "-B", branch, tip)

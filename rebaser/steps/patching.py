@@ -88,7 +88,8 @@ def apply_patch(worktree: Git, patch: Patch, context: SeriesContext) -> PatchOut
         return applied
 
     conflicts = worktree.unmerged_paths()
-    _reset(worktree)
+    # The worktree was clean before this patch (the engine checks): this loses nothing.
+    worktree.discard_changes()
     how = "cherry-pick" if commit else "3-way merge"
     reason = f"{how} conflicts in " + ", ".join(conflicts) if conflicts else f"{how} failed"
     hunks = failing_hunks(worktree, patch.path, conflicts)
@@ -173,17 +174,11 @@ def _in_upstream(patch: Patch, context: SeriesContext, why: str) -> PatchOutcome
     return PatchOutcome(StepStatus.IN_UPSTREAM, why + named, upstream_commit=upstream)
 
 
-def _reset(worktree: Git) -> None:
-    # The worktree was clean before this patch (the engine checks), so this loses nothing.
-    worktree.run("reset", "--quiet", "--hard", "HEAD")
-    worktree.run("clean", "--quiet", "-d", "--force")
-
-
 def _leave_for_user(
     worktree: Git, patch: Patch, commit: Optional[str], conflicts: list[str]
 ) -> None:
     """Leave the most useful partial state: conflict markers, else applied hunks + .rej files."""
-    _reset(worktree)
+    worktree.discard_changes()
     if conflicts and commit:
         worktree.run(*_CHERRY_PICK, commit, check=False)
     elif conflicts:
