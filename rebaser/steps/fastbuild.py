@@ -141,6 +141,10 @@ def _fast_import(repo: Git, base_sha: str, edits: list[_Edit], refs: list[str]) 
     with tempfile.TemporaryDirectory(prefix="forkkit-fastbuild-") as folder:
         marks = Path(folder) / "marks"
         repo.run(
+            # A pack as written: by default fast-import explodes a pack of under 100 objects
+            # into loose ones in a child process, which took most of its time.
+            "-c",
+            "fastimport.unpackLimit=0",
             "fast-import",
             "--quiet",
             "--done",
