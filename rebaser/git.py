@@ -56,6 +56,10 @@ _NEUTRAL_CONFIG = (
     "advice.detachedHead=false",
     "-c",
     "init.defaultBranch=main",
+    # No housekeeping started in the middle of an apply (gc may detach and compete with
+    # it); the user's next git command runs it.
+    "-c",
+    "maintenance.auto=false",
 )
 
 
