@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -31,18 +32,26 @@ class Check:
 
 
 def verify(worktree: Git, base_sha: str, series: Series) -> list[Check]:
-    changed = worktree.out("diff", "--name-only", "--no-renames", base_sha, "HEAD").splitlines()
-    existing = [path for path in changed if (worktree.path / path).is_file()]
-    return [
-        _committed(worktree),
-        find_conflict_markers(worktree.path, existing),
-        _per_file("python compiles", worktree.path, [p for p in existing if p.endswith(".py")]),
-        _diff_check(worktree, base_sha),
-        _symbols(worktree.path, [spec for patch in series.patches for spec in patch.symbols]),
-        _codemods_idempotent(
-            worktree.path, series.codemods, [p.codemod for p in series.patches if p.codemod]
-        ),
-    ]
+    # The git commands only read (diffs between commits; status at most refreshes the index
+    # under its lock), and each is mostly a process start: two run beside the rest.
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forkkit-verify") as pool:
+        committed = pool.submit(_committed, worktree)
+        whitespace = pool.submit(_diff_check, worktree, base_sha)
+        changed = worktree.out("diff", "--name-only", "--no-renames", base_sha, "HEAD")
+        existing = [path for path in changed.splitlines() if (worktree.path / path).is_file()]
+        markers = find_conflict_markers(worktree.path, existing)
+        python = [path for path in existing if path.endswith(".py")]
+        compiles = _per_file("python compiles", worktree.path, python)
+        return [
+            committed.result(),
+            markers,
+            compiles,
+            whitespace.result(),
+            _symbols(worktree.path, [spec for patch in series.patches for spec in patch.symbols]),
+            _codemods_idempotent(
+                worktree.path, series.codemods, [p.codemod for p in series.patches if p.codemod]
+            ),
+        ]
 
 
 def _committed(worktree: Git) -> Check:
