@@ -161,6 +161,12 @@ class Git:
         return result.stdout.strip() if result.ok else None
 
     def common_dir(self) -> Path:
+        # A main checkout's .git folder, or a bare repository, is its own common dir (only a
+        # linked worktree's git dir names another in `commondir`): no process for those.
+        for git_dir in (self.path / ".git", self.path):
+            if (git_dir / "HEAD").is_file() and (git_dir / "objects").is_dir():
+                if not (git_dir / "commondir").exists():
+                    return git_dir.resolve()
         return (self.path / self.out("rev-parse", "--git-common-dir")).resolve()
 
     def ref_exists(self, ref: str) -> bool:
