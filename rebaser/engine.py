@@ -100,7 +100,6 @@ def _start(target: Target, series: Series, options: ApplyOptions, progress: Prog
     space = workspace.create(
         target.git, branch, target.base_sha, options.worktree, force=options.force
     )
-    left_off.record(target.git, space.branch, {})  # an earlier apply's, if any
     state = ApplyState(
         series_file=str(series.file),
         repo=str(target.git.path),
@@ -240,10 +239,10 @@ def _drive(
         name = steps[state.next_step]
         progress(name)
         _starting(state, name)
+        head: Optional[str] = None  # the branch's tip after the step, where known already
         if name == OVERLAY_STEP:
-            row, stop = lay_overlay(series, worktree, state.branch), None
-            if row.status == StepStatus.FAILED:
-                stop = Stop(StopPhase.APPLY, name, row.detail)
+            row, head = lay_overlay(series, worktree, state.branch)
+            stop = Stop(StopPhase.APPLY, name, row.detail) if head is None else None
         else:
             patch = series.patches[state.next_step - 1]
             outcome = apply_patch(worktree, patch, context)
@@ -276,7 +275,7 @@ def _drive(
             )
         state.steps.append(asdict(row))
         state.next_step += 1
-        state.head = worktree.out("rev-parse", "HEAD")
+        state.head = head or worktree.out("rev-parse", "HEAD")
         if row.status in LEFT_OFF:
             _record_left_off(state, worktree)
         state.save()

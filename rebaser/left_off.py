@@ -9,9 +9,13 @@ from rebaser.git import Git
 PREFIX = "refs/forkkit/left-off"
 
 
+def ref_name(branch: str) -> str:
+    return f"{PREFIX}/{branch}"
+
+
 def record(git: Git, branch: str, patches: dict[str, str]) -> None:
     """`patches`: file name → status, for every patch the branch lacks and still needs."""
-    ref = f"{PREFIX}/{branch}"
+    ref = ref_name(branch)
     if not patches:
         git.run("update-ref", "-d", ref, check=False)
         return
@@ -21,7 +25,7 @@ def record(git: Git, branch: str, patches: dict[str, str]) -> None:
 
 
 def read(git: Git, branch: str) -> dict[str, str]:
-    shown = git.run("cat-file", "blob", f"{PREFIX}/{branch}", check=False)
+    shown = git.run("cat-file", "blob", ref_name(branch), check=False)
     if not shown.ok:
         return {}
     return dict(line.split("\t", 1) for line in shown.stdout.splitlines() if "\t" in line)

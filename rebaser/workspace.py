@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-from rebaser import series_start
-from rebaser.errors import RebaserError
+from rebaser import left_off, series_start
+from rebaser.errors import ExitCode, RebaserError
 from rebaser.git import FORKKIT_AUTHOR, Git
 
 BACKUP_PREFIX = "refs/forkkit/backups"
@@ -65,26 +65,52 @@ def checked_out_at(repo: Git, branch: str) -> Optional[Path]:
 def create(
     repo: Git, branch: str, base_sha: str, path: Optional[Path] = None, *, force: bool = False
 ) -> Workspace:
-    """A new branch at `base_sha`, checked out in a new worktree."""
+    """A new branch at `base_sha`, checked out in a new worktree. Refs that an earlier branch
+    of that name left beside it (where its series started, which patches it lacked) go."""
     path = (path or default_worktree_path(repo, branch)).resolve()
-    if repo.ref_exists(f"refs/heads/{branch}"):
-        if not force:
+    ref = f"refs/heads/{branch}"
+    if force and repo.ref_exists(ref):
+        remove(repo, branch, reason="replaced")
+    # One transaction, which fails when the branch exists: no check-then-create race.
+    stale = "".join(f"delete {beside}\n" for beside in _beside_refs(branch))
+    made = repo.run(
+        "update-ref",
+        "-m",
+        f"branch: Created from {base_sha}",
+        "--stdin",
+        stdin=f"start\ncreate {ref} {base_sha}\n{stale}commit\n".encode(),
+        check=False,
+    )
+    if not made.ok:
+        if repo.ref_exists(ref):
             raise RebaserError(
                 f"branch {branch} already exists (from an earlier apply?)",
                 where=str(repo.path),
                 next_step="pass --force to replace it (its commits are kept under "
                 f"{BACKUP_PREFIX}/), or delete it with git branch -D {branch}",
             )
-        remove(repo, branch, reason="replaced")
-    if path.exists() and any(path.iterdir()):
         raise RebaserError(
-            f"worktree folder {path} exists and is not empty",
-            next_step="choose another --worktree, or remove that folder",
+            f"cannot create branch {branch}: {made.stderr.strip()}",
+            where=str(repo.path),
+            code=ExitCode.ENVIRONMENT,
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    repo.run("worktree", "add", "--quiet", "-b", branch, str(path), base_sha)
+    try:
+        if path.exists() and any(path.iterdir()):
+            raise RebaserError(
+                f"worktree folder {path} exists and is not empty",
+                next_step="choose another --worktree, or remove that folder",
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        repo.run("worktree", "add", "--quiet", str(path), branch)
+    except RebaserError:
+        repo.run("update-ref", "-d", ref, base_sha, check=False)  # nothing else was made
+        raise
     (worktree_git_dir(path) / _MARKER).write_text(branch + "\n")
     return Workspace(branch, path)
+
+
+def _beside_refs(branch: str) -> list[str]:
+    return [series_start.ref_name(branch), left_off.ref_name(branch)]
 
 
 def remove(repo: Git, branch: str, *, reason: str) -> Optional[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from rebaser.confinement import write_new_file
 from rebaser.git import Git
 from rebaser.records import StepStatus
@@ -12,20 +14,18 @@ from rebaser.series import Series
 OVERLAY_STEP = "overlay"
 
 
-def lay_overlay(series: Series, worktree: Git, branch: str) -> StepRow:
-    """Copy the overlay in and commit it. The commit is made even with no files: it marks
-    where the series starts on the branch (a ref names it; refresh and the overlay tests
-    look for it)."""
+def lay_overlay(series: Series, worktree: Git, branch: str) -> tuple[StepRow, Optional[str]]:
+    """Copy the overlay in and commit it; the row and the commit (None when it failed). The
+    commit is made even with no files: it marks where the series starts on the branch (a
+    ref names it; refresh and the overlay tests look for it)."""
     files = series.overlay_files()
     clashes = [path for path in files if (worktree.path / path).exists()]
     if clashes:
-        return StepRow(
-            OVERLAY_STEP,
-            StepStatus.FAILED,
+        detail = (
             "upstream now has files at overlay paths (compare them with the overlay's, merge "
-            "by hand and commit): " + ", ".join(clashes),
-            clashes,
+            "by hand and commit): " + ", ".join(clashes)
         )
+        return StepRow(OVERLAY_STEP, StepStatus.FAILED, detail, clashes), None
     for path in files:
         write_new_file(worktree.path, path, (series.overlay_dir / path).read_bytes())  # type: ignore[operator]
     if files:
@@ -39,4 +39,4 @@ def lay_overlay(series: Series, worktree: Git, branch: str) -> StepRow:
         allow_empty=True,
     )
     series_start.mark(worktree, branch, overlay_sha)
-    return StepRow(OVERLAY_STEP, StepStatus.LAID, f"{len(files)} files", files)
+    return StepRow(OVERLAY_STEP, StepStatus.LAID, f"{len(files)} files", files), overlay_sha
