@@ -70,6 +70,25 @@ def test_keep_going_drops_reports_the_knock_on_and_exits_3(rebaser, tmp_path, up
     assert left_off == "0002-change-2.patch\tdropped\n0003-change-3.patch\tblocked"
 
 
+def test_a_new_branch_drops_what_an_earlier_one_of_its_name_left_beside_it(
+    rebaser, tmp_path, upstream
+):
+    series = series_with_a_knock_on(tmp_path, upstream)
+    apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going")
+    worktree = git(upstream.path, "worktree", "list", "--porcelain").split("\n\n")[1]
+    git(upstream.path, "worktree", "remove", "--force", worktree.split("\n")[0][len("worktree ") :])
+    git(upstream.path, "branch", "-D", "forkkit/demo/v2")  # by hand: its refs stay behind
+    assert git(upstream.path, "for-each-ref", "refs/forkkit/left-off", "refs/forkkit/series-start")
+    for name in ("0002-change-2.patch", "0003-change-3.patch"):  # what did not apply goes
+        series.write_text(series.read_text().replace(f"{name}\n", ""))
+    result, _ = apply_onto_v2(rebaser, tmp_path, series, upstream)
+    assert result.code == ExitCode.OK, result.out
+    assert git(upstream.path, "for-each-ref", "refs/forkkit/left-off") == ""
+    overlay = git(upstream.path, "rev-parse", "forkkit/demo/v2~2")
+    start = git(upstream.path, "rev-parse", "refs/forkkit/series-start/forkkit/demo/v2")
+    assert start == overlay
+
+
 def test_skip_goes_on_and_the_report_still_counts_the_patch(rebaser, tmp_path, upstream):
     series = series_with_a_knock_on(tmp_path, upstream)
     result, report = apply_onto_v2(rebaser, tmp_path, series, upstream)

@@ -110,3 +110,15 @@ def test_apply_force_keeps_ignored_files_in_the_backup(rebaser, tmp_path, upstre
     # The new branch does not carry the saved files.
     assert not (worktree_of(report) / "bench.log").exists()
     assert json.loads(report.read_text())["steps"][-1]["status"] == "clean"
+
+
+def test_a_worktree_folder_in_use_is_refused_and_no_branch_is_left(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine\n")
+    result = apply(rebaser, series, upstream, "v1", "--worktree", str(folder))
+    assert result.code != ExitCode.OK and "exists and is not empty" in result.err
+    assert (folder / "notes.txt").read_text() == "mine\n" and len(list(folder.iterdir())) == 1
+    assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
+    assert apply(rebaser, series, upstream, "v1").code == ExitCode.OK  # nothing in the way
