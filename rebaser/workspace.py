@@ -103,7 +103,7 @@ def create(
         path.parent.mkdir(parents=True, exist_ok=True)
         repo.run("worktree", "add", "--quiet", str(path), branch)
     except RebaserError:
-        repo.run("update-ref", "-d", ref, base_sha, check=False)  # nothing else was made
+        repo.run("update-ref", "-d", ref, base_sha, check=False)  # the branch made just above
         raise
     (worktree_git_dir(path) / _MARKER).write_text(branch + "\n")
     return Workspace(branch, path)
