@@ -10,11 +10,12 @@ the trailer existed) is read by position, as before.
 from __future__ import annotations
 
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from rebaser import left_off, series_start
+from rebaser import left_off, resolutions, series_start
 from rebaser import state as state_store
 from rebaser.errors import RebaserError
 from rebaser.export import export_patch, patch_file_name
@@ -115,8 +116,12 @@ def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
         changes.append(ExportedFile(f"patches/{name}", f"kept ({status} on the branch)"))
     for stale in [p.name for p in series.patches if p.name not in names and p.name not in kept]:
         changes.append(ExportedFile(f"patches/{stale}", "removed"))
+        records = series.patches_dir / resolutions.FOLDER / stale  # replayed for it only
+        if records.is_dir():
+            changes.append(ExportedFile(f"patches/{resolutions.FOLDER}/{stale}/", "removed"))
         if write:
             (series.patches_dir / stale).unlink()
+            shutil.rmtree(records, ignore_errors=True)
     names = _with_left_off(series, names, kept)
     if [p.name for p in series.patches] != names:
         changes.append(_write(series.file, _series_text(series, names), write=write))

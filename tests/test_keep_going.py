@@ -147,3 +147,16 @@ def test_refresh_drops_a_patch_in_upstream_and_keeps_the_ones_left_off(rebaser, 
     assert listed == ["0002-change-2.patch", "0003-change-3.patch", "0004-change-4.patch"]
     assert not (series.parent / "0001-change-1.patch").exists()  # upstream has it
     assert {name: (series.parent / name).read_text() for name in before} == before
+
+
+def test_refresh_drops_the_resolutions_of_a_patch_it_drops(rebaser, tmp_path, upstream):
+    series = series_with_a_knock_on(tmp_path, upstream, v2_from=ADD_DOC)  # v2 has 0001
+    records = series.parent / "resolutions"
+    for name in ("0001-change-1.patch", "0002-change-2.patch"):  # one goes, one stays listed
+        (records / name / ("0" * 40)).mkdir(parents=True)
+        (records / name / ("0" * 40) / "preimage").write_text(f"{name}\n")
+    _, report = apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going")
+    refreshed = rebaser("refresh", "--series", series, "--repo", report["worktree"])
+    assert refreshed.code == ExitCode.OK, refreshed.err
+    assert "resolutions/0001-change-1.patch" in refreshed.out
+    assert sorted(path.name for path in records.iterdir()) == ["0002-change-2.patch"]
