@@ -161,12 +161,11 @@ class Git:
         return result.stdout.strip() if result.ok else None
 
     def common_dir(self) -> Path:
-        # A main checkout's .git folder, or a bare repository, is its own common dir (only a
-        # linked worktree's git dir names another in `commondir`): no process for those.
-        for git_dir in (self.path / ".git", self.path):
-            if (git_dir / "HEAD").is_file() and (git_dir / "objects").is_dir():
-                if not (git_dir / "commondir").exists():
-                    return git_dir.resolve()
+        # A main checkout's .git folder is its own common dir (a linked worktree's `.git` is a
+        # file, its git dir names another in `commondir`): no process for that, the usual case.
+        dot_git = self.path / ".git"
+        if dot_git.is_dir() and not (dot_git / "commondir").exists():
+            return dot_git.resolve()
         return (self.path / self.out("rev-parse", "--git-common-dir")).resolve()
 
     def ref_exists(self, ref: str) -> bool:

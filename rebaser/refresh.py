@@ -117,15 +117,30 @@ def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
     for stale in [p.name for p in series.patches if p.name not in names and p.name not in kept]:
         changes.append(ExportedFile(f"patches/{stale}", "removed"))
         records = series.patches_dir / resolutions.FOLDER / stale  # replayed for it only
-        if records.is_dir():
+        if records.is_dir() or records.is_symlink():
             changes.append(ExportedFile(f"patches/{resolutions.FOLDER}/{stale}/", "removed"))
-        if write:
+        if write:  # the records first: a refresh that fails there lists them again
+            _remove_folder(records)
             (series.patches_dir / stale).unlink()
-            shutil.rmtree(records, ignore_errors=True)
     names = _with_left_off(series, names, kept)
     if [p.name for p in series.patches] != names:
         changes.append(_write(series.file, _series_text(series, names), write=write))
     return Refreshed(changes, changed)
+
+
+def _remove_folder(path: Path) -> None:
+    """A folder of the series, or the link that stands for it (what it points to stays)."""
+    try:
+        if path.is_symlink():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+    except OSError as exc:
+        raise RebaserError(
+            f"cannot remove {path}: {exc.strerror}",
+            next_step="remove it yourself (the patch it was recorded for left the series), "
+            "then refresh again",
+        ) from None
 
 
 def _refresh_overlay(

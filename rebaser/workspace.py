@@ -71,6 +71,12 @@ def create(
     ref = f"refs/heads/{branch}"
     if force and repo.ref_exists(ref):
         remove(repo, branch, reason="replaced")
+    try:  # before the branch exists: a refusal leaves nothing behind
+        _check_folder(path)
+    except RebaserError:
+        if repo.ref_exists(ref):  # an earlier apply's branch and worktree: say that first
+            raise _exists(repo, branch) from None
+        raise
     # One transaction, which fails when the branch exists: no check-then-create race.
     stale = "".join(f"delete {beside}\n" for beside in _beside_refs(branch))
     made = repo.run(
@@ -83,30 +89,44 @@ def create(
     )
     if not made.ok:
         if repo.ref_exists(ref):
-            raise RebaserError(
-                f"branch {branch} already exists (from an earlier apply?)",
-                where=str(repo.path),
-                next_step="pass --force to replace it (its commits are kept under "
-                f"{BACKUP_PREFIX}/), or delete it with git branch -D {branch}",
-            )
+            raise _exists(repo, branch)
         raise RebaserError(
             f"cannot create branch {branch}: {made.stderr.strip()}",
             where=str(repo.path),
             code=ExitCode.ENVIRONMENT,
         )
     try:
-        if path.exists() and any(path.iterdir()):
-            raise RebaserError(
-                f"worktree folder {path} exists and is not empty",
-                next_step="choose another --worktree, or remove that folder",
-            )
-        path.parent.mkdir(parents=True, exist_ok=True)
         repo.run("worktree", "add", "--quiet", str(path), branch)
-    except RebaserError:
-        repo.run("update-ref", "-d", ref, base_sha, check=False)  # the branch made just above
+    except BaseException:  # a failure or a Ctrl-C: no branch without its worktree
+        repo.run("update-ref", "-d", ref, base_sha, check=False)
         raise
     (worktree_git_dir(path) / _MARKER).write_text(branch + "\n")
     return Workspace(branch, path)
+
+
+def _exists(repo: Git, branch: str) -> RebaserError:
+    return RebaserError(
+        f"branch {branch} already exists (from an earlier apply?)",
+        where=str(repo.path),
+        next_step="pass --force to replace it (its commits are kept under "
+        f"{BACKUP_PREFIX}/), or delete it with git branch -D {branch}",
+    )
+
+
+def _check_folder(path: Path) -> None:
+    """The worktree's folder: absent or empty, and makeable (its parents are created)."""
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise RebaserError(
+            f"worktree folder {path} exists and is not an empty folder",
+            next_step="choose another --worktree, or remove what is there",
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RebaserError(
+            f"cannot make the worktree's folder {path}: {exc.strerror}",
+            next_step="choose a --worktree in a folder you can write to",
+        ) from None
 
 
 def _beside_refs(branch: str) -> list[str]:

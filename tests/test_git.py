@@ -20,3 +20,18 @@ def test_common_dir_is_what_git_says_for_every_layout(tmp_path: Path) -> None:
     for where in (main, main / "sub", tmp_path / "linked", linked_git_dir, tmp_path / "bare.git"):
         said = git(where, "rev-parse", "--git-common-dir")
         assert Git(where).common_dir() == (where / said).resolve(), where
+
+
+def test_common_dir_of_a_linked_worktree_whose_files_look_like_a_git_dir(tmp_path: Path) -> None:
+    main = tmp_path / "main"
+    main.mkdir()
+    git(main, "init", "-q")
+    (main / "HEAD").write_text("a file of the project\n")
+    (main / "objects").mkdir()
+    (main / "objects" / "README").write_text("so is this\n")
+    git(main, "add", "-A")
+    git(main, "commit", "-q", "-m", "start")
+    git(main, "worktree", "add", "-q", "--detach", str(tmp_path / "linked"))
+    for where in (main, tmp_path / "linked"):
+        said = git(where, "rev-parse", "--git-common-dir")
+        assert Git(where).common_dir() == (where / said).resolve(), where

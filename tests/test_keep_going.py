@@ -160,3 +160,19 @@ def test_refresh_drops_the_resolutions_of_a_patch_it_drops(rebaser, tmp_path, up
     assert refreshed.code == ExitCode.OK, refreshed.err
     assert "resolutions/0001-change-1.patch" in refreshed.out
     assert sorted(path.name for path in records.iterdir()) == ["0002-change-2.patch"]
+
+
+def test_refresh_drops_a_linked_resolutions_folder_and_keeps_what_it_points_to(
+    rebaser, tmp_path, upstream
+):
+    series = series_with_a_knock_on(tmp_path, upstream, v2_from=ADD_DOC)  # v2 has 0001
+    elsewhere = tmp_path / "shared-records" / ("0" * 40)
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "preimage").write_text("kept\n")
+    (series.parent / "resolutions").mkdir()
+    (series.parent / "resolutions" / "0001-change-1.patch").symlink_to(elsewhere.parent)
+    _, report = apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going")
+    refreshed = rebaser("refresh", "--series", series, "--repo", report["worktree"])
+    assert refreshed.code == ExitCode.OK, refreshed.err
+    assert list((series.parent / "resolutions").iterdir()) == []
+    assert (elsewhere / "preimage").read_text() == "kept\n"

@@ -118,7 +118,20 @@ def test_a_worktree_folder_in_use_is_refused_and_no_branch_is_left(rebaser, tmp_
     folder.mkdir()
     (folder / "notes.txt").write_text("mine\n")
     result = apply(rebaser, series, upstream, "v1", "--worktree", str(folder))
-    assert result.code != ExitCode.OK and "exists and is not empty" in result.err
+    assert result.code == ExitCode.USAGE and "exists and is not an empty folder" in result.err
     assert (folder / "notes.txt").read_text() == "mine\n" and len(list(folder.iterdir())) == 1
     assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
     assert apply(rebaser, series, upstream, "v1").code == ExitCode.OK  # nothing in the way
+
+
+def test_a_worktree_path_that_is_a_file_is_refused_and_no_branch_is_left(
+    rebaser, tmp_path, upstream
+):
+    series = two_patch_series(tmp_path, upstream)
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    for where in (afile, afile / "wt"):
+        result = apply(rebaser, series, upstream, "v1", "--worktree", str(where))
+        assert result.code == ExitCode.USAGE, result.err
+        assert str(where) in result.err and afile.read_text() == "mine\n"
+        assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
