@@ -179,7 +179,7 @@ class Git:
     def discard_changes(self, to: str = "HEAD") -> None:
         """Back to commit `to`: tracked changes and untracked files go, ignored files stay.
         Callers make sure nothing of the user's is among them (a clean tree, or a backup)."""
-        self.run("reset", "--quiet", "--hard", to)
+        self.run("reset", "--quiet", "--hard", to, "--")  # "--": a file may be named HEAD
         self.run("clean", "--quiet", "-d", "--force")
 
     def unmerged_paths(self) -> list[str]:

@@ -41,6 +41,15 @@ def test_clean_apply_creates_a_branch_and_leaves_the_checkout_alone(rebaser, tmp
     )
 
 
+def test_a_file_named_head_upstream_is_no_revision(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    upstream.commit({"HEAD": "a file of the project\n"}, "v2: a file named HEAD", tag="v2")
+    report = tmp_path / "r.json"
+    result = apply(rebaser, series, upstream, "v2", "--json", report, "--keep-going")
+    assert result.code == ExitCode.OK, result.out + result.err
+    assert all(check["ok"] for check in json.loads(report.read_text())["checks"])
+
+
 def test_offset_is_reported(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream)
     upstream.commit({"pkg/calc.py": "import math\n\n" + CALC}, "v2: import at the top", tag="v2")

@@ -144,7 +144,7 @@ def _cherry_pick(worktree: Git, patch: Patch, commit: str) -> Optional[PatchOutc
     """Merge the patch's own commit onto HEAD with ort; None on conflicts (left in place)."""
     if not worktree.run(*_CHERRY_PICK, commit, check=False).ok:
         return None
-    landed = worktree.out("diff", "--cached", "--name-only", "HEAD").split()
+    landed = worktree.out("diff", "--cached", "--name-only", "HEAD", "--").split()
     if not landed:
         return PatchOutcome(
             StepStatus.IN_UPSTREAM, "its cherry-pick is empty: upstream has its change"

@@ -37,7 +37,7 @@ def verify(worktree: Git, base_sha: str, series: Series) -> list[Check]:
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forkkit-verify") as pool:
         committed = pool.submit(_committed, worktree)
         whitespace = pool.submit(_diff_check, worktree, base_sha)
-        changed = worktree.out("diff", "--name-only", "--no-renames", base_sha, "HEAD")
+        changed = worktree.out("diff", "--name-only", "--no-renames", base_sha, "HEAD", "--")
         existing = [path for path in changed.splitlines() if (worktree.path / path).is_file()]
         markers = find_conflict_markers(worktree.path, existing)
         python = [path for path in existing if path.endswith(".py")]
@@ -99,7 +99,7 @@ _PER_FILE: dict[str, tuple[Callable[[Path, str], list[str]], str, str]] = {
 
 
 def _diff_check(worktree: Git, base_sha: str) -> Check:
-    result = worktree.run("diff", "--check", base_sha, "HEAD", check=False)
+    result = worktree.run("diff", "--check", base_sha, "HEAD", "--", check=False)
     problems = [line for line in result.stdout.splitlines() if line and not line.startswith("+")]
     return Check.of(
         "git diff --check", problems, ok="no whitespace errors", failed="{count} problems"
