@@ -538,7 +538,8 @@ def _series_context(
     upstream history since that base (to recognise patches upstream already has)."""
     base = recorded_base(series, repo, progress)
     replay = Replay(repo, base, series.patches) if base else None
-    return SeriesContext(series.codemods, replay, UpstreamHistory(repo, base, new_base))
+    paths = [path for patch in series.patches for path in patch.touched_paths]
+    return SeriesContext(series.codemods, replay, UpstreamHistory(repo, base, new_base, paths))
 
 
 def _with_notes(outcome: PatchOutcome) -> str:

@@ -90,6 +90,22 @@ def test_same_patch_id_upstream_then_changed_again_is_in_upstream(rebaser, tmp_p
     assert landed[:12] in detail
 
 
+def test_an_upstream_commit_with_the_change_and_more_is_not_the_same_patch(
+    rebaser, tmp_path, upstream
+):
+    series = series_on_v1(tmp_path, upstream, DOUBLING)
+    upstream.commit({"pkg/calc.py": DOUBLE_MUL, "pkg/other.py": "X = 1\n"}, "upstream: and more")
+    upstream.commit(
+        {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return 3 * a * b\n")},
+        "upstream: triple it instead",
+        tag="v2",
+    )
+    report = tmp_path / "r.json"
+    result = apply(rebaser, series, upstream, "v2", "--json", report, "--keep-going")
+    assert result.code == ExitCode.NOT_APPLIED, result.out
+    assert step(json.loads(report.read_text()), 1)["status"] == "dropped"
+
+
 def test_lines_already_upstream_are_flagged_possibly_superseded(rebaser, tmp_path, upstream):
     helper = "\n\ndef clamp01(x):\n    return min(max(x, 0), 1)\n"
     series = series_on_v1(

@@ -19,10 +19,15 @@ from rebaser.steps.difflines import file_lines, present_lines
 class UpstreamHistory:
     """The upstream commits between the series' recorded base and the new base, by patch-id."""
 
-    def __init__(self, repo: Git, recorded_base: Optional[str], new_base: str) -> None:
+    def __init__(
+        self, repo: Git, recorded_base: Optional[str], new_base: str, paths: list[str]
+    ) -> None:
+        """`paths`: every file the series' patches touch. A commit with a patch's patch-id
+        touches exactly that patch's files, so only commits touching these are read."""
         self.repo = repo
         self.recorded_base = recorded_base
         self.new_base = new_base
+        self.paths = sorted(set(paths))
         self._by_patch_id: Optional[dict[str, str]] = None
 
     def commit_with_same_change(self, patch: Patch) -> Optional[str]:
@@ -42,13 +47,17 @@ class UpstreamHistory:
             )
             if related:
                 log = self.repo.run(
+                    "--literal-pathspecs",
                     "log",
                     "--no-merges",
                     "-p",
+                    "--full-diff",  # each commit's whole diff, as its patch-id needs
                     "--no-renames",
                     "--no-color",
                     "--format=commit %H",
                     f"{base}..{self.new_base}",
+                    "--",
+                    *self.paths,
                 ).stdout
                 ids = self.repo.run("patch-id", "--stable", stdin=log.encode()).stdout
                 for line in ids.splitlines():
