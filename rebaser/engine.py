@@ -93,7 +93,7 @@ def _start(target: Target, series: Series, options: ApplyOptions, progress: Prog
         state_store.check_registry(str(target.git.path))
     check_upstream_paths(target.git, target.base_sha, series.overlay_files())
     branch = workspace.branch_name(series.name, target.label, options.branch_prefix)
-    context = _series_context(series, target.git, target.base_sha, progress)
+    context = _series_context(series, target.git, target.base_sha, progress, options.keep_going)
     if context.replay:
         context.replay.prefetch()  # the patches' commits are built while the worktree is made
     progress(f"creating branch {branch}")
@@ -246,7 +246,7 @@ def _drive(
         else:
             patch = series.patches[state.next_step - 1]
             outcome = apply_patch(worktree, patch, context)
-            if not outcome.applied and outcome.conflicts:
+            if not outcome.applied and outcome.conflicts and outcome.left:
                 outcome = _replay_resolution(worktree, patch, series, outcome)
             row = StepRow(
                 patch.name,
@@ -259,7 +259,7 @@ def _drive(
             if not outcome.applied:
                 stop, blocked = _stop_record(state, series, worktree, patch, outcome)
                 if state.keep_going:
-                    row = _left_off(row, stop, worktree, blocked=blocked)
+                    row = _left_off(row, stop, worktree, blocked=blocked, left=outcome.left)
                     stop = None
             elif outcome.status != StepStatus.IN_UPSTREAM:
                 if _nothing_staged(worktree):  # e.g. a 3-way merge that changed nothing
@@ -356,7 +356,9 @@ def _driven(
     when the caller has it already (apply builds it early to prefetch the commits)."""
     try:
         if context is None:
-            context = _series_context(series, Git(state.repo), state.base_sha, progress)
+            context = _series_context(
+                series, Git(state.repo), state.base_sha, progress, state.keep_going
+            )
         return _drive(state, series, progress, command, context)
     except KeyboardInterrupt:
         if state.ephemeral:
@@ -383,9 +385,11 @@ def _stop_record(
     return Stop(StopPhase.APPLY, patch.name, outcome.detail, outcome.conflicts, hunks), False
 
 
-def _left_off(row: StepRow, stop: Stop, worktree: Git, *, blocked: bool) -> StepRow:
-    """--keep-going: the failed patch leaves the branch as it was; the row keeps the stop."""
-    worktree.discard_changes()
+def _left_off(row: StepRow, stop: Stop, worktree: Git, *, blocked: bool, left: bool) -> StepRow:
+    """--keep-going: the failed patch leaves the branch as it was; the row keeps the stop.
+    `left`: what the patch got to is in the worktree (else it is clean already)."""
+    if left:
+        worktree.discard_changes()
     status = StepStatus.BLOCKED if blocked else StepStatus.DROPPED
     return replace(row, status=status, detail=stop.reason, stop=stop)
 
@@ -532,14 +536,22 @@ def _record_resolution(state: ApplyState, series: Series, worktree: Git) -> None
 
 
 def _series_context(
-    series: Series, repo: Git, new_base: str, progress: Progress
+    series: Series, repo: Git, new_base: str, progress: Progress, keep_going: bool
 ) -> SeriesContext:
-    """The patches' own commits on the series' recorded base (for cherry-picks) and the
-    upstream history since that base (to recognise patches upstream already has)."""
+    """The patches' own commits on the series' recorded base (for cherry-picks), the
+    upstream history since that base (to recognise patches upstream already has), and which
+    failed patches stay in the worktree (at a stop all; going on, those with a recorded
+    resolution to try)."""
     base = recorded_base(series, repo, progress)
     replay = Replay(repo, base, series.patches) if base else None
     paths = [path for patch in series.patches for path in patch.touched_paths]
-    return SeriesContext(series.codemods, replay, UpstreamHistory(repo, base, new_base, paths))
+    history = UpstreamHistory(repo, base, new_base, paths)
+    leave_failed = (
+        (lambda patch: resolutions.folder_for(series, patch).is_dir())
+        if keep_going
+        else (lambda patch: True)
+    )
+    return SeriesContext(series.codemods, replay, history, leave_failed)
 
 
 def _with_notes(outcome: PatchOutcome) -> str:

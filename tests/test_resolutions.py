@@ -154,6 +154,11 @@ def test_continue_records_and_the_next_apply_elsewhere_replays(rebaser, tmp_path
     assert (worktree_of(report3) / "pkg/calc.py").read_text() == edit(
         CONFLICT_FIXED, "return -a", "return 0 - a"
     )
+    # In one pass (--keep-going, as verify and CI run it) the record is replayed too.
+    again = apply(rebaser, series, SyntheticUpstream(clone), "v3", "--json", report3,
+                  "--keep-going", "--force")
+    assert again.code == ExitCode.OK, again.out
+    assert json.loads(report3.read_text())["steps"][2]["status"] == "resolution replayed"
 
     # Upstream changed the conflicting line again: the record does not match; a plain stop.
     upstream.commit({"pkg/calc.py": edit(CALC, "a * b\n", "b * a * 1\n")}, "v4", tag="v4")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from rebaser.codemods import AnchorNotFound, Codemods
 from rebaser.git import Git
@@ -46,6 +46,7 @@ class PatchOutcome:
     anchor: Optional[AnchorNotFound] = None
     upstream_commit: Optional[str] = None  # for `in upstream`: the commit that has the change
     superseded: list[str] = field(default_factory=list)  # files that already had its lines
+    left: bool = False  # a failed patch's partial state is in the worktree
 
     @property
     def applied(self) -> bool:
@@ -60,6 +61,10 @@ class SeriesContext:
     codemods: Codemods
     replay: Optional[Replay] = None
     history: Optional[UpstreamHistory] = None
+    # Whether a patch that fails is left in the worktree as far as it got (conflict markers,
+    # .rej files): for the user at a stop, or for a recorded resolution to replay. An apply
+    # that goes on (--keep-going) drops it at once otherwise: no point in redoing it.
+    leave_failed: Callable[[Patch], bool] = lambda patch: True
 
 
 def apply_patch(worktree: Git, patch: Patch, context: SeriesContext) -> PatchOutcome:
@@ -118,8 +123,14 @@ def apply_patch(worktree: Git, patch: Patch, context: SeriesContext) -> PatchOut
             f"upstream commit {upstream[:12]} made the same change (and later ones conflict)",
             upstream_commit=upstream,
         )
-    _leave_for_user(worktree, patch, commit, conflicts)
-    return PatchOutcome(StepStatus.FAILED, reason, conflicts=conflicts, hunks=hunks, anchor=anchor)
+    left = context.leave_failed(patch)
+    if left:
+        _leave_for_user(worktree, patch, commit, conflicts)
+    elif patch.codemod is not None:
+        worktree.discard_changes()  # whatever the codemod wrote before it gave up
+    return PatchOutcome(
+        StepStatus.FAILED, reason, conflicts=conflicts, hunks=hunks, anchor=anchor, left=left
+    )
 
 
 def _apply_exactly(worktree: Git, patch: Patch) -> Optional[PatchOutcome]:
