@@ -544,8 +544,8 @@ def _series_context(
     resolution to try)."""
     base = recorded_base(series, repo, progress)
     replay = Replay(repo, base, series.patches) if base else None
-    paths = [path for patch in series.patches for path in patch.touched_paths]
-    history = UpstreamHistory(repo, base, new_base, paths)
+    files = [patch.touched_paths for patch in series.patches]
+    history = UpstreamHistory(repo, base, new_base, files)
     leave_failed = (
         (lambda patch: resolutions.folder_for(series, patch).is_dir())
         if keep_going

@@ -20,14 +20,14 @@ class UpstreamHistory:
     """The upstream commits between the series' recorded base and the new base, by patch-id."""
 
     def __init__(
-        self, repo: Git, recorded_base: Optional[str], new_base: str, paths: list[str]
+        self, repo: Git, recorded_base: Optional[str], new_base: str, files: list[list[str]]
     ) -> None:
-        """`paths`: every file the series' patches touch. A commit with a patch's patch-id
-        touches exactly that patch's files, so only commits touching these are read."""
+        """`files`: the files each of the series' patches touches. A commit with a patch's
+        patch-id touches exactly that patch's files: only such commits are diffed."""
         self.repo = repo
         self.recorded_base = recorded_base
         self.new_base = new_base
-        self.paths = sorted(set(paths))
+        self.file_sets = {frozenset(paths) for paths in files}
         self._by_patch_id: Optional[dict[str, str]] = None
 
     def commit_with_same_change(self, patch: Patch) -> Optional[str]:
@@ -45,25 +45,48 @@ class UpstreamHistory:
                     "merge-base", "--is-ancestor", base, self.new_base, check=False
                 ).ok
             )
-            if related:
+            candidates = self._candidates(base) if related else []
+            if candidates:
                 log = self.repo.run(
-                    "--literal-pathspecs",
                     "log",
-                    "--no-merges",
+                    "--no-walk=unsorted",
+                    "--stdin",
                     "-p",
-                    "--full-diff",  # each commit's whole diff, as its patch-id needs
                     "--no-renames",
                     "--no-color",
                     "--format=commit %H",
-                    f"{base}..{self.new_base}",
-                    "--",
-                    *self.paths,
+                    stdin="".join(f"{sha}\n" for sha in candidates).encode(),
                 ).stdout
                 ids = self.repo.run("patch-id", "--stable", stdin=log.encode()).stdout
                 for line in ids.splitlines():
                     change, commit = line.split()
                     self._by_patch_id.setdefault(change, commit)
         return self._by_patch_id
+
+    def _candidates(self, base: Optional[str]) -> list[str]:
+        """The upstream commits (newest first) that touch exactly the files of a patch:
+        names only, cheap; only these are diffed."""
+        paths = sorted(set().union(*self.file_sets))
+        if not paths:
+            return []
+        listing = self.repo.run(
+            "--literal-pathspecs",
+            "log",
+            "--no-merges",
+            "--no-renames",
+            "--full-diff",  # every file a commit touches, not only the series' ones
+            "--name-only",
+            "--format=%x00%H",
+            f"{base}..{self.new_base}",
+            "--",
+            *paths,
+        ).stdout
+        candidates = []
+        for record in listing.split("\0")[1:]:
+            sha, _, names = record.partition("\n")
+            if frozenset(filter(None, names.splitlines())) in self.file_sets:
+                candidates.append(sha.strip())
+        return candidates
 
 
 def patch_id(repo: Git, diff: bytes) -> Optional[str]:
