@@ -313,7 +313,32 @@ def _unfold(value: str) -> str:
 
 
 def _strip_prefix(path: str) -> str:
+    """A path as a diff header names it, without git's quoting and its a/ or b/ prefix."""
+    if len(path) > 1 and path.startswith('"') and path.endswith('"'):
+        path = _unquote(path[1:-1])
     return path[2:] if path.startswith(("a/", "b/")) else path
+
+
+_ESCAPES = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, "\\": 92, '"': 34}
+
+
+def _unquote(text: str) -> str:
+    """git's C-style quoting undone: `caf\\303\\251.py` is café.py (octal escapes are bytes)."""
+    raw = bytearray()
+    position = 0
+    while position < len(text):
+        char = text[position]
+        escaped = text[position + 1 : position + 2]
+        if char == "\\" and escaped.isdigit():
+            raw.append(int(text[position + 1 : position + 4], 8))
+            position += 4
+        elif char == "\\" and escaped in _ESCAPES:
+            raw.append(_ESCAPES[escaped])
+            position += 2
+        else:
+            raw += char.encode()
+            position += 1
+    return raw.decode("utf-8", errors="surrogateescape")
 
 
 def _trailers(body: str, key: str) -> list[str]:

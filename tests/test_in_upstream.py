@@ -106,6 +106,27 @@ def test_an_upstream_commit_with_the_change_and_more_is_not_the_same_patch(
     assert step(json.loads(report.read_text()), 1)["status"] == "dropped"
 
 
+def test_a_patch_on_a_file_git_quotes_is_found_upstream_by_patch_id(
+    rebaser, tmp_path, upstream
+):
+    text = "".join(f"line {number}\n" for number in range(20))
+    ours, theirs = (text.replace("line 5\n", f"line 5 {who}\n") for who in ("fork", "later"))
+    upstream.commit({"a.py": text, "café.py": text}, "two files", tag="v1b")
+    base = git(upstream.path, "rev-parse", "v1b")
+    series = build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1b",
+        [Change("fork: both", {"a.py": ours, "café.py": ours})],
+        extra_directives=f"@base git:{base}\n",
+    )
+    landed = upstream.commit({"a.py": ours, "café.py": ours}, "upstream takes it")
+    upstream.commit({"a.py": theirs, "café.py": theirs}, "upstream changes it again", tag="v2")
+    code, report = apply_onto(rebaser, tmp_path, series, upstream, "v2")
+    assert landed[:12] in in_upstream_detail(code, report)
+    assert step(report, 1)["files"] == ["a.py", "café.py"]  # git's quoting undone
+
+
 def test_lines_already_upstream_are_flagged_possibly_superseded(rebaser, tmp_path, upstream):
     helper = "\n\ndef clamp01(x):\n    return min(max(x, 0), 1)\n"
     series = series_on_v1(

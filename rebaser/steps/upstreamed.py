@@ -76,16 +76,17 @@ class UpstreamHistory:
             "--no-renames",
             "--full-diff",  # every file a commit touches, not only the series' ones
             "--name-only",
-            "--format=%x00%H",
+            "-z",  # names as they are, not quoted
+            "--format=%x01%H",
             f"{base}..{self.new_base}",
             "--",
             *paths,
         ).stdout
         candidates = []
-        for record in listing.split("\0")[1:]:
-            sha, _, names = record.partition("\n")
-            if frozenset(filter(None, names.splitlines())) in self.file_sets:
-                candidates.append(sha.strip())
+        for record in listing.split("\x01")[1:]:
+            sha, names = record[:40], record[40:].removeprefix("\0\n").split("\0")
+            if frozenset(filter(None, names)) in self.file_sets:
+                candidates.append(sha)
         return candidates
 
 
