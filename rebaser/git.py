@@ -183,8 +183,8 @@ class Git:
         self.run("clean", "--quiet", "-d", "--force")
 
     def unmerged_paths(self) -> list[str]:
-        out = self.run("diff", "--name-only", "--diff-filter=U").stdout
-        return sorted(set(out.split()))
+        out = self.run("diff", "--name-only", "-z", "--diff-filter=U").stdout  # names as they are
+        return sorted(set(filter(None, out.split("\0"))))
 
     def commit(self, message: str, *, author: str, date: str, allow_empty: bool = False) -> str:
         """Commit the index (or `paths`) with a fixed committer, so shas are reproducible."""

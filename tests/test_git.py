@@ -35,3 +35,24 @@ def test_common_dir_of_a_linked_worktree_whose_files_look_like_a_git_dir(tmp_pat
     for where in (main, tmp_path / "linked"):
         said = git(where, "rev-parse", "--git-common-dir")
         assert Git(where).common_dir() == (where / said).resolve(), where
+
+
+def test_unmerged_paths_keep_spaces_and_other_characters(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    names = ["sp ace.py", "café.py"]
+    for name in names:
+        (repo / name).write_text("start\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "start")
+    git(repo, "checkout", "-q", "-b", "other")
+    for name in names:
+        (repo / name).write_text("other\n")
+    git(repo, "commit", "-q", "-am", "other")
+    git(repo, "checkout", "-q", "main")
+    for name in names:
+        (repo / name).write_text("main\n")
+    git(repo, "commit", "-q", "-am", "main")
+    assert not Git(repo).run("merge", "other", check=False).ok
+    assert Git(repo).unmerged_paths() == sorted(names)
