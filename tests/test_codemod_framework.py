@@ -244,6 +244,19 @@ def test_a_codemod_alone_needs_its_requirements_change_in_the_tree(tmp_path):
         codemods.transform_sources(["shout"], {"pkg/app.py": "X = 1\n"})
 
 
+def test_codemods_that_give_up_write_nothing(tmp_path):
+    """apply relies on it: a failed patch's worktree stays clean after its codemod gave up."""
+    wave = SHOUT.replace('"shout", "pkg/app.py"', '"wave", "pkg/app.py"').replace(
+        '    REQUIRES = ("greet",)\n', ""
+    ).replace('find_function(tree, "greet")', 'find_function(tree, "nowhere")')
+    codemods = load_codemods(codemods_folder(tmp_path, greet=GREET, wave=wave))
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg/app.py").write_text("X = 1\n")
+    with pytest.raises(AnchorNotFound):
+        codemods.run(["greet", "wave"], tmp_path, write=True)  # greet's change is not kept
+    assert (tmp_path / "pkg/app.py").read_text() == "X = 1\n"
+
+
 @pytest.mark.parametrize(
     "modules, message",
     [

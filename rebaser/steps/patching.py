@@ -123,11 +123,11 @@ def apply_patch(worktree: Git, patch: Patch, context: SeriesContext) -> PatchOut
             f"upstream commit {upstream[:12]} made the same change (and later ones conflict)",
             upstream_commit=upstream,
         )
+    # The worktree is clean here: a codemod that gives up has written nothing (it changes
+    # its files in memory first).
     left = context.leave_failed(patch)
     if left:
         _leave_for_user(worktree, patch, commit, conflicts)
-    elif patch.codemod is not None:
-        worktree.discard_changes()  # whatever the codemod wrote before it gave up
     return PatchOutcome(
         StepStatus.FAILED, reason, conflicts=conflicts, hunks=hunks, anchor=anchor, left=left
     )
