@@ -17,9 +17,7 @@ Where either fails the commits stop before that patch, and Replay builds the res
 from __future__ import annotations
 
 import email.utils
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 from rebaser.export import EXPORT_CONFIG, DIFF_FLAGS
@@ -39,16 +37,18 @@ class _Edit:
 
 
 def build_commits(repo: Git, base_sha: str, patches: list[Patch], refs: list[str]) -> list[str]:
-    """Commits for the longest prefix of `patches` that can be built this way, each under
-    its ref in `refs`; the rest is left to git apply."""
+    """Commits for the longest prefix of `patches` that can be built this way, the last one
+    under its ref in `refs` (it keeps the chain below it); the rest is left to git apply."""
     edits = _edits(repo, base_sha, patches)
     if not edits:
         return []
-    commits = _fast_import(repo, base_sha, edits, refs)
+    commits = _fast_import(repo, base_sha, edits, refs[len(edits) - 1])
     good = _matching_diffs(repo, commits, [edit.patch for edit in edits])
-    if good < len(commits):
-        stale = "".join(f"delete {ref}\n" for ref in refs[good : len(commits)])
-        repo.run("update-ref", "--stdin", stdin=stale.encode())
+    if good < len(commits):  # the ref names the last good commit, or nothing
+        moved = f"delete {refs[len(edits) - 1]}\n"
+        if good:
+            moved += f"update {refs[good - 1]} {commits[good - 1]}\n"
+        repo.run("update-ref", "--stdin", stdin=f"start\n{moved}commit\n".encode())
     return commits[:good]
 
 
@@ -120,13 +120,15 @@ def _identity(patch: Patch) -> Optional[tuple[str, str]]:
     return f"{name or address} <{address}>", f"{email.utils.mktime_tz(parsed)} {zone}"
 
 
-def _fast_import(repo: Git, base_sha: str, edits: list[_Edit], refs: list[str]) -> list[str]:
+def _fast_import(repo: Git, base_sha: str, edits: list[_Edit], ref: str) -> list[str]:
+    """The commits, in one fast-import that writes one ref (`ref`, the last commit) and says
+    each commit's id on its output (`get-mark`): no file per commit beside the objects."""
     committer_name, committer_email = FORKKIT_IDENTITY
     stream = bytearray()
     for mark, edit in enumerate(edits, start=1):
         author, date = edit.identity
         message = edit.patch.message.encode()
-        stream += f"commit {refs[mark - 1]}\nmark :{mark}\nauthor {author} {date}\n".encode()
+        stream += f"commit {ref}\nmark :{mark}\nauthor {author} {date}\n".encode()
         stream += f"committer {committer_name} <{committer_email}> {date}\n".encode()
         stream += f"data {len(message)}\n".encode() + message + b"\n"
         stream += f"from {base_sha if mark == 1 else f':{mark - 1}'}\n".encode()
@@ -137,23 +139,15 @@ def _fast_import(repo: Git, base_sha: str, edits: list[_Edit], refs: list[str]) 
             else:
                 stream += f"M {edit.modes[diff.path]} {diff.new_blob} ".encode() + path + b"\n"
         stream += b"\n"
+    stream += "".join(f"get-mark :{mark}\n" for mark in range(1, len(edits) + 1)).encode()
     stream += b"done\n"
-    with tempfile.TemporaryDirectory(prefix="forkkit-fastbuild-") as folder:
-        marks = Path(folder) / "marks"
-        repo.run(
-            # A pack as written: by default fast-import explodes a pack of under 100 objects
-            # into loose ones in a child process, which took most of its time.
-            "-c",
-            "fastimport.unpackLimit=0",
-            "fast-import",
-            "--quiet",
-            "--done",
-            "--force",
-            f"--export-marks={marks}",
-            stdin=bytes(stream),
-        )
-        shas = dict(line.split() for line in marks.read_text().splitlines())
-    return [shas[f":{mark}"] for mark in range(1, len(edits) + 1)]
+    # A pack as written: by default fast-import explodes a pack of under 100 objects into
+    # loose ones in a child process, which took most of its time.
+    out = repo.run(
+        "-c", "fastimport.unpackLimit=0", "fast-import", "--quiet", "--done", "--force",
+        stdin=bytes(stream),
+    ).stdout
+    return out.split()
 
 
 def _matching_diffs(repo: Git, commits: list[str], patches: list[Patch]) -> int:

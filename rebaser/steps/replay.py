@@ -7,7 +7,8 @@ detection and whole-tree context, as `git rebase` would.
 
 The commits are built in the target repository without a worktree (a temporary index, then
 `commit-tree` with the patch's author and date, so they are reproducible) and remembered
-under `refs/forkkit/replay/`, keyed by the base and the patches' bytes.
+under `refs/forkkit/replay/`, keyed by the base and the patches' bytes: a ref for each commit
+built alone, one for the last of a chain built at once (it keeps the chain).
 """
 
 from __future__ import annotations
@@ -91,12 +92,9 @@ class Replay:
         self.remember = remember
         self.base_sha = base_sha
         self.patches = patches
-        self._folder = Path(tempfile.mkdtemp(prefix="forkkit-replay-"))
-        weakref.finalize(self, shutil.rmtree, self._folder, True)
-        self._index = {"GIT_INDEX_FILE": str(self._folder / "index")}
         self._applied = -1  # the index holds the base plus patches[: _applied + 1]
+        self._index: dict[str, str] = {}  # GIT_INDEX_FILE of the private index, once read
         self._index_commit: Optional[str] = None  # a commit with the index's tree
-        self._index_read = False
         self._batch_tried = False
         self._chain: list[str] = []
         self._prefetch: Optional[threading.Thread] = None
@@ -135,33 +133,37 @@ class Replay:
             self._failure = failure
 
     def _build(self) -> None:
-        """Reuse the remembered chain, or build it with fastbuild."""
+        """Reuse the remembered chain (its last commit's ref keeps it), or build it with
+        fastbuild."""
         cached = self._cached()
-        if all(ref in cached for ref in self._refs):
-            remembered = [cached[ref] for ref in self._refs]
+        if (last := cached.get(self._refs[-1])) is not None:
             chain = self.repo.out(
-                "rev-list", "--reverse", "--first-parent", f"{self.base_sha}..{remembered[-1]}"
+                "rev-list", "--reverse", "--first-parent", f"{self.base_sha}..{last}"
             ).split()
-            self._chain = remembered if chain == remembered else []
+            # one commit a patch (a chain built around a gap also holds a recorded base)
+            self._chain = chain if len(chain) == len(self._refs) else []
         else:
             self._chain = build_commits(self.repo, self.base_sha, self.patches, self._refs)
-            cached.update(zip(self._refs, self._chain))
             if self._chain:
+                cached[self._refs[len(self._chain) - 1]] = self._chain[-1]
                 self._applied, self._index_commit = len(self._chain) - 1, self._chain[-1]
 
     def commit_of(self, patch: Patch) -> Optional[str]:
         """The patch's own commit, or None when it (or an earlier patch) does not apply
         exactly on its recorded base: the series was not exported from that base."""
         position = self.patches.index(patch)
-        self.commits()  # what can be had in one go first (or the prefetch's result)
+        if position < len(self.commits()):  # had in one go (or the prefetch's result)
+            return self._chain[position]
         if (cached := self._cached().get(self._refs[position])) is not None:
             return cached
         if self._broken or position <= self._applied:
             return None  # only asked again after the index moved on: not in a normal apply
-        if not self._index_read:
+        if not self._index:  # a private index, made when first needed
+            folder = tempfile.mkdtemp(prefix="forkkit-replay-")
+            weakref.finalize(self, shutil.rmtree, folder, True)
+            self._index = {"GIT_INDEX_FILE": str(Path(folder) / "index")}
             self.repo.run("read-tree", self._index_commit or self.base_sha, env=self._index)
             self._index_commit = self._index_commit or self.base_sha
-            self._index_read = True
         gap = self.patches[self._applied + 1 : position]
         if gap and not self._apply(gap):
             return None
