@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from rebaser import recovery
 from rebaser import state as state_store
-from rebaser import left_off, resolutions, series_start, workspace
+from rebaser import late_checkout, left_off, resolutions, series_start, workspace
 from rebaser.confinement import check_upstream_paths
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.git import FORKKIT_IDENTITY, Git
@@ -224,12 +224,13 @@ def _drive(
     state: ApplyState, series: Series, progress: Progress, command: str, context: SeriesContext
 ) -> Report:
     worktree = Git(state.worktree)
+    git_dir = workspace.worktree_git_dir(worktree.path)
     steps = [OVERLAY_STEP, *(patch.name for patch in series.patches)]
     lane_at, lane_wait = 1, 1  # the first step a fast lane may start at; see below
     while state.next_step < len(steps):
         if FAST_LANE and state.next_step >= lane_at and context.replay:
             started = state.next_step
-            _fast_lane(state, series, worktree, context.replay, progress)
+            _fast_lane(state, series, worktree, git_dir, context.replay, progress)
             # The patch the lane stopped at takes the long way. Stops come in runs on a real
             # fork, and a lane that carried nothing cost a sequencer start for no patch: each
             # such lane doubles how many patches take the long way before the next one.
@@ -244,6 +245,7 @@ def _drive(
             row, head = lay_overlay(series, worktree, state.branch)
             stop = Stop(StopPhase.APPLY, name, row.detail) if head is None else None
         else:
+            late_checkout.finish(worktree, git_dir)  # a patch applied alone reads the files
             patch = series.patches[state.next_step - 1]
             outcome = apply_patch(worktree, patch, context)
             if not outcome.applied and outcome.conflicts and outcome.left:
@@ -267,6 +269,7 @@ def _drive(
                 else:
                     worktree.commit(patch.message, author=patch.author, date=patch.date)
         if stop is not None:
+            late_checkout.finish(worktree, git_dir)  # the user fixes it in the files
             state.stopped = stop
             state.stopped_head = worktree.out("rev-parse", "HEAD")
             state.save()
@@ -282,6 +285,7 @@ def _drive(
 
     progress("verifying")
     _starting(state, "verification")
+    late_checkout.finish(worktree, git_dir)
     missing = _missing(state, series)
     applied = replace(series, patches=[p for p in series.patches if p not in missing])
     checks = verify(worktree, state.base_sha, applied)
@@ -315,7 +319,12 @@ def _drive(
 
 
 def _fast_lane(
-    state: ApplyState, series: Series, worktree: Git, replay: Replay, progress: Progress
+    state: ApplyState,
+    series: Series,
+    worktree: Git,
+    git_dir: Path,
+    replay: Replay,
+    progress: Progress,
 ) -> None:
     """Carry the patches from the next step on in one git sequencer run (steps/fastlane.py),
     as far as their own commits are at hand and git goes."""
@@ -326,7 +335,6 @@ def _fast_lane(
     patches = series.patches[first : first + len(commits)]
     progress(f"{patches[0].name} .. {patches[-1].name} (one git rebase)")
     _starting(state, patches[0].name)
-    git_dir = workspace.worktree_git_dir(worktree.path)
     head = state.head or worktree.out("rev-parse", "HEAD")
     lane = fastlane.carry(worktree, git_dir, state.branch, head, patches, commits)
     state.steps += [asdict(row) for row in lane.rows]

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from rebaser import workspace
+from rebaser import late_checkout, workspace
 from rebaser.errors import RebaserError
 from rebaser.git import Git, forkkit_env
 from rebaser.state import ApplyState, BrokenState
@@ -31,9 +31,16 @@ def worktree_of(state: ApplyState) -> Git:
             f"{workspace.BACKUP_PREFIX}/), then apply again",
         )
     git = Git(path)
-    fastlane.leave_interrupted(git, workspace.worktree_git_dir(path))
+    _leave_interrupted(git)
     workspace.check_on_branch(git, state.branch)
     return git
+
+
+def _leave_interrupted(worktree: Git) -> None:
+    """Back on the branch with every file written, whatever a kill left half done."""
+    git_dir = workspace.worktree_git_dir(worktree.path)
+    fastlane.leave_interrupted(worktree, git_dir)
+    late_checkout.finish(worktree, git_dir)
 
 
 def describe(state: ApplyState) -> list[str]:
@@ -44,9 +51,8 @@ def describe(state: ApplyState) -> list[str]:
         lines.append(f"the worktree {state.worktree} is missing (deleted?)")
         lines.append("next: `rebaser abort` drops the apply (its commits are kept in a ref)")
         return lines
-    in_lane = (workspace.worktree_git_dir(Path(state.worktree)) / fastlane.MARKER).is_file()
     current = workspace.current_branch(Git(state.worktree))
-    if current != state.branch and not in_lane:
+    if current != state.branch:
         lines.append(f"the worktree is on {current or 'a detached HEAD'}, not on {state.branch}")
         lines.append(f"next: `git switch {state.branch}` there before continuing or aborting")
         return lines
@@ -116,7 +122,7 @@ def drop(repo: Git, branch: str, worktree: Path) -> str:
     saved = None
     if worktree.is_dir():
         git = Git(worktree)
-        fastlane.leave_interrupted(git, workspace.worktree_git_dir(worktree))
+        _leave_interrupted(git)
         workspace.check_on_branch(git, branch)
         saved = workspace.save_uncommitted(
             git, "forkkit: work in progress saved by rebaser abort\n"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-from rebaser import left_off, series_start
+from rebaser import late_checkout, left_off, series_start
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.git import FORKKIT_AUTHOR, Git
 
@@ -65,8 +65,9 @@ def checked_out_at(repo: Git, branch: str) -> Optional[Path]:
 def create(
     repo: Git, branch: str, base_sha: str, path: Optional[Path] = None, *, force: bool = False
 ) -> Workspace:
-    """A new branch at `base_sha`, checked out in a new worktree. Refs that an earlier branch
-    of that name left beside it (where its series started, which patches it lacked) go."""
+    """A new branch at `base_sha`, in a new worktree whose files are not written yet. Refs
+    that an earlier branch of that name left beside it (where its series started, which
+    patches it lacked) go."""
     path = (path or default_worktree_path(repo, branch)).resolve()
     ref = f"refs/heads/{branch}"
     if force and repo.ref_exists(ref):
@@ -95,12 +96,14 @@ def create(
             where=str(repo.path),
             code=ExitCode.ENVIRONMENT,
         )
-    try:
-        repo.run("worktree", "add", "--quiet", str(path), branch)
+    try:  # its files are written when a step needs them (late_checkout)
+        repo.run("worktree", "add", "--quiet", "--no-checkout", str(path), branch)
     except BaseException:  # a failure or a Ctrl-C: no branch without its worktree
         repo.run("update-ref", "-d", ref, base_sha, check=False)
         raise
-    (worktree_git_dir(path) / _MARKER).write_text(branch + "\n")
+    git_dir = worktree_git_dir(path)
+    (git_dir / _MARKER).write_text(branch + "\n")
+    late_checkout.begin(Git(path), git_dir)
     return Workspace(branch, path)
 
 
@@ -146,6 +149,9 @@ def remove(repo: Git, branch: str, *, reason: str) -> Optional[str]:
                 f"branch {branch} is checked out in {where}, which rebaser did not create",
                 next_step="switch that checkout to another branch first",
             )
+        # One an interrupted apply left before its files were written: write them, so that
+        # git's answer below is about changes, not about files not there yet.
+        late_checkout.finish(Git(where), worktree_git_dir(where))
         dirty = Git(where).status_porcelain()
         if dirty:
             raise RebaserError(

@@ -88,6 +88,41 @@ def test_the_fast_lane_makes_the_per_patch_paths_branch_and_report(
     assert statuses == ["laid", "clean", "cherry-pick", "cherry-pick", "in upstream", "dropped", "blocked"]
 
 
+def test_a_lane_is_cut_where_git_apply_and_ort_make_different_files(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    """Upstream adds two lines above a run of identical blocks: git apply finds the patch's
+    context one line up (a block too early), ort puts the change in its own block. The
+    per-patch path applies exactly first, so the lane stops before that patch, the per-patch
+    path applies it, and a lane carries the rest."""
+    blocks = "x\ny\nz\n" * 6
+    upstream.commit({"pkg/blocks.txt": blocks}, "blocks", tag="base")
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+    fourth_changed = "x\ny\nz\n" * 3 + "x\nY\nz\n" + "x\ny\nz\n" * 2
+    upstream.commit({"pkg/blocks.txt": fourth_changed}, "Y in the fourth block")
+    upstream.commit({"pkg/calc.py": edit(CALC, "a + b", "b + a")}, "calc: commute add")
+    git(upstream.path, "checkout", "-q", "main")
+    upstream.commit({"pkg/blocks.txt": "q\nq\n" + blocks}, "two lines on top", tag="tip")
+    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
+    from rebaser.cli import main
+
+    assert main(["import", *arguments, str(tmp_path / "s")]) == 0
+    reports = {}
+    for lane in (False, True):
+        monkeypatch.setattr(engine, "FAST_LANE", lane)
+        report = tmp_path / f"lane-{lane}.json"
+        force = ("--force",) if lane else ()
+        result = carried(rebaser, tmp_path / "s" / "series", upstream, report, *force)
+        assert result.code == ExitCode.OK, result.out + result.err
+        data = json.loads(report.read_text())
+        reports[lane] = (git(upstream.path, "rev-parse", data["branch"]), data["steps"])
+    assert reports[True] == reports[False]
+    assert [step["status"] for step in reports[True][1]] == ["laid", "offset", "clean"]
+    lines = (Path(data["worktree"]) / "pkg/blocks.txt").read_text().splitlines()
+    assert lines.index("Y") == 9  # where git apply puts it (ort: line 13)
+    assert git(Path(data["worktree"]), "status", "--porcelain") == ""
+
+
 def test_the_fast_lane_reports_offsets_as_git_apply_does(rebaser, tmp_path, upstream, monkeypatch):
     upstream.commit({"pkg/util.py": UTIL}, "util", tag="base")
     git(upstream.path, "checkout", "-q", "-b", "fork")
@@ -117,15 +152,36 @@ def test_fast_built_commits_are_the_commits_git_apply_builds(tmp_path, upstream,
     assert [slow.commit_of(patch) for patch in series.patches] == fast
 
 
+def test_a_chain_built_at_once_is_remembered_by_one_ref_and_reused(
+    tmp_path, upstream, monkeypatch
+):
+    series = load_series(fork_and_tip(upstream, tmp_path))
+    base = git(upstream.path, "rev-parse", "base")
+    chain = Replay(Git(upstream.path), base, series.patches).commits()
+    refs = git(upstream.path, "for-each-ref", "--format=%(objectname)", replay_module.REPLAY_PREFIX)
+    assert refs.split() == [chain[-1]]  # one ref, not one a patch: each is a file to write
+
+    def refuse(*args):
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(replay_module, "build_commits", refuse)
+    again = Replay(Git(upstream.path), base, series.patches)
+    assert [again.commit_of(patch) for patch in series.patches] == chain
+
+
 def test_a_stale_index_line_is_caught_and_left_to_git_apply(rebaser, tmp_path, upstream):
     series_file = fork_and_tip(upstream, tmp_path)
     third = sorted(series_file.parent.glob("0003-*.patch"))[0]
     third.write_text(third.read_text().replace("+    return total - 2\n", "+    return total * 2\n"))
     series = load_series(series_file)
     base = git(upstream.path, "rev-parse", "base")
-    assert len(Replay(Git(upstream.path), base, series.patches).commits()) == 2
+    built = Replay(Git(upstream.path), base, series.patches).commits()
+    assert len(built) == 2
+    refs = git(upstream.path, "for-each-ref", "--format=%(objectname)", replay_module.REPLAY_PREFIX)
+    assert refs.split() == [built[-1]]  # the last good commit's, not the stale one's
     report = tmp_path / "r.json"
-    carried(rebaser, series_file, upstream, report)
+    result = carried(rebaser, series_file, upstream, report)
+    assert report.exists(), result.out + result.err
     tree = Path(json.loads(report.read_text())["worktree"])
     assert "return total * 2" in (tree / "pkg/helpers.py").read_text()
 
@@ -167,7 +223,10 @@ def test_a_kill_inside_the_sequencer_can_be_continued_or_aborted(rebaser, tmp_pa
     died = run_with_fault(point, args)
     assert died.returncode == 137, died.stdout + died.stderr
     worktree = Path(expected["worktree"])
-    assert (worktree / git(worktree, "rev-parse", "--git-path", "rebase-merge")).is_dir()
+    git_dir = Path(git(worktree, "rev-parse", "--absolute-git-dir"))
+    _, lane = (git_dir / fastlane.MARKER).read_text().splitlines()
+    assert (Path(lane) / ".git" / "rebase-merge").is_dir()  # git's sequencer, stopped there
+    assert git(worktree, "symbolic-ref", "--short", "HEAD") == branch  # the worktree waits
     status = rebaser("status", "--repo", upstream.path)
     assert "interrupted" in status.out and "rebaser continue" in status.out, status.out
 
@@ -179,10 +238,13 @@ def test_a_kill_inside_the_sequencer_can_be_continued_or_aborted(rebaser, tmp_pa
         s["status"] for s in expected["steps"]
     ]
     assert git(worktree, "status", "--porcelain") == ""
+    assert not Path(lane).exists()
 
     assert run_with_fault(point, args).returncode == 137
+    _, lane = (git_dir / fastlane.MARKER).read_text().splitlines()
     assert rebaser("abort", "--repo", upstream.path).code == 0, "abort after a kill mid-lane"
     assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
+    assert not Path(lane).exists()
 
 
 LINES = "".join(f"line {n}\n" for n in range(1, 31))

@@ -2,7 +2,7 @@
 
 Patch by patch, an apply costs several git processes (apply, commit, rev-parse, ...). On the
 happy path that is most of its time, so a run of patches whose own commits are at hand
-(Replay) goes through git's sequencer in ONE process: `git rebase --onto HEAD` of those
+(Replay) goes through git's sequencer in ONE process: `git rebase --onto <tip>` of those
 commits, ort with renames followed, each commit keeping the patch's message and author and
 getting rebaser's committer with the patch's date, exactly the commit the per-patch path
 makes. The lane stops where git stops (a conflict, an empty pick = upstream has it); that
@@ -15,18 +15,23 @@ preimage blobs, `offset` where `git apply` would have placed its hunks elsewhere
 Where the exact apply would have made a different file than ort, the lane is cut before
 that patch and the per-patch path applies it as it always has.
 
-While git's sequencer runs, HEAD is detached and the apply's branch stays where the last
-recorded step left it; a marker file says so, and leave_interrupted() puts the worktree back
-on its branch after a kill (`rebaser continue` then redoes the lane, `abort` drops it).
+git's sequencer runs in a scratch repository in memory (scratch.py): neither the apply's
+worktree nor its branch moves until the lane's commits are known; then one checkout moves
+the branch to the last one kept (writing the worktree's files, if none are yet:
+late_checkout). While the lane runs, a marker in the worktree's git dir names the scratch
+repository; after a kill, leave_interrupted() removes it and puts the worktree back on its
+branch (`rebaser continue` then redoes the lane, `abort` drops it).
 """
 
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from rebaser import late_checkout, scratch
 from rebaser.git import FORKKIT_IDENTITY, Git
 from rebaser.records import StepStatus
 from rebaser.report import StepRow
@@ -35,7 +40,7 @@ from rebaser.steps.rawdiff import ABSENT, FileDiff, apply_exactly, parse_diff
 from rebaser.steps.upstreamed import superseded_in
 
 Texts = dict[str, Optional[bytes]]  # path -> its bytes before the patch (None: no file)
-MARKER = "forkkit-fast-lane"  # in the worktree's git dir while the sequencer runs
+MARKER = "forkkit-fast-lane"  # in the worktree's git dir while a lane runs: branch, scratch
 # The user's settings must not change what the sequencer does with the commits.
 _SEQUENCER = (
     "-c",
@@ -69,22 +74,25 @@ def carry(
     """Carry `patches` (their own commits `commits`, a first-parent chain) onto `head`, the
     branch's tip; as many as git's sequencer takes and the status check keeps."""
     marker = git_dir / MARKER
-    marker.write_text(branch + "\n")
-    _sequence(worktree, head, commits)
-    changes = _carried(worktree, head)
-    made = list(changes)
-    if len(made) < len(patches):  # stopped: the rest waits for the per-patch path
-        worktree.run("rebase", "--quit", check=False)
-        worktree.discard_changes()
-    rows = _rows(worktree, head, patches[: len(made)], changes)
+    with scratch.repository(git_dir, head) as lane:
+        marker.write_text(f"{branch}\n{lane.path}\n")
+        _sequence(lane, head, commits)
+        changes = _carried(lane, head)
+        made = list(changes)
+        # The commits' objects go to the repository while their rows are worked out.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkkit-lane") as pool:
+            back = pool.submit(scratch.bring_back, lane, worktree, made[-1], head) if made else None
+            rows = _rows(lane, head, patches[: len(made)], changes)
+            if back is not None:
+                back.result()
     tip = made[len(rows) - 1] if rows else head
-    worktree.run("checkout", "--quiet", "-B", branch, tip)
+    late_checkout.checkout(worktree, git_dir, "--quiet", "-B", branch, tip)
     marker.unlink()
     return Lane(rows, tip)
 
 
 def _sequence(worktree: Git, head: str, commits: list[str]) -> None:
-    """git's sequencer: the commits onto `head` (HEAD detached), stopping where git stops."""
+    """git's sequencer: the commits onto `head`, stopping where git stops."""
     name, email = FORKKIT_IDENTITY
     worktree.run(
         *_SEQUENCER,
@@ -103,13 +111,16 @@ def _sequence(worktree: Git, head: str, commits: list[str]) -> None:
 
 
 def leave_interrupted(worktree: Git, git_dir: Path) -> bool:
-    """After a kill during a lane: quit git's sequencer and go back to the branch (the lane
-    only ever made commits off it). Whether there was a lane to leave."""
+    """After a kill during a lane: remove its scratch repository and put the worktree back
+    on its branch (a kill in the lane's last checkout may have left it half written).
+    Whether there was a lane to leave."""
     marker = git_dir / MARKER
     if not marker.is_file():
         return False
-    worktree.run("rebase", "--quit", check=False)
-    worktree.run("checkout", "--quiet", "--force", marker.read_text().strip())
+    branch, *folder = marker.read_text().splitlines()
+    if folder:
+        scratch.remove(folder[0])
+    late_checkout.git_for(worktree, git_dir).run("checkout", "--quiet", "--force", branch)
     marker.unlink()
     return True
 

@@ -19,7 +19,7 @@ def lay_overlay(series: Series, worktree: Git, branch: str) -> tuple[StepRow, Op
     commit is made even with no files: it marks where the series starts on the branch (a
     ref names it; refresh and the overlay tests look for it)."""
     files = series.overlay_files()
-    clashes = [path for path in files if (worktree.path / path).exists()]
+    clashes = _in_tree(worktree, files)
     if clashes:
         detail = (
             "upstream now has files at overlay paths (compare them with the overlay's, merge "
@@ -40,3 +40,14 @@ def lay_overlay(series: Series, worktree: Git, branch: str) -> tuple[StepRow, Op
     )
     series_start.mark(worktree, branch, overlay_sha)
     return StepRow(OVERLAY_STEP, StepStatus.LAID, f"{len(files)} files", files), overlay_sha
+
+
+def _in_tree(worktree: Git, paths: list[str]) -> list[str]:
+    """The paths HEAD's tree has (a file or a folder): asked of git, as the worktree's files
+    may not be written yet."""
+    if not paths:
+        return []
+    listing = worktree.run(
+        "ls-tree", "-z", "--name-only", "HEAD", "--", *paths, env={"GIT_LITERAL_PATHSPECS": "1"}
+    ).stdout
+    return sorted(set(filter(None, listing.split("\0"))) & set(paths))

@@ -1,0 +1,161 @@
+"""The apply's worktree gets its files late (rebaser/late_checkout.py). Until then git sees
+a clean sparse checkout that holds no file; however the apply ends, stops or dies, the
+worktree ends as a plain checkout of its branch: every file written, no skip-worktree mark,
+and no sparse-checkout setting left anywhere in the repository."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from faults import FaultPoint, run_with_fault
+from synthetic import ADD_DOC, CALC, apply, calc_series, edit, git, two_patch_series
+from test_fast_lane import carried, fork_and_tip
+
+from rebaser import engine, late_checkout, workspace
+from rebaser.errors import ExitCode
+from rebaser.git import Git
+
+
+def assert_plain_checkout(worktree: Path, repo: Path) -> None:
+    entries = git(worktree, "ls-files", "-v").splitlines()
+    assert entries and all(line.startswith(("H ", "M ")) for line in entries), entries  # S: skipped
+    missing = [line[2:] for line in entries if not (worktree / line[2:]).is_file()]
+    assert missing == []
+    git_dir = Path(git(worktree, "rev-parse", "--absolute-git-dir"))
+    assert not (git_dir / "info" / "sparse-checkout").exists()
+    settings = git(repo, "config", "--list", "--show-origin").lower()
+    assert "sparsecheckout" not in settings and "worktreeconfig" not in settings, settings
+
+
+def test_a_new_worktree_holds_no_file_yet_and_git_sees_it_clean(upstream, tmp_path):
+    base = upstream.commit({"pkg/calc.py": CALC, "pkg/deep/more.py": "X = 1\n"}, "v1")
+    repo = Git(upstream.path)
+    space = workspace.create(repo, "forkkit/demo/v1", base, tmp_path / "wt")
+    assert [path.name for path in space.path.iterdir()] == [".git"]
+    assert git(space.path, "status", "--porcelain") == ""
+    git_dir = workspace.worktree_git_dir(space.path)
+    assert late_checkout.pending(git_dir)
+
+    # what the overlay step leaves (a new file in the index) stays through finish()
+    (space.path / "pkg").mkdir()
+    (space.path / "pkg" / "new.py").write_text("NEW = 1\n")
+    git(space.path, "add", "pkg/new.py")
+    late_checkout.finish(space.git, git_dir)
+    assert not late_checkout.pending(git_dir)
+    assert (space.path / "pkg/calc.py").read_text() == CALC
+    assert (space.path / "pkg/deep/more.py").read_text() == "X = 1\n"
+    assert git(space.path, "status", "--porcelain") == "A  pkg/new.py"
+    assert_plain_checkout(space.path, upstream.path)
+    late_checkout.finish(space.git, git_dir)  # a second time changes nothing
+    assert git(space.path, "status", "--porcelain") == "A  pkg/new.py"
+
+
+def _lane_all(rebaser, tmp_path, upstream):
+    series = fork_and_tip(upstream, tmp_path)
+    return carried(rebaser, series, upstream, tmp_path / "r.json"), ExitCode.NOT_APPLIED
+
+
+def _lane_off(rebaser, tmp_path, upstream):
+    engine.FAST_LANE = False  # restored by the test's monkeypatch
+    return _lane_all(rebaser, tmp_path, upstream)
+
+
+def _per_patch(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream, overlay={"pkg/extra.py": "EXTRA = 1\n"})
+    return apply(rebaser, series, upstream, "v1", "--json", tmp_path / "r.json"), ExitCode.OK
+
+
+def _conflict_stop(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    moved = edit(CALC, "def add(a, b):\n", "def add(a, b):  # v2\n")
+    upstream.commit({"pkg/calc.py": moved}, "v2: a comment where the patch adds", tag="v2")
+    return _apply_v2(rebaser, tmp_path, upstream, series)
+
+
+def _overlay_clash(rebaser, tmp_path, upstream):
+    series = calc_series(
+        tmp_path, upstream, [("demo: document add", ADD_DOC)], overlay={"pkg/extra.py": "E = 1\n"}
+    )
+    upstream.commit({"pkg/extra.py": "UPSTREAM = 1\n"}, "v2: upstream's own extra.py", tag="v2")
+    return _apply_v2(rebaser, tmp_path, upstream, series)
+
+
+def _apply_v2(rebaser, tmp_path, upstream, series):
+    """An apply onto v2 that stops; the result and the exit code expected."""
+    result = apply(rebaser, series, upstream, "v2", "--json", tmp_path / "r.json")
+    return result, ExitCode.NOT_APPLIED
+
+
+ENDINGS = {
+    "a lane carries the series (with stops, going on)": _lane_all,
+    "the per-patch path only": _lane_off,
+    "patches applied one by one, with an overlay": _per_patch,
+    "a conflict stop": _conflict_stop,
+    "an overlay stop": _overlay_clash,
+}
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_every_way_an_apply_ends_leaves_a_plain_checkout(
+    rebaser, tmp_path, upstream, monkeypatch, ending
+):
+    monkeypatch.setattr(engine, "FAST_LANE", engine.FAST_LANE)
+    result, expected = ENDINGS[ending](rebaser, tmp_path, upstream)
+    assert result.code == expected, result.out + result.err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert_plain_checkout(Path(report["worktree"]), upstream.path)
+    if ending == "an overlay stop":  # the user merges the clash in upstream's file
+        assert (Path(report["worktree"]) / "pkg/extra.py").read_text() == "UPSTREAM = 1\n"
+        assert "pkg/extra.py" in report["steps"][0]["detail"]
+
+
+def _killed_before_files(rebaser, tmp_path, upstream, point: FaultPoint):
+    """The series of test_fast_lane applied whole, then again with --force killed at
+    `point`; the whole apply's report and the arguments to apply again."""
+    series = fork_and_tip(upstream, tmp_path)
+    whole = tmp_path / "whole.json"
+    assert carried(rebaser, series, upstream, whole).code == ExitCode.NOT_APPLIED
+    args = ["apply", "--series", series, "--repo", upstream.path, "--base", "tip", "--force"]
+    args += ["--test", "none", "--keep-going"]
+    assert run_with_fault(point, args).returncode == 137
+    return json.loads(whole.read_text()), args
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_kill_while_the_worktree_is_made_is_replaced_by_the_next_apply(
+    rebaser, tmp_path, upstream, when
+):
+    """Killed before the apply's state exists: nothing to continue; apply --force replaces
+    the half-made worktree (with no index yet, or an index and no file)."""
+    point = FaultPoint("rebaser.late_checkout:begin", when, 1)
+    expected, args = _killed_before_files(rebaser, tmp_path, upstream, point)
+    again = rebaser(*args, "--json", tmp_path / "again.json")
+    assert again.code == ExitCode.NOT_APPLIED, again.out + again.err
+    steps = json.loads((tmp_path / "again.json").read_text())["steps"]
+    assert [s["status"] for s in steps] == [s["status"] for s in expected["steps"]]
+    assert_plain_checkout(Path(expected["worktree"]), upstream.path)
+
+
+def test_a_kill_before_any_file_is_written_can_be_continued_or_aborted(
+    rebaser, tmp_path, upstream
+):
+    point = FaultPoint("rebaser.state:ApplyState.save", "after", 1)  # the apply's first save
+    expected, args = _killed_before_files(rebaser, tmp_path, upstream, point)
+    worktree = Path(expected["worktree"])
+    assert [path.name for path in worktree.iterdir()] == [".git"]
+
+    report = tmp_path / "continued.json"
+    continued = rebaser("continue", "--repo", upstream.path, "--json", report)
+    assert continued.code == ExitCode.NOT_APPLIED, continued.out + continued.err
+    steps = json.loads(report.read_text())["steps"]
+    assert [s["status"] for s in steps] == [s["status"] for s in expected["steps"]]
+    assert git(worktree, "status", "--porcelain") == ""
+    assert_plain_checkout(worktree, upstream.path)
+
+    assert run_with_fault(point, args).returncode == 137
+    aborted = rebaser("abort", "--repo", upstream.path)
+    assert aborted.code == 0, aborted.out + aborted.err
+    assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
+    assert not worktree.exists()

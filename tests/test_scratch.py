@@ -1,0 +1,94 @@
+"""The scratch repository a fast lane runs git's sequencer in (rebaser/scratch.py): in memory,
+borrowing the real repository's objects and config, gone afterwards, its objects brought
+back in one pack; a kill's leftovers are removed by the next lane."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from synthetic import edit, git
+from test_fast_lane import carried, fork_and_tip
+
+from rebaser import scratch, workspace
+from rebaser.errors import ExitCode
+from rebaser.git import Git
+
+
+def test_a_scratch_repository_borrows_objects_and_config_and_goes(upstream, tmp_path):
+    bare = tmp_path / "bare.git"  # a bare repository's config says core.bare = true
+    git(tmp_path, "clone", "-q", "--bare", str(upstream.path), str(bare))
+    git(bare, "config", "forkkit.probe", "from the real repository")
+    space = workspace.create(Git(bare), "forkkit/demo/v1", git(bare, "rev-parse", "v1"))
+    git_dir = workspace.worktree_git_dir(space.path)
+    head = git(bare, "rev-parse", "v1")
+    with scratch.repository(git_dir, head) as lane:
+        assert lane.path.parent == scratch.scratch_root()
+        assert [path.name for path in lane.path.iterdir()] == [".git"]  # no file written
+        assert lane.out("status", "--porcelain") == ""
+        assert lane.out("rev-parse", "HEAD") == head
+        assert lane.out("config", "forkkit.probe") == "from the real repository"
+        assert lane.out("rev-parse", "--is-bare-repository") == "false"
+
+        calc = lane.out("show", "HEAD:pkg/calc.py") + "\n"
+        changed = edit(calc, "a + b", "b + a").encode()
+        blob = lane.run("hash-object", "-w", "--stdin", stdin=changed).stdout.strip()
+        lane.run("update-index", "--cacheinfo", f"100644,{blob},pkg/calc.py")
+        tree = lane.out("write-tree")
+        made = lane.out("commit-tree", tree, "-p", head, "-m", "made in the lane")
+        assert Git(bare).rev_parse(made) is None
+        scratch.bring_back(lane, space.git, made, head)
+        assert Git(bare).rev_parse(made) == made
+        assert git(bare, "cat-file", "-p", f"{made}:pkg/calc.py") + "\n" == changed.decode()
+    assert not lane.path.exists()
+
+
+def test_the_next_lane_removes_what_a_killed_one_left(rebaser, tmp_path, upstream):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], stdout=subprocess.PIPE)
+    orphan = scratch.scratch_root() / f"{scratch.PREFIX}{int(dead.stdout)}-left"
+    living = scratch.scratch_root() / f"{scratch.PREFIX}{os.getpid()}-mine"
+    for folder in (orphan, living):
+        (folder / ".git").mkdir(parents=True)
+    try:
+        series = fork_and_tip(upstream, tmp_path)
+        assert carried(rebaser, series, upstream, tmp_path / "r.json").code == ExitCode.NOT_APPLIED
+        assert not orphan.exists()
+        assert living.exists()  # a process that still runs: not touched
+        steps = json.loads((tmp_path / "r.json").read_text())["steps"]
+        assert steps[1]["status"] == "clean"
+        left = list(scratch.scratch_root().glob(f"{scratch.PREFIX}{os.getpid()}-*"))
+        assert left == [living]  # the lane's own scratch repository is gone
+    finally:
+        for folder in (orphan, living):
+            subprocess.run(["rm", "-rf", str(folder)], check=True)
+
+
+def test_without_tmpfs_the_lane_runs_in_the_temporary_folder(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    monkeypatch.setattr(scratch, "_MEMORY", tmp_path / "no-shm")
+    monkeypatch.setattr(scratch.tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    assert scratch.scratch_root() == tmp_path / "tmp"
+    series = fork_and_tip(upstream, tmp_path)
+    assert carried(rebaser, series, upstream, tmp_path / "r.json").code == ExitCode.NOT_APPLIED
+    statuses = [s["status"] for s in json.loads((tmp_path / "r.json").read_text())["steps"]]
+    assert statuses[:4] == ["laid", "clean", "cherry-pick", "cherry-pick"], statuses
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_remove_takes_only_a_scratch_repository(tmp_path):
+    victim = tmp_path / f"{scratch.PREFIX}1-x"
+    victim.mkdir()
+    scratch.remove(str(victim))  # named like one, but not in the scratch root
+    assert victim.exists()
+    elsewhere = scratch.scratch_root() / "forkkit-not-a-lane"
+    elsewhere.mkdir()
+    try:
+        scratch.remove(str(elsewhere))
+        assert elsewhere.exists()
+    finally:
+        elsewhere.rmdir()
