@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-from pathlib import Path
 
 import pytest
 from synthetic import apply, git, two_patch_series

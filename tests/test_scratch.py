@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from synthetic import edit, git
 from test_fast_lane import carried, fork_and_tip
