@@ -4,7 +4,8 @@ rebaser's time is import (the fork branch → a series) + one-pass apply (`--kee
 verification; git's is `git rebase` (ort) of the same commits onto the same tip. Both run in
 the same process and repository, several times, alternating; the ratio of the medians is
 printed. rebaser runs in-process, so the interpreter's start (imports, about 1 s) is not
-counted, and cold: the patch commits it caches are deleted before each run. Target: within
+counted. Each run works in a fresh copy of the history: cold for both, no commit, object
+or ref of an earlier run. Target: within
 1.5x of git rebase, verification included. `--modules` sets the tree's size (a Megatron-LM
 clone holds about 3,100 files, 1,300 of them Python): rebaser's worktree is a full checkout
 of it, where `git rebase` runs in a checkout that exists already.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -28,7 +30,6 @@ from rebaser.cli import main as rebaser_main
 from rebaser.errors import ExitCode
 from rebaser.git import Git
 from rebaser.export import export_patch
-from rebaser.steps.replay import REPLAY_PREFIX
 
 FUNCTIONS = 12
 
@@ -104,9 +105,6 @@ def import_series(repo: Path, series_dir: Path) -> Path:
 
 
 def time_rebaser(repo: Path, scratch: Path, run: int) -> tuple[float, str]:
-    # cold, as git rebase is: no patch commits remembered from an earlier run
-    stale = git(repo, "for-each-ref", "--format=delete %(refname)", REPLAY_PREFIX)
-    subprocess.run(["git", "update-ref", "--stdin"], cwd=repo, input=stale, text=True, check=True)
     started = time.perf_counter()
     series = import_series(repo, scratch / f"series-{run}")
     options = engine.ApplyOptions(
@@ -144,11 +142,15 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="forkkit-bench-carry-") as scratch:
         os.environ["DSA_FORKKIT_CACHE"] = str(Path(scratch) / "cache")
-        repo = Path(scratch) / "upstream"
-        repo.mkdir()
-        build_history(repo, args.patches, args.modules)
+        template = Path(scratch) / "history"
+        template.mkdir()
+        build_history(template, args.patches, args.modules)
         ours, theirs = [], []
         for run in range(1, args.runs + 1):
+            # cold for both: a fresh copy holds no commit, object or ref of an earlier run
+            repo = Path(scratch) / f"run-{run}" / "upstream"
+            shutil.copytree(template, repo, symlinks=True)
+            os.sync()  # the copy's writes are not left to slow down the timed commands
             theirs.append(time_git_rebase(repo, run))
             seconds, statuses = time_rebaser(repo, Path(scratch), run)
             ours.append(seconds)
