@@ -5,10 +5,10 @@ verification; git's is `git rebase` (ort) of the same commits onto the same tip.
 the same process and repository, several times, alternating; the ratio of the medians is
 printed. rebaser runs in-process, so the interpreter's start (imports, about 1 s) is not
 counted. Each run works in a fresh copy of the history: cold for both, no commit, object
-or ref of an earlier run. Target: within
-1.5x of git rebase, verification included. `--modules` sets the tree's size (a Megatron-LM
-clone holds about 3,100 files, 1,300 of them Python): rebaser's worktree is a full checkout
-of it, where `git rebase` runs in a checkout that exists already.
+or ref of an earlier run. Target: within 1.5x of git rebase, verification included.
+`--modules` sets the tree's size (a Megatron-LM clone holds about 3,100 files, 1,300 of
+them Python): rebaser's worktree is a full checkout of it, where `git rebase` runs in a
+checkout that exists already.
 
     python ci/bench_carry.py [--runs 3] [--patches 30] [--modules 40]
 """
