@@ -90,15 +90,9 @@ class GitResult:
 class Git:
     """Runs git in one directory (a worktree, or a git dir for bare repositories)."""
 
-    def __init__(
-        self,
-        path: Path | str,
-        env: Optional[Mapping[str, str]] = None,
-        config: tuple[str, ...] = (),
-    ) -> None:
+    def __init__(self, path: Path | str, env: Optional[Mapping[str, str]] = None) -> None:
         self.path = Path(path)
         self.env = dict(env or {})  # for every command (e.g. alternates to read objects from)
-        self.config = config  # `-c key=value` options for every command
 
     def run(
         self,
@@ -141,7 +135,7 @@ class Git:
         full_env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **self.env})
         if env:
             full_env.update(env)
-        command = ["git", *_NEUTRAL_CONFIG, *self.config, *args]
+        command = ["git", *_NEUTRAL_CONFIG, *args]
         try:
             return subprocess.run(
                 command, cwd=self.path, env=full_env, input=stdin, capture_output=True

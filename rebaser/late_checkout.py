@@ -1,10 +1,10 @@
 """The apply's worktree gets its files only when a step needs them.
 
 Until then it is a sparse checkout that leaves every path out: git's index holds the whole
-tree (each entry marked skip-worktree) and no file is written. The overlay commit and a fast
-lane's `git rebase` need only the index, and a rebase that writes no files is faster (each
-pick rewrites the files it touches). The files are written once, by the lane's last checkout
-or before the first step that reads them (a per-patch apply, verification, a stop).
+tree (each entry marked skip-worktree) and no file is written. The overlay commit needs only
+the index, and a fast lane runs its sequencer in another repository: the files are written
+beside it, off the critical path (a full checkout of a large tree takes seconds on a slow
+disk), or before the first step that reads them (a per-patch apply, verification, a stop).
 
 The sparse patterns live in the worktree's own git dir (`info/sparse-checkout`), and
 `core.sparseCheckout` is passed on the command line, never written to the repository's
@@ -37,14 +37,6 @@ def pending(git_dir: Path) -> bool:
     return (git_dir / _PATTERNS).is_file() or not (git_dir / "index").is_file()
 
 
-def git_for(worktree: Git, git_dir: Path) -> Git:
-    """The Git to run index-only work with: sparse while the files are pending, so that
-    git keeps writing none."""
-    if not pending(git_dir):
-        return worktree
-    return Git(worktree.path, worktree.env, (*worktree.config, *_SPARSE))
-
-
 def finish(worktree: Git, git_dir: Path) -> None:
     """Write every file of the index (no-op once written). Index contents and changes in
     the worktree stay as they are: only the skip-worktree marks go."""
@@ -56,14 +48,4 @@ def finish(worktree: Git, git_dir: Path) -> None:
         worktree.run(*_SPARSE, "sparse-checkout", "reapply")
     else:
         worktree.run(*_SPARSE, "read-tree", "-m", "-u", "HEAD")
-    (git_dir / _PATTERNS).unlink()
-
-
-def checkout(worktree: Git, git_dir: Path, *args: str) -> None:
-    """`git checkout ARGS`, which also writes the files if they are pending: one process."""
-    if not pending(git_dir):
-        worktree.run("checkout", *args)
-        return
-    (git_dir / _PATTERNS).write_text(_ALL)
-    worktree.run(*_SPARSE, "checkout", *args)
     (git_dir / _PATTERNS).unlink()

@@ -17,8 +17,8 @@ that patch and the per-patch path applies it as it always has.
 
 git's sequencer runs in a scratch repository in memory (scratch.py): neither the apply's
 worktree nor its branch moves until the lane's commits are known; then one checkout moves
-the branch to the last one kept (writing the worktree's files, if none are yet:
-late_checkout). While the lane runs, a marker in the worktree's git dir names the scratch
+the branch to the last one kept. Meanwhile the worktree's files, if none are written yet
+(late_checkout), are written at the lane's start. While the lane runs, a marker in the worktree's git dir names the scratch
 repository; after a kill, leave_interrupted() removes it and puts the worktree back on its
 branch (`rebaser continue` then redoes the lane, `abort` drops it).
 """
@@ -74,19 +74,23 @@ def carry(
     """Carry `patches` (their own commits `commits`, a first-parent chain) onto `head`, the
     branch's tip; as many as git's sequencer takes and the status check keeps."""
     marker = git_dir / MARKER
-    with scratch.repository(git_dir, head) as lane:
-        marker.write_text(f"{branch}\n{lane.path}\n")
-        _sequence(lane, head, commits)
-        changes = _carried(lane, head)
-        made = list(changes)
-        # The commits' objects go to the repository while their rows are worked out.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkkit-lane") as pool:
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forkkit-lane") as pool:
+        # The worktree's files, if not written yet, are written while the sequencer runs
+        # elsewhere; the last checkout then writes only what the lane changed.
+        writing = pool.submit(late_checkout.finish, worktree, git_dir)
+        with scratch.repository(git_dir, head) as lane:
+            marker.write_text(f"{branch}\n{lane.path}\n")
+            _sequence(lane, head, commits)
+            changes = _carried(lane, head)
+            made = list(changes)
+            # The commits' objects go to the repository while their rows are worked out.
             back = pool.submit(scratch.bring_back, lane, worktree, made[-1], head) if made else None
             rows = _rows(lane, head, patches[: len(made)], changes)
             if back is not None:
                 back.result()
+        writing.result()
     tip = made[len(rows) - 1] if rows else head
-    late_checkout.checkout(worktree, git_dir, "--quiet", "-B", branch, tip)
+    worktree.run("checkout", "--quiet", "-B", branch, tip)
     marker.unlink()
     return Lane(rows, tip)
 
@@ -120,7 +124,7 @@ def leave_interrupted(worktree: Git, git_dir: Path) -> bool:
     branch, *folder = marker.read_text().splitlines()
     if folder:
         scratch.remove(folder[0])
-    late_checkout.git_for(worktree, git_dir).run("checkout", "--quiet", "--force", branch)
+    worktree.run("checkout", "--quiet", "--force", branch)  # recovery then writes the files
     marker.unlink()
     return True
 
