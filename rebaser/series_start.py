@@ -19,8 +19,11 @@ def ref_name(branch: str) -> str:
     return f"{PREFIX}/{branch.removeprefix('refs/heads/')}"
 
 
-def mark(repo: Git, branch: str, sha: str) -> None:
-    repo.run("update-ref", ref_name(branch), sha)
+def start(worktree: Git, branch: str, sha: str, reflog: str) -> None:
+    """Move `branch` (checked out in `worktree`) to the overlay commit `sha` and mark the
+    series' start there, in one transaction."""
+    moves = f"start\nupdate refs/heads/{branch} {sha}\nupdate {ref_name(branch)} {sha}\ncommit\n"
+    worktree.run("update-ref", "-m", reflog, "--stdin", stdin=moves.encode())
 
 
 def forget(repo: Git, branch: str) -> None:

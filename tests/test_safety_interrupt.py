@@ -24,13 +24,19 @@ from rebaser.errors import ExitCode
 OVERLAY = {"pkg/extra.py": "EXTRA = 1\n"}
 BRANCH = "forkkit/demo/v1"
 
-# Commit 1 lays the overlay, commit 2 the first patch. The state is saved when the apply
-# starts, then as each step starts and when it is recorded: save 5 records the first patch.
+# The overlay is committed by commit_tree and series_start.start, each patch by Git.commit.
+# The state is saved when the apply starts, then as each step starts and when it is
+# recorded: save 5 records the first patch.
 KILL_POINTS = {
-    "overlay files laid, not committed": FaultPoint("rebaser.git:Git.commit", "before", 1),
-    "overlay committed, state not saved": FaultPoint("rebaser.git:Git.commit", "after", 1),
-    "patch in the index, not committed": FaultPoint("rebaser.git:Git.commit", "before", 2),
-    "patch committed, state not saved": FaultPoint("rebaser.git:Git.commit", "after", 2),
+    "overlay files laid, not committed": FaultPoint(
+        "rebaser.steps.overlay:commit_tree", "before", 1
+    ),
+    "overlay committed, branch not moved": FaultPoint(
+        "rebaser.steps.overlay:commit_tree", "after", 1
+    ),
+    "overlay committed, state not saved": FaultPoint("rebaser.series_start:start", "after", 1),
+    "patch in the index, not committed": FaultPoint("rebaser.git:Git.commit", "before", 1),
+    "patch committed, state not saved": FaultPoint("rebaser.git:Git.commit", "after", 1),
     "between patches": FaultPoint("rebaser.state:ApplyState.save", "after", 5),
 }
 
@@ -159,7 +165,7 @@ def test_ctrl_c_during_tests_stops_pytest_and_says_what_is_possible(rebaser, tmp
 
 def test_ctrl_c_while_applying_can_be_continued(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream, overlay=OVERLAY)
-    point = FaultPoint("rebaser.git:Git.commit", "before", 2)
+    point = FaultPoint("rebaser.git:Git.commit", "before", 1)  # the first patch's
     args = apply_args(series, upstream, "--test", "none")
     interrupted = run_with_fault(point, args, how="interrupt")
     assert interrupted.returncode != 0 and "rebaser continue" in interrupted.stderr

@@ -10,6 +10,7 @@ from rebaser.records import StepStatus
 from rebaser import series_start
 from rebaser.report import StepRow
 from rebaser.series import Series
+from rebaser.steps.replay import commit_tree
 
 OVERLAY_STEP = "overlay"
 
@@ -31,14 +32,13 @@ def lay_overlay(series: Series, worktree: Git, branch: str) -> tuple[StepRow, Op
     if files:
         worktree.run("add", "--", *files)
     source = f"New files from {series.overlay_dir.name}/" if series.overlay_dir else "No overlay"
-    first = series.patches[0]
-    overlay_sha = worktree.commit(
-        f"{series_start.OVERLAY_SUBJECT} ({len(files)} files)\n\n{source}, laid by dsa-forkkit.\n",
-        author=first.author,
-        date=first.date,
-        allow_empty=True,
-    )
-    series_start.mark(worktree, branch, overlay_sha)
+    subject = f"{series_start.OVERLAY_SUBJECT} ({len(files)} files)"
+    message = f"{subject}\n\n{source}, laid by dsa-forkkit.\n"
+    # The commit `git commit` would make, in two processes fewer: the index's tree (the
+    # base's, with no overlay), and the branch moved with the series-start ref beside it.
+    tree = worktree.out("write-tree") if files else "HEAD^{tree}"
+    overlay_sha = commit_tree(worktree, tree, "HEAD", message, series.patches[0])
+    series_start.start(worktree, branch, overlay_sha, f"commit: {subject}")
     return StepRow(OVERLAY_STEP, StepStatus.LAID, f"{len(files)} files", files), overlay_sha
 
 
