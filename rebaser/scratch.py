@@ -65,7 +65,13 @@ def repository(real_git_dir: Path, head: str) -> Iterator[Git]:
 
 def bring_back(scratch: Git, real: Git, tip: str, head: str) -> None:
     """The objects the scratch repository made for `tip` since `head`, into `real`'s
-    object store as one pack (those it borrowed are there already)."""
+    object store as one pack (those it borrowed are there already). Nothing to do when it
+    wrote no object: the same patches carried again make the same commits."""
+    store = scratch.path / ".git" / "objects"
+    if not any(len(entry.name) == 2 for entry in store.iterdir()) and not any(
+        (store / "pack").glob("*.pack")
+    ):
+        return
     wanted = f"{tip}\n^{head}\n".encode()
     pack = scratch.output_bytes(
         "pack-objects", "--revs", "--local", "--stdout", "--quiet", stdin=wanted

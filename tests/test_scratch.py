@@ -46,7 +46,8 @@ def test_a_scratch_repository_borrows_objects_and_config_and_goes(upstream, tmp_
 
 
 def test_the_next_lane_removes_what_a_killed_one_left(rebaser, tmp_path, upstream):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], stdout=subprocess.PIPE)
+    gone = [sys.executable, "-c", "import os; print(os.getpid())"]
+    dead = subprocess.run(gone, stdout=subprocess.PIPE)
     orphan = scratch.scratch_root() / f"{scratch.PREFIX}{int(dead.stdout)}-left"
     living = scratch.scratch_root() / f"{scratch.PREFIX}{os.getpid()}-mine"
     for folder in (orphan, living):
@@ -91,3 +92,27 @@ def test_remove_takes_only_a_scratch_repository(tmp_path):
         assert elsewhere.exists()
     finally:
         elsewhere.rmdir()
+
+
+def test_carrying_the_same_series_again_adds_no_pack(rebaser, tmp_path, upstream, monkeypatch):
+    """The lane's commits are reproducible: the second time, the scratch repository writes
+    no object, and nothing is packed or brought back (nor built again by fast-import)."""
+    series = fork_and_tip(upstream, tmp_path)
+    packs = upstream.path / ".git" / "objects" / "pack"
+    assert carried(rebaser, series, upstream, tmp_path / "1.json").code == ExitCode.NOT_APPLIED
+    first = sorted(packs.glob("*.pack"))
+    assert first  # fast-import's and the lane's
+    commands: set[str] = set()
+    original = Git._completed
+
+    def recording(self, args, *rest):
+        commands.update(args)
+        return original(self, args, *rest)
+
+    monkeypatch.setattr(Git, "_completed", recording)
+    again = carried(rebaser, series, upstream, tmp_path / "2.json", "--force")
+    assert again.code == ExitCode.NOT_APPLIED
+    assert "rebase" in commands and "pack-objects" not in commands and "fast-import" not in commands
+    assert sorted(packs.glob("*.pack")) == first
+    branches = [json.loads((tmp_path / name).read_text())["steps"] for name in ("1.json", "2.json")]
+    assert branches[0] == branches[1]

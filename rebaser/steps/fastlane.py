@@ -18,9 +18,10 @@ that patch and the per-patch path applies it as it always has.
 git's sequencer runs in a scratch repository in memory (scratch.py): neither the apply's
 worktree nor its branch moves until the lane's commits are known; then one checkout moves
 the branch to the last one kept. Meanwhile the worktree's files, if none are written yet
-(late_checkout), are written at the lane's start. While the lane runs, a marker in the worktree's git dir names the scratch
-repository; after a kill, leave_interrupted() removes it and puts the worktree back on its
-branch (`rebaser continue` then redoes the lane, `abort` drops it).
+(late_checkout), are written at the lane's start. While the lane runs, a marker in the
+worktree's git dir names the scratch repository; after a kill, leave_interrupted() removes
+it and puts the worktree back on its branch (`rebaser continue` then redoes the lane,
+`abort` drops it).
 """
 
 from __future__ import annotations
@@ -81,13 +82,13 @@ def carry(
         with scratch.repository(git_dir, head) as lane:
             marker.write_text(f"{branch}\n{lane.path}\n")
             _sequence(lane, head, commits)
+            # The commits' objects go to the repository (HEAD: the last pick git made, also
+            # where it stopped) while the rows are worked out.
+            back = pool.submit(scratch.bring_back, lane, worktree, "HEAD", head)
             changes = _carried(lane, head)
             made = list(changes)
-            # The commits' objects go to the repository while their rows are worked out.
-            back = pool.submit(scratch.bring_back, lane, worktree, made[-1], head) if made else None
             rows = _rows(lane, head, patches[: len(made)], changes)
-            if back is not None:
-                back.result()
+            back.result()
         writing.result()
     tip = made[len(rows) - 1] if rows else head
     worktree.run("checkout", "--quiet", "-B", branch, tip)
