@@ -50,10 +50,11 @@ def repository(real_git_dir: Path, head: str) -> Iterator[Git]:
         git_dir = root / ".git"
         common = _common_dir(real_git_dir)
         (git_dir / "objects" / "info").mkdir(parents=True, exist_ok=True)
-        (git_dir / "objects" / "info" / "alternates").write_text(f"{common / 'objects'}\n")
-        with (git_dir / "config").open("a") as config:
-            config.write(f"[include]\n\tpath = {common / 'config'}\n")
-            config.write(_OWN_CONFIG.format(root=root))
+        alternates = git_dir / "objects" / "info" / "alternates"
+        alternates.write_text(f"{_quoted(common / 'objects')}\n", encoding="utf-8")
+        with (git_dir / "config").open("a", encoding="utf-8") as config:
+            config.write(f"[include]\n\tpath = {_quoted(common / 'config')}\n")
+            config.write(_OWN_CONFIG.format(root=_quoted(root)))
         (git_dir / "info").mkdir(exist_ok=True)
         (git_dir / "info" / "sparse-checkout").write_text("!/*\n")
         (git_dir / "HEAD").write_text(f"{head}\n")
@@ -92,6 +93,13 @@ def scratch_root() -> Path:
     if _MEMORY.is_dir() and os.access(_MEMORY, os.W_OK | os.X_OK):
         return _MEMORY
     return Path(tempfile.gettempdir())
+
+
+def _quoted(path: Path) -> str:
+    """A path as git reads it from a config value or an alternates line, whatever it holds
+    (`#` and `;` start comments there, a quote or a newline would end it)."""
+    escaped = str(path).replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("\n", "\\n").replace("\t", "\\t") + '"'
 
 
 def _common_dir(git_dir: Path) -> Path:
