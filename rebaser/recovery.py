@@ -65,6 +65,8 @@ def describe(state: ApplyState) -> list[str]:
         lines.append(
             f"not stopped: interrupted during {state.running or 'the apply'} (or running now)"
         )
+        if late_checkout.pending(workspace.worktree_git_dir(Path(state.worktree))):
+            lines.append("the worktree's files are not written yet; `rebaser continue` writes them")
         lines.append(
             "next: `rebaser continue` redoes that step and goes on; `rebaser abort` drops the "
             "apply (its work is kept in a ref)"

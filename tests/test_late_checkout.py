@@ -145,6 +145,8 @@ def test_a_kill_before_any_file_is_written_can_be_continued_or_aborted(
     expected, args = _killed_before_files(rebaser, tmp_path, upstream, point)
     worktree = Path(expected["worktree"])
     assert [path.name for path in worktree.iterdir()] == [".git"]
+    status = rebaser("status", "--repo", upstream.path).out
+    assert "interrupted" in status and "files are not written yet" in status, status
 
     report = tmp_path / "continued.json"
     continued = rebaser("continue", "--repo", upstream.path, "--json", report)

@@ -20,7 +20,7 @@ from rebaser.git import Git
 def test_a_scratch_repository_borrows_objects_and_config_and_goes(upstream, tmp_path):
     # a bare repository's config says core.bare = true; '#' and ';' start comments in git's
     # config, a quote or a newline would end a value
-    bare = tmp_path / 'bare #1; "café"\tx.git'
+    bare = tmp_path / 'bare #1; "café"\tx\\y.git'
     git(tmp_path, "clone", "-q", "--bare", str(upstream.path), str(bare))
     git(bare, "config", "forkkit.probe", "from the real repository")
     space = workspace.create(Git(bare), "forkkit/demo/v1", git(bare, "rev-parse", "v1"))
