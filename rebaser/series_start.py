@@ -26,11 +26,6 @@ def start(worktree: Git, branch: str, sha: str, reflog: str) -> None:
     worktree.run("update-ref", "-m", reflog, "--stdin", stdin=moves.encode())
 
 
-def forget(repo: Git, branch: str) -> None:
-    """Drop the ref with its branch (the commits stay reachable from the branch's backup)."""
-    repo.run("update-ref", "-d", ref_name(branch), check=False)
-
-
 def find(repo: Git, branch: str) -> Optional[str]:
     """The commit the series starts after on `branch` (its overlay commit), or None."""
     marked = repo.rev_parse(ref_name(branch))

@@ -136,6 +136,12 @@ def _beside_refs(branch: str) -> list[str]:
     return [series_start.ref_name(branch), left_off.ref_name(branch)]
 
 
+def _forget_beside(repo: Git, branch: str) -> None:
+    """Drop the refs beside a removed branch (its commits stay in the branch's backup)."""
+    gone = "".join(f"delete {ref}\n" for ref in _beside_refs(branch))
+    repo.run("update-ref", "--stdin", stdin=gone.encode(), check=False)
+
+
 def remove(repo: Git, branch: str, *, reason: str) -> Optional[str]:
     """Remove the branch and its worktree, keeping the commits under a backup ref.
 
@@ -167,7 +173,7 @@ def remove(repo: Git, branch: str, *, reason: str) -> Optional[str]:
         backup = f"{BACKUP_PREFIX}/{branch}/{reason}-{time.strftime('%Y%m%d-%H%M%S')}"
         repo.run("update-ref", backup, f"refs/heads/{branch}")
         repo.run("branch", "--quiet", "-D", branch)
-    series_start.forget(repo, branch)
+    _forget_beside(repo, branch)
     repo.run("worktree", "prune")
     return backup
 
@@ -183,7 +189,7 @@ def discard(repo: Git, branch: str) -> None:
         repo.run("worktree", "remove", "--force", str(where))
     if repo.ref_exists(f"refs/heads/{branch}"):
         repo.run("branch", "--quiet", "-D", branch)
-    series_start.forget(repo, branch)
+    _forget_beside(repo, branch)
     repo.run("worktree", "prune")
 
 

@@ -176,3 +176,20 @@ def test_refresh_drops_a_linked_resolutions_folder_and_keeps_what_it_points_to(
     assert refreshed.code == ExitCode.OK, refreshed.err
     assert list((series.parent / "resolutions").iterdir()) == []
     assert (elsewhere / "preimage").read_text() == "kept\n"
+
+
+def test_abort_drops_the_refs_beside_the_branch(rebaser, tmp_path, upstream):
+    """The refs that say where the series starts and which patches the branch lacks go with
+    the branch when `abort` removes it, not at the next apply of that name."""
+    from test_fast_lane import fork_and_tip
+
+    series = fork_and_tip(upstream, tmp_path)
+    args = ["apply", "--series", series, "--repo", upstream.path, "--base", "tip"]
+    assert rebaser(*args, "--test", "none").code == ExitCode.NOT_APPLIED  # the conflict
+    assert rebaser("skip", "--repo", upstream.path).code == ExitCode.NOT_APPLIED  # blocked next
+    beside = ("refs/forkkit/left-off/", "refs/forkkit/series-start/")
+    for prefix in beside:
+        assert git(upstream.path, "for-each-ref", "--format=%(refname)", prefix), prefix
+    assert rebaser("abort", "--repo", upstream.path).code == 0
+    for prefix in beside:
+        assert git(upstream.path, "for-each-ref", "--format=%(refname)", prefix) == "", prefix
