@@ -555,7 +555,7 @@ def _series_context(
     files = [patch.touched_paths for patch in series.patches]
     history = UpstreamHistory(repo, base, new_base, files)
     leave_failed = (
-        (lambda patch: resolutions.folder_for(series, patch).is_dir())
+        (lambda patch: resolutions.recorded_for(series, patch))
         if keep_going
         else (lambda patch: True)
     )

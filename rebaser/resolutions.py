@@ -66,11 +66,16 @@ def folder_for(series: Series, patch: Patch) -> Path:
     return series.patches_dir / FOLDER / patch.name
 
 
+def recorded_for(series: Series, patch: Patch) -> bool:
+    """Whether the series holds resolutions of the patch's conflicts."""
+    return folder_for(series, patch).is_dir()
+
+
 def replay(worktree: Git, patch: Patch, series: Series) -> Replay:
     """Resolve the worktree's conflicts from the series' records, all or nothing; `git add`."""
     records = folder_for(series, patch)
     paths = worktree.unmerged_paths()
-    if not records.is_dir() or not paths:
+    if not recorded_for(series, patch) or not paths:
         return Replay(False)
     resolved: dict[str, str] = {}
     total = unknown = 0
