@@ -21,13 +21,14 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Optional
 
+from rebaser import late_checkout
 from rebaser.git import Git
 
 PREFIX = "forkkit-lane-"
 _MEMORY = Path("/dev/shm")
 # After the real repository's config (its merge settings apply, as in its own worktrees),
 # what makes this a repository of its own: not bare, its own work tree, no fsmonitor
-# daemon started for it, git's sparse checkout on (info/sparse-checkout leaves out all).
+# daemon started for it, git's sparse checkout on (late_checkout's patterns leave out all).
 _OWN_CONFIG = """[core]
 \tbare = false
 \tworktree = {root}
@@ -55,10 +56,8 @@ def repository(real_git_dir: Path, head: str) -> Iterator[Git]:
         with (git_dir / "config").open("a", encoding="utf-8") as config:
             config.write(f"[include]\n\tpath = {_quoted(common / 'config')}\n")
             config.write(_OWN_CONFIG.format(root=_quoted(root)))
-        (git_dir / "info").mkdir(exist_ok=True)
-        (git_dir / "info" / "sparse-checkout").write_text("!/*\n")
         (git_dir / "HEAD").write_text(f"{head}\n")
-        scratch.run("read-tree", "-m", "-u", "HEAD")  # the index; no file written
+        late_checkout.begin(scratch, git_dir)  # the index; no file written
         yield scratch
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -79,13 +79,12 @@ def create(
             raise _exists(repo, branch) from None
         raise
     # One transaction, which fails when the branch exists: no check-then-create race.
-    stale = "".join(f"delete {beside}\n" for beside in _beside_refs(branch))
     made = repo.run(
         "update-ref",
         "-m",
         f"branch: Created from {base_sha}",
         "--stdin",
-        stdin=f"start\ncreate {ref} {base_sha}\n{stale}commit\n".encode(),
+        stdin=f"start\ncreate {ref} {base_sha}\n{_deletes_beside(branch)}commit\n".encode(),
         check=False,
     )
     if not made.ok:
@@ -132,14 +131,16 @@ def _check_folder(path: Path) -> None:
         ) from None
 
 
-def _beside_refs(branch: str) -> list[str]:
-    return [series_start.ref_name(branch), left_off.ref_name(branch)]
+def _deletes_beside(branch: str) -> str:
+    """`update-ref --stdin` lines that drop the refs beside a branch: where its series
+    started, which patches it lacked."""
+    beside = (series_start.ref_name(branch), left_off.ref_name(branch))
+    return "".join(f"delete {ref}\n" for ref in beside)
 
 
 def _forget_beside(repo: Git, branch: str) -> None:
     """Drop the refs beside a removed branch (its commits stay in the branch's backup)."""
-    gone = "".join(f"delete {ref}\n" for ref in _beside_refs(branch))
-    repo.run("update-ref", "--stdin", stdin=gone.encode(), check=False)
+    repo.run("update-ref", "--stdin", stdin=_deletes_beside(branch).encode(), check=False)
 
 
 def remove(repo: Git, branch: str, *, reason: str) -> Optional[str]:
