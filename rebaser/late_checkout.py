@@ -19,7 +19,8 @@ from pathlib import Path
 from rebaser.git import Git
 
 _PATTERNS = Path("info") / "sparse-checkout"
-_SPARSE = ("-c", "core.sparseCheckout=true")
+# rebaser's patterns are not cone patterns, whatever the repository's config says.
+_SPARSE = ("-c", "core.sparseCheckout=true", "-c", "core.sparseCheckoutCone=false")
 _NONE = "# rebaser: files not written yet (see rebaser/late_checkout.py)\n!/*\n"
 _ALL = "/*\n"
 

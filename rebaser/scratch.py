@@ -28,12 +28,14 @@ PREFIX = "forkkit-lane-"
 _MEMORY = Path("/dev/shm")
 # After the real repository's config (its merge settings apply, as in its own worktrees),
 # what makes this a repository of its own: not bare, its own work tree, no fsmonitor
-# daemon started for it, git's sparse checkout on (late_checkout's patterns leave out all).
+# daemon started for it, git's sparse checkout on, not in cone mode (late_checkout's
+# patterns leave out all).
 _OWN_CONFIG = """[core]
 \tbare = false
 \tworktree = {root}
 \tfsmonitor = false
 \tsparseCheckout = true
+\tsparseCheckoutCone = false
 """
 
 

@@ -161,3 +161,31 @@ def test_a_kill_before_any_file_is_written_can_be_continued_or_aborted(
     assert aborted.code == 0, aborted.out + aborted.err
     assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
     assert not worktree.exists()
+
+
+def test_a_repository_in_cone_mode_gets_the_same_apply_and_no_warning(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    """rebaser's patterns (leave out everything, then everything) are not cone patterns: the
+    user's `core.sparseCheckoutCone` and `index.sparse` must not change how git reads them
+    (git warns, then falls back to non-cone matching: a fallback not to rely on)."""
+    series = fork_and_tip(upstream, tmp_path)
+    assert carried(rebaser, series, upstream, tmp_path / "plain.json").code == ExitCode.NOT_APPLIED
+    git(upstream.path, "config", "core.sparseCheckoutCone", "true")
+    git(upstream.path, "config", "index.sparse", "true")
+    said: list[bytes] = []
+    original = Git._completed
+
+    def recording(self, args, *rest):
+        completed = original(self, args, *rest)
+        said.append(completed.stderr)
+        return completed
+
+    monkeypatch.setattr(Git, "_completed", recording)
+    result = carried(rebaser, series, upstream, tmp_path / "cone.json", "--force")
+    assert result.code == ExitCode.NOT_APPLIED
+    assert not [text for text in said if b"cone pattern" in text], said
+    plain, cone = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("plain", "cone"))
+    assert cone["steps"] == plain["steps"]
+    entries = git(Path(cone["worktree"]), "ls-files", "-v").splitlines()
+    assert entries and not [line for line in entries if line.startswith("S ")]
