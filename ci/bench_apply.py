@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rebaser import matrix
+from rebaser.commands import verify as matrix
 from rebaser.upstream import PypiSpec, resolve_pypi
 
 SERIES = Path(__file__).resolve().parents[1] / "patches" / "series"

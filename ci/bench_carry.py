@@ -25,11 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from rebaser import engine
+from rebaser.sequencer import machine as engine
 from rebaser.cli import main as rebaser_main
 from rebaser.errors import ExitCode
-from rebaser.git import Git
-from rebaser.export import export_patch
+from rebaser.repo.git import Git
+from rebaser.series.export import export_patch
 
 FUNCTIONS = 12
 
@@ -88,7 +88,7 @@ def build_history(repo: Path, patches: int, modules: int = 40) -> None:
 
 def import_series(repo: Path, series_dir: Path) -> Path:
     """`rebaser import` when this checkout has it, else the stable export of each commit."""
-    if importlib.util.find_spec("rebaser.importer") is not None:
+    if importlib.util.find_spec("rebaser.commands.import_series") is not None:
         arguments = ["--repo", str(repo), "--range", "base..fork", "--series-dir", str(series_dir)]
         code = rebaser_main(["import", *arguments, "--name", "bench"])
         assert code == 0, f"rebaser import exited {code}"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from rebaser.series import load_series
+from rebaser.series.patches import load_series
 from rebaser.upstream import pypi_cache
 
 SERIES = Path(__file__).resolve().parents[1] / "patches" / "series"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 import time
 import traceback
@@ -15,20 +14,18 @@ from typing import Iterator, Optional, Sequence
 from rich.console import Console
 from rich.text import Text
 
-from rebaser import __version__, bisect, crash, engine, importer, matrix, recovery
+from rebaser import __version__, crash
+from rebaser.commands import bisect
+from rebaser.sequencer import machine as engine
+from rebaser.commands import import_series as importer
+from rebaser.commands import verify as matrix
+from rebaser.sequencer import recovery
+from rebaser.config import default_series, require_writable_cache
 from rebaser.errors import ExitCode, RebaserError
-from rebaser.rangediff import to_markdown
-from rebaser.refresh import refresh
-from rebaser.report import render, write_json
+from rebaser.commands.rangediff import to_markdown
+from rebaser.commands.refresh import refresh
+from rebaser.sequencer.report import render, write_json
 from rebaser.steps.testrun import TEST_MODES
-from rebaser.upstream import require_writable_cache
-
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-
-
-def default_series() -> Path:
-    return Path(os.environ.get("DSA_FORKKIT_SERIES", PROJECT_ROOT / "patches" / "series"))
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(

@@ -14,7 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-from rebaser.upstream import cache_dir
+from rebaser.config import cache_dir
 
 
 def write_log(error: BaseException, argv: list[str]) -> Optional[Path]:

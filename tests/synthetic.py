@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from rebaser.git import Git
-from rebaser.export import export_patch
+from rebaser.repo.git import Git
+from rebaser.series.export import export_patch
 
 AUTHOR = "Test Author <test@example.com>"
 DATE = "Mon, 2 Nov 2026 10:00:00 +0000"

@@ -13,7 +13,7 @@ from synthetic import SyntheticUpstream, git
 
 from rebaser.codemods import AnchorNotFound
 from rebaser.errors import ExitCode
-from rebaser.series import load_series
+from rebaser.series.patches import load_series
 from rebaser.upstream import pypi_cache
 
 pytestmark = pytest.mark.network

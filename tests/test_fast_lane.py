@@ -14,15 +14,15 @@ import pytest
 from faults import FaultPoint, run_with_fault
 from synthetic import CALC, edit, git
 
-from rebaser import engine
+from rebaser.sequencer import machine as engine
 from rebaser.errors import ExitCode, RebaserError
-from rebaser.export import export_patch
-from rebaser.git import Git
-from rebaser.series import load_series
+from rebaser.series.export import export_patch
+from rebaser.repo.git import Git
+from rebaser.series.patches import load_series
 from rebaser.steps import fastlane
-from rebaser.steps import replay as replay_module
-from rebaser.steps.rawdiff import apply_exactly, parse_diff
-from rebaser.steps.replay import Replay
+from rebaser.carry import replay as replay_module
+from rebaser.carry.rawdiff import apply_exactly, parse_diff
+from rebaser.carry.replay import Replay
 
 ROOT = Path(__file__).resolve().parents[1]
 UTIL = "".join(f"\n\ndef helper_{n}(value):\n    total = value\n    return total + {n}\n" for n in range(12))

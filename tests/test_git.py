@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rebaser.git import Git
+from rebaser.repo.git import Git
 from tests.synthetic import git
 
 

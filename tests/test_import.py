@@ -10,9 +10,9 @@ from synthetic import CALC, edit, git
 from test_apply_synthetic import apply
 
 from rebaser.errors import ExitCode
-from rebaser.export import export_patch
-from rebaser.git import Git
-from rebaser.series import load_series
+from rebaser.series.export import export_patch
+from rebaser.repo.git import Git
+from rebaser.series.patches import load_series
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The apply's worktree gets its files late (rebaser/late_checkout.py). Until then git sees
+"""The apply's worktree gets its files late (rebaser/repo/late_checkout.py). Until then git sees
 a clean sparse checkout that holds no file; however the apply ends, stops or dies, the
 worktree ends as a plain checkout of its branch: every file written, no skip-worktree mark,
 and no sparse-checkout setting left anywhere in the repository."""
@@ -13,9 +13,11 @@ from faults import FaultPoint, run_with_fault
 from synthetic import ADD_DOC, CALC, apply, calc_series, edit, git, two_patch_series
 from test_fast_lane import carried, fork_and_tip
 
-from rebaser import engine, late_checkout, workspace
+from rebaser.sequencer import machine as engine
+from rebaser.repo import late_checkout
+from rebaser.repo import workspace
 from rebaser.errors import ExitCode
-from rebaser.git import Git
+from rebaser.repo.git import Git
 
 
 def assert_plain_checkout(worktree: Path, repo: Path) -> None:
@@ -129,7 +131,7 @@ def test_a_kill_while_the_worktree_is_made_is_replaced_by_the_next_apply(
 ):
     """Killed before the apply's state exists: nothing to continue; apply --force replaces
     the half-made worktree (with no index yet, or an index and no file)."""
-    point = FaultPoint("rebaser.late_checkout:begin", when, 1)
+    point = FaultPoint("rebaser.repo.late_checkout:begin", when, 1)
     expected, args = _killed_before_files(rebaser, tmp_path, upstream, point)
     again = rebaser(*args, "--json", tmp_path / "again.json")
     assert again.code == ExitCode.NOT_APPLIED, again.out + again.err
@@ -141,7 +143,7 @@ def test_a_kill_while_the_worktree_is_made_is_replaced_by_the_next_apply(
 def test_a_kill_before_any_file_is_written_can_be_continued_or_aborted(
     rebaser, tmp_path, upstream
 ):
-    point = FaultPoint("rebaser.state:ApplyState.save", "after", 1)  # the apply's first save
+    point = FaultPoint("rebaser.sequencer.state:ApplyState.save", "after", 1)  # the apply's first save
     expected, args = _killed_before_files(rebaser, tmp_path, upstream, point)
     worktree = Path(expected["worktree"])
     assert [path.name for path in worktree.iterdir()] == [".git"]

@@ -1,4 +1,4 @@
-"""Remembered resolutions (rebaser/resolutions.py) against git rerere on the same conflict."""
+"""Remembered resolutions (rebaser/carry/resolutions.py) against git rerere on the same conflict."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from test_apply_synthetic import (
     worktree_of,
 )
 
-from rebaser import resolutions
+from rebaser.carry import resolutions
 from rebaser.errors import ExitCode
-from rebaser.export import export_patch
-from rebaser.git import Git
-from rebaser.series import load_series
+from rebaser.series.export import export_patch
+from rebaser.repo.git import Git
+from rebaser.series.patches import load_series
 
 DOUBLE = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
 SWAP = edit(CALC, "    return a * b\n", "    return b * a\n")

@@ -97,7 +97,7 @@ def test_series_entry_leaving_the_series_folder_is_refused(rebaser, tmp_path, up
 
 
 def test_overlay_file_is_never_written_through_a_link_planted_in_the_worktree(tmp_path, outside):
-    from rebaser.confinement import write_new_file
+    from rebaser.series.confinement import write_new_file
 
     root = tmp_path / "tree"
     (root / "pkg").mkdir(parents=True)

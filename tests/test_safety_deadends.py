@@ -20,8 +20,8 @@ from test_apply_synthetic import (
 )
 
 from rebaser.errors import ExitCode, RebaserError
-from rebaser.state import state_path
-from rebaser.git import Git
+from rebaser.sequencer.state import state_path
+from rebaser.repo.git import Git
 
 BRANCH = "forkkit/demo/v2"
 
@@ -138,8 +138,8 @@ def test_continue_and_abort_refuse_a_worktree_switched_to_another_branch(
 @pytest.mark.parametrize(
     "point",
     [
-        FaultPoint("rebaser.workspace:remove", "before"),  # the work in progress is saved
-        FaultPoint("rebaser.state:ApplyState.clear", "before"),  # branch and worktree gone
+        FaultPoint("rebaser.repo.workspace:remove", "before"),  # the work in progress is saved
+        FaultPoint("rebaser.sequencer.state:ApplyState.clear", "before"),  # branch and worktree gone
     ],
     ids=["before removing", "before clearing the state"],
 )

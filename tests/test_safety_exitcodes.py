@@ -10,9 +10,9 @@ import subprocess
 import pytest
 from synthetic import apply, git, two_patch_series
 
-from rebaser import engine
+from rebaser.sequencer import machine as engine
 from rebaser.errors import ExitCode, RebaserError
-from rebaser.git import Git
+from rebaser.repo.git import Git
 
 
 def closed_port() -> int:
@@ -46,7 +46,7 @@ def test_an_unexpected_exception_exits_6_with_one_line_and_a_log(
     assert result.code == ExitCode.INTERNAL == 6
     (line,) = [line for line in result.err.splitlines() if line.startswith("error:")]
     assert "ZeroDivisionError: division by zero in a check" in line
-    assert "(at rebaser/engine.py:" in line  # where it failed
+    assert "(at rebaser/sequencer/machine.py:" in line  # where it failed
     (log,) = (isolated_cache / "logs").glob("crash-*.log")
     assert str(log) in line
     assert "Traceback (most recent call last)" in log.read_text()

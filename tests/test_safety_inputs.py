@@ -15,7 +15,7 @@ import pytest
 from synthetic import CALC, apply, edit, git, two_patch_series
 
 from rebaser.errors import ExitCode
-from rebaser.steps.hunks import diagnose
+from rebaser.carry.hunks import diagnose
 from rebaser.steps.testrun import run_pytest
 
 

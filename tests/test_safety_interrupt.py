@@ -34,10 +34,10 @@ KILL_POINTS = {
     "overlay committed, branch not moved": FaultPoint(
         "rebaser.steps.overlay:commit_tree", "after", 1
     ),
-    "overlay committed, state not saved": FaultPoint("rebaser.series_start:start", "after", 1),
-    "patch in the index, not committed": FaultPoint("rebaser.git:Git.commit", "before", 1),
-    "patch committed, state not saved": FaultPoint("rebaser.git:Git.commit", "after", 1),
-    "between patches": FaultPoint("rebaser.state:ApplyState.save", "after", 5),
+    "overlay committed, state not saved": FaultPoint("rebaser.repo.series_start:start", "after", 1),
+    "patch in the index, not committed": FaultPoint("rebaser.repo.git:Git.commit", "before", 1),
+    "patch committed, state not saved": FaultPoint("rebaser.repo.git:Git.commit", "after", 1),
+    "between patches": FaultPoint("rebaser.sequencer.state:ApplyState.save", "after", 5),
 }
 
 
@@ -165,7 +165,7 @@ def test_ctrl_c_during_tests_stops_pytest_and_says_what_is_possible(rebaser, tmp
 
 def test_ctrl_c_while_applying_can_be_continued(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream, overlay=OVERLAY)
-    point = FaultPoint("rebaser.git:Git.commit", "before", 1)  # the first patch's
+    point = FaultPoint("rebaser.repo.git:Git.commit", "before", 1)  # the first patch's
     args = apply_args(series, upstream, "--test", "none")
     interrupted = run_with_fault(point, args, how="interrupt")
     assert interrupted.returncode != 0 and "rebaser continue" in interrupted.stderr

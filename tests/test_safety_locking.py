@@ -86,7 +86,7 @@ def hold_lock(repo: Path) -> subprocess.Popen:
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom rebaser.git import Git\nfrom rebaser.lock import "
+            "import sys, time\nfrom rebaser.repo.git import Git\nfrom rebaser.repo.lock import "
             "repository_lock\nwith repository_lock(Git(sys.argv[1]), 'continue'):\n"
             "    print('held', flush=True)\n    time.sleep(120)",
             str(repo),

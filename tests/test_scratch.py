@@ -1,4 +1,4 @@
-"""The scratch repository a fast lane runs git's sequencer in (rebaser/scratch.py): in memory,
+"""The scratch repository a fast lane runs git's sequencer in (rebaser/repo/scratch.py): in memory,
 borrowing the real repository's objects and config, gone afterwards, its objects brought
 back in one pack; a kill's leftovers are removed by the next lane."""
 
@@ -12,9 +12,10 @@ import sys
 from synthetic import edit, git
 from test_fast_lane import carried, fork_and_tip
 
-from rebaser import scratch, workspace
+from rebaser.repo import scratch
+from rebaser.repo import workspace
 from rebaser.errors import ExitCode
-from rebaser.git import Git
+from rebaser.repo.git import Git
 
 
 def test_a_scratch_repository_borrows_objects_and_config_and_goes(upstream, tmp_path):

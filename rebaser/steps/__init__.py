@@ -1,1 +1,1 @@
-"""The steps of an apply: overlay, patching, verification, tests (each one job)."""
+"""The steps an apply runs (overlay, patches, the fast lane, checks, tests) and what they record."""

@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from rebaser import late_checkout, scratch
-from rebaser.git import FORKKIT_IDENTITY, Git
-from rebaser.records import StepStatus
-from rebaser.report import StepRow
-from rebaser.series import Patch
-from rebaser.steps.rawdiff import ABSENT, FileDiff, apply_exactly, parse_diff
-from rebaser.steps.upstreamed import superseded_in
+from rebaser.repo import late_checkout
+from rebaser.repo import scratch
+from rebaser.repo.git import FORKKIT_IDENTITY, Git
+from rebaser.steps.records import StepRow, StepStatus
+from rebaser.series.patches import Patch
+from rebaser.carry.rawdiff import ABSENT, FileDiff, apply_exactly, parse_diff
+from rebaser.carry.in_upstream import superseded_in
 
 Texts = dict[str, Optional[bytes]]  # path -> its bytes before the patch (None: no file)
 MARKER = "forkkit-fast-lane"  # in the worktree's git dir while a lane runs: branch, scratch

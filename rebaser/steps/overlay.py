@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-from rebaser.confinement import write_new_file
-from rebaser.git import Git
-from rebaser.records import StepStatus
-from rebaser import series_start
-from rebaser.report import StepRow
-from rebaser.series import Series
-from rebaser.steps.replay import commit_tree
+from rebaser.series.confinement import write_new_file
+from rebaser.repo.git import Git
+from rebaser.steps.records import StepRow, StepStatus
+from rebaser.repo import series_start
+from rebaser.series.patches import Series
+from rebaser.carry.replay import commit_tree
 
 OVERLAY_STEP = "overlay"
 

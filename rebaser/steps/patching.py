@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from rebaser.codemods import AnchorNotFound, Codemods
-from rebaser.git import Git
-from rebaser.records import StepStatus
-from rebaser.series import Patch
-from rebaser.steps.hunks import HunkReport, failing_hunks
-from rebaser.steps.replay import Replay
-from rebaser.steps.upstreamed import (
+from rebaser.repo.git import Git
+from rebaser.steps.records import StepStatus
+from rebaser.series.patches import Patch
+from rebaser.carry.hunks import HunkReport, failing_hunks
+from rebaser.carry.replay import Replay
+from rebaser.carry.in_upstream import (
     UpstreamHistory,
     files_under,
     reverse_applies,

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from rebaser import workspace
+from rebaser.repo import workspace
 from rebaser.errors import ExitCode, RebaserError
-from rebaser.git import Git
-from rebaser.series import Series
+from rebaser.repo.git import Git
+from rebaser.series.patches import Series
 
-from rebaser.processes import run_own_group
+from rebaser.repo.processes import run_own_group
 
 # The plugin goes to the test interpreter as a copy of its (self-contained) file, in a folder
 # of its own at the end of PYTHONPATH: that interpreter may not be able to import rebaser

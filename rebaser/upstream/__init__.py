@@ -3,46 +3,23 @@
 from __future__ import annotations
 
 import difflib
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from rebaser.errors import RebaserError, unwritable
-from rebaser.git import Git, find_repo
+from rebaser.config import cache_dir, wheels_dir
+from rebaser.errors import RebaserError
+from rebaser.repo.git import Git, find_repo
 from rebaser.upstream.pypi import PypiUpstream
 
 _VERSION_RE = re.compile(r"^\d+(\.\d+)+([a-z]+\d*|\.post\d+|rc\d+)?$")
 _PYPI_RE = re.compile(r"^pypi:(?P<package>[A-Za-z0-9_.-]+)(==(?P<version>[^\s]+))?$")
 
 
-def cache_dir() -> Path:
-    """Downloads and materialised releases: $DSA_FORKKIT_CACHE, else the user cache folder."""
-    if explicit := os.environ.get("DSA_FORKKIT_CACHE"):
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "dsa-forkkit"
-
-
-def require_writable_cache() -> Path:
-    """The cache folder, created; exit 5 before any work when it cannot be written (an apply
-    would otherwise stop half-way, with a branch and no way to find its state)."""
-    folder = cache_dir()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
-        raise unwritable("the cache folder", folder, exc, "DSA_FORKKIT_CACHE") from None
-    return folder
-
-
 def pypi_cache(package: str) -> PypiUpstream:
     """The PyPI release cache; $DSA_FORKKIT_WHEELS may point at a shared wheel folder."""
-    wheels = os.environ.get("DSA_FORKKIT_WHEELS")
-    return PypiUpstream(cache_dir(), package, Path(wheels).expanduser() if wheels else None)
+    return PypiUpstream(cache_dir(), package, wheels_dir())
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from rebaser.errors import ExitCode, RebaserError
-from rebaser.git import FORKKIT_AUTHOR, Git
+from rebaser.repo.git import FORKKIT_AUTHOR, Git
 from rebaser.upstream import pypi_index
 
 _BINARY_SUFFIXES = (".so", ".pyd", ".dylib", ".dll")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
-import os
 import platform
 import re
 import tempfile
@@ -24,9 +23,9 @@ from typing import Any, Optional
 
 from packaging.version import InvalidVersion, Version
 
+from rebaser.config import index_url
 from rebaser.errors import ExitCode, RebaserError, unwritable
 
-DEFAULT_INDEX = "https://pypi.org/pypi"
 # Releases since 0.17 require Python >= 3.12; their sources still parse on 3.11.
 WHEEL_PYTHON_VERSION = "3.12"
 _TIMEOUT_S = 60
@@ -41,10 +40,6 @@ class WheelFile:
     url: str
     sha256: str
     yanked: bool = False  # still served for an exact version, as pip does (PEP 592)
-
-
-def index_url() -> str:
-    return os.environ.get("DSA_FORKKIT_PYPI_URL", DEFAULT_INDEX).rstrip("/")
 
 
 def release_versions(package: str) -> list[str]:

@@ -1,0 +1,48 @@
+"""The lines a patch expects and the lines it adds, per file, compared by content.
+
+Only meaningful lines count: `)`, `else:` or `return` exist everywhere, so a line needs two
+words to say anything about where a change came from.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+import unidiff
+
+from rebaser.series.patches import Patch
+
+_WORD_RE = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class FileLines:
+    created: bool  # the patch creates the file
+    expected: frozenset[str]  # context and removed lines (its preimage)
+    added: frozenset[str]
+
+
+def meaningful(line: str) -> bool:
+    return len(_WORD_RE.findall(line)) >= 2
+
+
+def file_lines(patch: Patch) -> dict[str, FileLines]:
+    """Per file the patch changes (deleted files left out), stripped meaningful lines."""
+    result = {}
+    for patched in unidiff.PatchSet(patch.raw.decode("utf-8")):
+        if patched.is_removed_file:
+            continue
+        lines = [line for hunk in patched for line in hunk if meaningful(line.value)]
+        result[patched.path] = FileLines(
+            created=patched.is_added_file,
+            expected=frozenset(line.value.strip() for line in lines if not line.is_added),
+            added=frozenset(line.value.strip() for line in lines if line.is_added),
+        )
+    return result
+
+
+def present_lines(text: Optional[str]) -> frozenset[str]:
+    """The stripped lines of a file's text (none for a file that does not exist)."""
+    return frozenset(line.strip() for line in (text or "").splitlines())

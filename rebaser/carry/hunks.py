@@ -1,0 +1,155 @@
+"""Why a hunk does not apply: where its context was expected, and what upstream has there now.
+
+Only hunks git itself rejects are described (and, after a 3-way merge, only those in files
+left with conflicts). A hint points at upstream text only when it resembles the hunk's
+context enough to help; below that the report says nothing similar is left.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import unidiff
+
+from rebaser.repo.git import Git
+
+_MAX_DIFF_LINES = 24
+MIN_SIMILARITY = 0.5  # below this the "closest" text is noise, not a lead
+_REJECTED_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.MULTILINE)
+_COMMON_LINE = 200  # a line found more often than this (blank, `return x`) places nothing
+_CANDIDATES = 32  # best-voted window starts scored per hunk, besides the nominal one
+
+
+@dataclass
+class HunkReport:
+    file: str
+    header: str  # "@@ -1383,6 +1383,11 @@ ..." as in the patch
+    start: int  # the hunk's first line in the file the patch was made against
+    applies: bool
+    found_at: int  # 1-based line of the best match in the current file (0: file missing)
+    similarity: float
+    current_vs_expected: list[str]  # unified diff: the patch's context vs upstream now
+
+    def describe(self) -> str:
+        if self.found_at == 0:
+            return f"{self.file}: the file does not exist upstream"
+        where = f"{self.file}:{self.found_at}"
+        if self.applies:
+            return f"{where}: {self.header} still matches here"
+        if self.similarity < MIN_SIMILARITY:
+            return (
+                f"{self.file}: {self.header} does not match, and nothing upstream resembles its "
+                "context (rewritten or removed?)"
+            )
+        return (
+            f"{where}: {self.header} does not match; closest upstream text here "
+            f"({self.similarity:.0%} similar):\n" + "\n".join(self.current_vs_expected)
+        )
+
+
+def failing_hunks(worktree: Git, patch_file: Path, conflicts: Sequence[str]) -> list[HunkReport]:
+    """The hunks of a patch that git rejects on the worktree, each located and described.
+
+    `conflicts`: files a 3-way merge left conflicted; when given, hunks in other files
+    merged and are not reported.
+    """
+    check = worktree.run("apply", "--check", "--reject", "--verbose", str(patch_file), check=False)
+    rejected = {(path, int(line)) for path, line in _REJECTED_RE.findall(check.stderr)}
+    return [
+        report
+        for report in diagnose(patch_file.read_text(), worktree.path)
+        if (report.found_at == 0 or (report.file, report.start) in rejected)
+        and (not conflicts or report.file in conflicts)
+    ]
+
+
+def diagnose(patch_text: str, tree: Path) -> list[HunkReport]:
+    """Check every hunk of a patch against the files in `tree`."""
+    reports = []
+    for patched in unidiff.PatchSet(patch_text):
+        path = patched.source_file[2:] if patched.source_file.startswith("a/") else patched.path
+        target = tree / path
+        if patched.is_added_file:
+            continue
+        if not target.exists():
+            for hunk in patched:
+                reports.append(
+                    HunkReport(path, _header(hunk), hunk.source_start, False, 0, 0.0, [])
+                )
+            continue
+        current = _IndexedFile(target.read_text(encoding="utf-8", errors="replace").splitlines())
+        for hunk in patched:
+            expected = [line.value.rstrip("\n") for line in hunk.source_lines()]
+            reports.append(_locate(path, hunk, expected, current))
+    return reports
+
+
+class _IndexedFile:
+    """A file's lines with the positions of each (whitespace-normalised) line, so locating a
+    hunk costs about its own size, not the file's: 600 hunks in a 30,000-line file took 29 s
+    when every hunk scanned every window."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.positions: dict[str, list[int]] = defaultdict(list)
+        for number, line in enumerate(lines):
+            self.positions[_normal(line)].append(number)
+
+    def candidates(self, expected: list[str], nominal: int) -> list[int]:
+        """Window starts worth scoring: the nominal one, and where the hunk's distinctive
+        lines line up (starts voted for by the most lines)."""
+        last_start = max(0, len(self.lines) - len(expected))
+        votes: Counter[int] = Counter()
+        for offset, line in enumerate(expected):
+            found = self.positions.get(_normal(line), [])
+            if len(found) <= _COMMON_LINE:
+                votes.update(min(max(0, at - offset), last_start) for at in found)
+        starts = [start for start, _ in votes.most_common(_CANDIDATES)]
+        return sorted({min(max(0, nominal), last_start), *starts})
+
+
+def _locate(
+    path: str, hunk: unidiff.Hunk, expected: list[str], current: _IndexedFile
+) -> HunkReport:
+    size = len(expected)
+    best_at, best_ratio = 0, -1.0
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2(expected)
+    for start in current.candidates(expected, hunk.source_start - 1):
+        window = current.lines[start : start + size]
+        if window == expected:
+            return HunkReport(path, _header(hunk), hunk.source_start, True, start + 1, 1.0, [])
+        matcher.set_seq1(window)
+        ratio = matcher.ratio()
+        if ratio > best_ratio:
+            best_at, best_ratio = start, ratio
+    window = current.lines[best_at : best_at + size]
+    diff = list(
+        difflib.unified_diff(
+            expected,
+            window,
+            "patch expects",
+            f"upstream now (line {best_at + 1})",
+            lineterm="",
+            n=1,
+        )
+    )[:_MAX_DIFF_LINES]
+    return HunkReport(
+        path, _header(hunk), hunk.source_start, False, best_at + 1, max(best_ratio, 0.0), diff
+    )
+
+
+def _normal(line: str) -> str:
+    return " ".join(line.split())
+
+
+def _header(hunk: unidiff.Hunk) -> str:
+    return (
+        f"@@ -{hunk.source_start},{hunk.source_length} "
+        f"+{hunk.target_start},{hunk.target_length} @@"
+    )

@@ -1,0 +1,121 @@
+"""Has upstream already made a patch's change? Asked before a patch is declared failed.
+
+Three signs, cheapest first: the patch reverse-applies on the new base; its cherry-pick is
+empty (the caller sees that); an upstream commit between the series' recorded base and the
+new base has the same `git patch-id --stable`. A weaker sign only earns a note: every line
+the patch adds already exists in the file it touches ("possibly superseded").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Optional
+
+from rebaser.repo.git import Git
+from rebaser.series.patches import Patch
+from rebaser.carry.difflines import file_lines, present_lines
+
+
+class UpstreamHistory:
+    """The upstream commits between the series' recorded base and the new base, by patch-id."""
+
+    def __init__(
+        self, repo: Git, recorded_base: Optional[str], new_base: str, files: list[list[str]]
+    ) -> None:
+        """`files`: the files each of the series' patches touches. A commit with a patch's
+        patch-id touches exactly that patch's files: only such commits are diffed."""
+        self.repo = repo
+        self.recorded_base = recorded_base
+        self.new_base = new_base
+        self.file_sets = {frozenset(paths) for paths in files}
+        self._by_patch_id: Optional[dict[str, str]] = None
+
+    def commit_with_same_change(self, patch: Patch) -> Optional[str]:
+        """The upstream commit whose patch-id equals the patch's, if any."""
+        own = patch_id(self.repo, patch.raw)
+        return self._ids().get(own) if own else None
+
+    def _ids(self) -> dict[str, str]:
+        if self._by_patch_id is None:
+            self._by_patch_id = {}
+            base = self.recorded_base
+            related = (
+                base is not None
+                and self.repo.run(
+                    "merge-base", "--is-ancestor", base, self.new_base, check=False
+                ).ok
+            )
+            candidates = self._candidates(base) if related else []
+            if candidates:
+                log = self.repo.run(
+                    "log",
+                    "--no-walk=unsorted",
+                    "--stdin",
+                    "-p",
+                    "--no-renames",
+                    "--no-color",
+                    "--format=commit %H",
+                    stdin="".join(f"{sha}\n" for sha in candidates).encode(),
+                ).stdout
+                ids = self.repo.run("patch-id", "--stable", stdin=log.encode()).stdout
+                for line in ids.splitlines():
+                    change, commit = line.split()
+                    self._by_patch_id.setdefault(change, commit)
+        return self._by_patch_id
+
+    def _candidates(self, base: Optional[str]) -> list[str]:
+        """The upstream commits (newest first) that touch exactly the files of a patch:
+        names only, cheap; only these are diffed."""
+        paths = sorted(set().union(*self.file_sets))
+        if not paths:
+            return []
+        listing = self.repo.run(
+            "--literal-pathspecs",
+            "log",
+            "--no-merges",
+            "--no-renames",
+            "--full-diff",  # every file a commit touches, not only the series' ones
+            "--name-only",
+            "-z",  # names as they are, not quoted
+            "--format=%x01%H",
+            f"{base}..{self.new_base}",
+            "--",
+            *paths,
+        ).stdout
+        candidates = []
+        for record in listing.split("\x01")[1:]:
+            sha, names = record[:40], record[40:].removeprefix("\0\n").split("\0")
+            if frozenset(filter(None, names)) in self.file_sets:
+                candidates.append(sha)
+        return candidates
+
+
+def patch_id(repo: Git, diff: bytes) -> Optional[str]:
+    out = repo.run("patch-id", "--stable", stdin=diff).stdout.split()
+    return out[0] if out else None
+
+
+def reverse_applies(worktree: Git, patch: Patch) -> bool:
+    """Whether the tree already holds the patch's postimage (so undoing it would apply)."""
+    return worktree.run("apply", "--check", "--reverse", str(patch.path), check=False).ok
+
+
+def superseded_in(read: Callable[[str], Optional[str]], patch: Patch) -> list[str]:
+    """The files the patch edits that already contain every meaningful line it adds there
+    (`read` gives a file's text before the patch); empty when the patch brings something new
+    to every file."""
+    return [
+        path
+        for path, lines in file_lines(patch).items()
+        if not lines.created and lines.added and lines.added <= present_lines(read(path))
+    ]
+
+
+def files_under(root: Path) -> Callable[[str], Optional[str]]:
+    """A reader of the files in a worktree, for superseded_in."""
+
+    def read(path: str) -> Optional[str]:
+        file = root / path
+        return file.read_text(errors="replace") if file.is_file() else None
+
+    return read

@@ -1,0 +1,31 @@
+"""Knock-on failures: a patch that fails only because an earlier patch is missing.
+
+When a patch is dropped or skipped, later patches may edit lines that only it added. Their
+failure is not upstream's doing, and the report must say which patch they need.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from rebaser.series.patches import Patch
+from rebaser.carry.difflines import file_lines, present_lines
+
+
+def needed_patch(
+    patch: Patch, missing: list[Patch], read: Callable[[str], Optional[str]]
+) -> Optional[Patch]:
+    """The latest missing patch that added lines (or a file) this patch's preimage needs and
+    the branch lacks (`read` gives a file's text there, None when it does not exist); None
+    when the patch fails for reasons of its own."""
+    needs = {path: lines for path, lines in file_lines(patch).items() if not lines.created}
+    for earlier in reversed(missing):
+        for path, lines in file_lines(earlier).items():
+            if path not in needs:
+                continue
+            text = read(path)
+            if lines.created and text is None:
+                return earlier
+            if (needs[path].expected & lines.added) - present_lines(text):
+                return earlier
+    return None

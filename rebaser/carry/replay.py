@@ -1,0 +1,227 @@
+"""The series' own commits, rebuilt on its recorded base, so each patch can be cherry-picked.
+
+A patch is a diff against its recorded base: the series' `@base` plus the earlier patches.
+Rebuilding that chain exactly (no fuzz, no merge) gives each patch its own commit, and a
+cherry-pick of that commit lets git's ort merge carry it onto any other tip, with rename
+detection and whole-tree context, as `git rebase` would.
+
+The commits are built in the target repository without a worktree (a temporary index, then
+`commit-tree` with the patch's author and date, so they are reproducible) and remembered
+under `refs/forkkit/replay/`, keyed by the base and the patches' bytes: a ref for each commit
+built alone, one for the last of a chain built at once (it keeps the chain).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import re
+import shutil
+import tempfile
+import threading
+import weakref
+from pathlib import Path
+from typing import Callable, Optional
+
+from rebaser.errors import RebaserError
+from rebaser.repo.git import FORKKIT_IDENTITY, Git
+from rebaser.series.patches import Patch, Series
+from rebaser.carry.fastbuild import build_commits
+from rebaser.upstream import PypiSpec, pypi_cache
+
+REPLAY_PREFIX = "refs/forkkit/replay"
+BASES_PREFIX = "refs/forkkit/bases"
+_GIT_BASE_RE = re.compile(r"^git:(?P<sha>[0-9a-f]{40})$")
+
+
+def git_base_sha(base: Optional[str]) -> Optional[str]:
+    """The commit named by `@base git:<40-hex sha>`, or None for any other base."""
+    match = _GIT_BASE_RE.match(base.strip()) if base else None
+    return match["sha"] if match else None
+
+
+def recorded_base(series: Series, repo: Git, progress: Callable[[str], None]) -> Optional[str]:
+    """The series' `@base` as a commit of `repo`, or None when it cannot be had (then patches
+    fall back to a per-file 3-way apply).
+
+    `git:<sha>` must be a commit of `repo`; a PyPI release is materialised in the cache and,
+    when `repo` is another repository, fetched into it (objects copied, so commits made there
+    never depend on the cache staying around).
+    """
+    if (sha := git_base_sha(series.base)) is not None:
+        if repo.rev_parse(sha) is None:
+            progress(f"the series' @base {sha[:12]} is not in {repo.path}: no cherry-picks")
+            return None
+        return sha
+    spec = PypiSpec.parse(series.base) if series.base else None
+    if spec is None or spec.version is None:
+        return None
+    cache = pypi_cache(spec.package)
+    tag = f"refs/tags/{cache.tag(spec.version)}"
+    if (found := repo.rev_parse(tag)) is not None:
+        return found  # `repo` is the release cache itself
+    local = f"{BASES_PREFIX}/pypi/{spec.package}/{spec.version}"
+    if (found := repo.rev_parse(local)) is not None:
+        return found
+    try:
+        if cache.cached(spec.version) is None:
+            progress(f"fetching the series' base {spec} for cherry-picks")
+            cache.materialise(spec.version)
+    except RebaserError as error:  # offline: cherry-picks fall back to 3-way and codemods
+        progress(f"the series' base {spec} is unavailable ({error}): no cherry-picks")
+        return None
+    repo.run("fetch", "--quiet", "--no-tags", str(cache.repo_dir), f"+{tag}:{local}")
+    return repo.rev_parse(local)
+
+
+class Replay:
+    """Each patch's commit on its recorded base.
+
+    First all at once in one fast-import where the repository has the patches' blobs
+    (fastbuild); the patches after that, on first use: one temporary index follows the
+    series, and to build patch j it takes the patches since the last one built in one
+    `git apply --cached` call.
+    """
+
+    def __init__(
+        self, repo: Git, base_sha: str, patches: list[Patch], *, remember: bool = True
+    ) -> None:
+        """`remember`: keep the commits under refs/forkkit/replay/ (not for commits whose
+        objects `repo` reads from another repository through its env)."""
+        self.repo = repo
+        self.remember = remember
+        self.base_sha = base_sha
+        self.patches = patches
+        self._applied = -1  # the index holds the base plus patches[: _applied + 1]
+        self._index: dict[str, str] = {}  # GIT_INDEX_FILE of the private index, once read
+        self._index_commit: Optional[str] = None  # a commit with the index's tree
+        self._batch_tried = False
+        self._chain: list[str] = []
+        self._prefetch: Optional[threading.Thread] = None
+        self._failure: Optional[BaseException] = None
+        self._refs = _refs(base_sha, patches)
+        self._cache: Optional[dict[str, str]] = None if remember else {}
+        self._broken = False  # a patch did not apply on its recorded base
+
+    def prefetch(self) -> None:
+        """Start commits() in a thread: it needs only the repository, so it runs while the
+        caller creates the worktree (git processes on both sides)."""
+        if self._batch_tried or not self.remember:
+            return
+        self._batch_tried = True
+        self._prefetch = threading.Thread(target=self._collect, name="forkkit-replay")
+        self._prefetch.start()
+
+    def commits(self) -> list[str]:
+        """The patches' commits as one first-parent chain on the base, for as many patches
+        from the first as that can be had at once (remembered, or built by fastbuild): the
+        commits a fast lane may carry."""
+        if self._prefetch is not None:
+            self._prefetch.join()
+            self._prefetch = None
+            if self._failure is not None:
+                raise self._failure
+        if not self._batch_tried and self.remember:  # fast-import writes refs
+            self._batch_tried = True
+            self._build()
+        return self._chain
+
+    def _collect(self) -> None:
+        try:
+            self._build()
+        except BaseException as failure:  # raised again by commits(), in the caller
+            self._failure = failure
+
+    def _build(self) -> None:
+        """Reuse the remembered chain (its last commit's ref keeps it), or build it with
+        fastbuild."""
+        cached = self._cached()
+        if (last := cached.get(self._refs[-1])) is not None:
+            chain = self.repo.out(
+                "rev-list", "--reverse", "--first-parent", f"{self.base_sha}..{last}"
+            ).split()
+            # one commit a patch (a chain built around a gap also holds a recorded base)
+            self._chain = chain if len(chain) == len(self._refs) else []
+        else:
+            self._chain = build_commits(self.repo, self.base_sha, self.patches, self._refs)
+            if self._chain:
+                cached[self._refs[len(self._chain) - 1]] = self._chain[-1]
+                self._applied, self._index_commit = len(self._chain) - 1, self._chain[-1]
+
+    def commit_of(self, patch: Patch) -> Optional[str]:
+        """The patch's own commit, or None when it (or an earlier patch) does not apply
+        exactly on its recorded base: the series was not exported from that base."""
+        position = self.patches.index(patch)
+        if position < len(self.commits()):  # had in one go (or the prefetch's result)
+            return self._chain[position]
+        if (cached := self._cached().get(self._refs[position])) is not None:
+            return cached
+        if self._broken or position <= self._applied:
+            return None  # only asked again after the index moved on: not in a normal apply
+        if not self._index:  # a private index, made when first needed
+            folder = tempfile.mkdtemp(prefix="forkkit-replay-")
+            weakref.finalize(self, shutil.rmtree, folder, True)
+            self._index = {"GIT_INDEX_FILE": str(Path(folder) / "index")}
+            self.repo.run("read-tree", self._index_commit or self.base_sha, env=self._index)
+            self._index_commit = self._index_commit or self.base_sha
+        gap = self.patches[self._applied + 1 : position]
+        if gap and not self._apply(gap):
+            return None
+        parent = self._index_commit
+        if gap:  # a commit with the recorded base's tree: the merge base of the cherry-pick
+            parent = self._commit(parent, f"recorded base of {patch.name}\n", patch)
+        if not self._apply([patch]):
+            return None
+        commit = self._commit(parent, patch.message, patch)
+        self._applied, self._index_commit = position, commit
+        if self.remember:
+            self.repo.run("update-ref", self._refs[position], commit)
+        self._cached()[self._refs[position]] = commit
+        return commit
+
+    def _apply(self, patches: list[Patch]) -> bool:
+        paths = [str(patch.path) for patch in patches]
+        if self.repo.run("apply", "--cached", *paths, env=self._index, check=False).ok:
+            return True
+        self._broken = True
+        return False
+
+    def _commit(self, parent: str, message: str, patch: Patch) -> str:
+        tree = self.repo.out("write-tree", env=self._index)
+        return commit_tree(self.repo, tree, parent, message, patch)
+
+    def _cached(self) -> dict[str, str]:
+        if self._cache is None:
+            listing = self.repo.out(
+                "for-each-ref", "--format=%(refname) %(objectname)", REPLAY_PREFIX
+            )
+            self._cache = dict(line.split() for line in listing.splitlines())
+        return self._cache
+
+
+def _refs(base_sha: str, patches: list[Patch]) -> list[str]:
+    """Each patch's commit's ref, keyed by the base and the bytes of the patches up to it."""
+    key = hashlib.sha1(base_sha.encode())
+    refs = []
+    for patch in patches:
+        key.update(patch.raw)
+        refs.append(f"{REPLAY_PREFIX}/{key.hexdigest()}")
+    return refs
+
+
+def commit_tree(repo: Git, tree: str, parent: str, message: str, patch: Patch) -> str:
+    """A commit of `tree` with the patch's author and date (reproducible)."""
+    name, address = email.utils.parseaddr(patch.author)
+    committer, committer_email = FORKKIT_IDENTITY
+    identity = {
+        "GIT_AUTHOR_NAME": name or address,
+        "GIT_AUTHOR_EMAIL": address,
+        "GIT_COMMITTER_NAME": committer,
+        "GIT_COMMITTER_EMAIL": committer_email,
+    }
+    if patch.date:  # the patch's date for both: the same series always gives the same commits
+        identity.update(GIT_AUTHOR_DATE=patch.date, GIT_COMMITTER_DATE=patch.date)
+    made = repo.run(
+        "commit-tree", tree, "-p", parent, "-F", "-", env=identity, stdin=message.encode()
+    )
+    return made.stdout.strip()

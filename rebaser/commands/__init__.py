@@ -1,0 +1,1 @@
+"""The commands, one module a verb: each reads its arguments and prints its own output."""

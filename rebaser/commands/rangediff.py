@@ -1,0 +1,121 @@
+"""What a refresh changed in the series, as `git range-diff` shows it (and as Markdown).
+
+The new series is the branch's commits. The old one is rebuilt from the patch files before
+refresh overwrites them: each patch's own commit on the series' `@base`, as an apply builds
+them (carry/replay.py: one fast-import, or `git apply --cached` in a temporary index; no
+worktree). A PyPI base is read from the release cache through alternates, never downloaded
+here; those commits are then left unreferenced, for git's gc.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from rebaser.errors import RebaserError
+from rebaser.repo.git import Git
+from rebaser.series.patches import Series
+from rebaser.carry.replay import Replay
+from rebaser.upstream import PypiSpec, pypi_cache
+
+_PAIR_RE = re.compile(r"^\s*(\d+|-):\s+(?:[0-9a-f]+|-+) ([=!<>]) \s*(\d+|-):\s+(?:[0-9a-f]+|-+) ")
+_STATUS = {"=": "unchanged", "!": "changed", "<": "removed", ">": "added"}
+
+
+@dataclass(frozen=True)
+class PairRow:
+    old: Optional[str]  # patch file name in the old series
+    new: Optional[str]  # ... in the new one
+    status: str  # unchanged | changed | removed | added
+
+
+@dataclass
+class RangeDiff:
+    rows: list[PairRow] = field(default_factory=list)
+    text: str = ""  # git range-diff's own output
+    note: str = ""  # why there is no range-diff, when there is none
+
+    @property
+    def changed(self) -> bool:
+        return any(row.status != "unchanged" for row in self.rows)
+
+
+def range_diff(git: Git, old: Series, new: list[tuple[str, str]], start: str) -> RangeDiff:
+    """`new` is the branch's (sha, patch file name) after the series start commit `start`."""
+    if old.base is None:
+        return RangeDiff(note="no range-diff: the series names no @base to rebuild it on")
+    base = _old_base(git, old.base)
+    if base is None:
+        return RangeDiff(note=f"no range-diff: the series' @base {old.base} is not available here")
+    base_sha, env = base
+    new_tip = new[-1][0] if new else start
+    try:
+        old_tip = _commit_series(git, old, base_sha, env)
+        result = git.run(
+            "range-diff", "--no-color", f"{base_sha}..{old_tip}", f"{start}..{new_tip}", env=env
+        )
+    except _DoesNotApply as failed:
+        return RangeDiff(note=f"no range-diff: {failed} does not apply exactly on @base {old.base}")
+    except RebaserError as error:  # the summary is extra: refresh itself goes on
+        return RangeDiff(note=f"no range-diff: {error.what}")
+    old_names = [patch.name for patch in old.patches]
+    new_names = [name for _, name in new]
+    rows = []
+    for line in result.stdout.splitlines():
+        if match := _PAIR_RE.match(line):
+            before, sign, after = match.groups()
+            rows.append(
+                PairRow(
+                    old_names[int(before) - 1] if before != "-" else None,
+                    new_names[int(after) - 1] if after != "-" else None,
+                    _STATUS[sign],
+                )
+            )
+    return RangeDiff(rows, result.stdout)
+
+
+def to_markdown(diff: RangeDiff, title: str) -> str:
+    """A pull-request description: one row per patch, then git range-diff's output."""
+    lines = [f"### {title}", ""]
+    if diff.note:
+        return "\n".join([*lines, diff.note, ""])
+    counts = {status: sum(r.status == status for r in diff.rows) for status in _STATUS.values()}
+    lines.append(", ".join(f"{n} {status}" for status, n in counts.items() if n) + ".")
+    lines += ["", "| old patch | new patch | |", "|---|---|---|"]
+    lines += [f"| {r.old or '—'} | {r.new or '—'} | {r.status} |" for r in diff.rows]
+    if diff.changed:
+        lines += ["", "<details><summary>git range-diff</summary>", "", "```diff"]
+        lines += [diff.text.rstrip("\n"), "```", "", "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+class _DoesNotApply(Exception):
+    pass
+
+
+def _old_base(git: Git, text: str) -> Optional[tuple[str, Optional[dict[str, str]]]]:
+    """The @base commit and, for a PyPI release, the environment that lets git read it."""
+    if text.startswith("git:"):
+        sha = git.rev_parse(text[len("git:") :])
+        return (sha, None) if sha else None
+    spec = PypiSpec.parse(text)
+    if spec is None or spec.version is None:
+        return None
+    cache = pypi_cache(spec.package)
+    release = cache.cached(spec.version)
+    if release is None:
+        return None
+    if git.rev_parse(release.sha):
+        return release.sha, None  # the branch lives in the cache repository itself
+    return release.sha, {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(cache.repo_dir / "objects")}
+
+
+def _commit_series(git: Git, series: Series, base: str, env: Optional[dict[str, str]]) -> str:
+    """The old series as commits on `base` (Replay, as an apply builds them); the last one.
+    Remembered under refs/forkkit/replay/ unless its objects come through alternates."""
+    replay = Replay(Git(git.path, env=env), base, series.patches, remember=env is None)
+    commits = [replay.commit_of(patch) for patch in series.patches]
+    if None in commits:
+        raise _DoesNotApply(series.patches[commits.index(None)].name)
+    return commits[-1]  # type: ignore[return-value]

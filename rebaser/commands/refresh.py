@@ -1,0 +1,225 @@
+"""`rebaser refresh`: re-export the series (and overlay) from a resolved branch.
+
+Each commit after the series start (rebaser/repo/series_start.py) is exported by the stable rules
+of rebaser/series/export.py into the file its `Forkkit-Patch:` trailer names, so a patch skipped or
+dropped on the branch never lends its file name to the next one. Commits without the trailer
+(made by hand) become new patches at the end; a branch where no commit has it (made before
+the trailer existed) is read by position, as before.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from rebaser.repo import left_off
+from rebaser.carry import resolutions
+from rebaser.repo import series_start
+from rebaser.sequencer import state as state_store
+from rebaser.errors import RebaserError
+from rebaser.series.export import export_patch, patch_file_name
+from rebaser.repo.git import Git, find_repo
+from rebaser.commands.rangediff import RangeDiff, range_diff
+from rebaser.series.patches import Series, identity, load_series
+from rebaser.repo.lock import repository_lock
+
+
+@dataclass
+class ExportedFile:
+    """A file refresh wrote (or would write) and how it changed."""
+
+    path: str
+    status: str  # unchanged | updated | new | removed | kept (...): left off the branch
+
+
+@dataclass(frozen=True)
+class BranchCommit:
+    sha: str
+    subject: str
+    identity: Optional[str]  # the patch file it was made from (Forkkit-Patch trailer)
+
+
+def branch_commits(git: Git, branch: str) -> tuple[str, list[BranchCommit]]:
+    """The overlay commit and the patch commits after it, oldest first."""
+    start = series_start.find(git, branch)
+    if start is None:
+        raise RebaserError(
+            f"branch {branch} has no {series_start.PREFIX}/ ref and no "
+            f"'{series_start.OVERLAY_SUBJECT}' commit, so its series cannot be found",
+            next_step="refresh a branch made by `rebaser apply`",
+        )
+    log = git.out(
+        "log", "--reverse", "--first-parent", "--format=%H%x00%B%x01", f"{start}..{branch}"
+    )
+    commits = []
+    for entry in filter(None, (part.strip("\n") for part in log.split("\x01"))):
+        sha, _, message = entry.partition("\0")
+        commits.append(BranchCommit(sha, message.split("\n", 1)[0], identity(message)))
+    return start, commits
+
+
+@dataclass
+class Refreshed:
+    files: list[ExportedFile]
+    range_diff: RangeDiff  # the old series (the files before) against the branch's commits
+
+
+def refresh(
+    series_file: Path, repo: Optional[Path], branch: Optional[str], *, write: bool
+) -> Refreshed:
+    series = load_series(series_file)
+    git = find_repo(repo or Path.cwd())
+    if git is None:
+        raise RebaserError(
+            f"{repo or Path.cwd()} is not in a git repository", next_step="pass --repo"
+        )
+    if branch is None:
+        branch = git.out("rev-parse", "--abbrev-ref", "HEAD")
+        if branch == "HEAD":
+            raise RebaserError("no branch is checked out here", next_step="pass --branch NAME")
+    if not write:
+        return _export(series, git, branch, write=False)
+    with repository_lock(git, "refresh"):
+        _refuse_a_stopped_apply(git, branch)
+        return _export(series, git, branch, write=True)
+
+
+def _refuse_a_stopped_apply(git: Git, branch: str) -> None:
+    """A stopped apply's branch lacks the patches after the stop: exporting it would delete
+    them from the series."""
+    unfinished = state_store.load(git)
+    if unfinished is not None and unfinished.branch == branch:
+        where = f"stopped at {unfinished.stopped.patch}" if unfinished.stopped else "running"
+        raise RebaserError(
+            f"the apply on {branch} is not finished ({where}); refreshing now would drop the "
+            "patches it has not applied yet from the series",
+            where=unfinished.worktree,
+            next_step="finish it with `rebaser continue` (or `rebaser abort`), then refresh; "
+            "`refresh --check` shows the difference without writing",
+        )
+
+
+def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
+    overlay_sha, commits = branch_commits(git, branch)
+    changes = _refresh_overlay(series, git, overlay_sha, branch, write=write)
+    names = _patch_names(series, commits)
+    changed = range_diff(
+        git, series, [(c.sha, name) for c, name in zip(commits, names)], overlay_sha
+    )
+    for name, commit in zip(names, commits):
+        changes.append(
+            _write(series.patches_dir / name, export_patch(git, commit.sha), write=write)
+        )
+    kept = left_off.read(git, branch)  # the apply left them off; they still need work
+    for name, status in kept.items():
+        changes.append(ExportedFile(f"patches/{name}", f"kept ({status} on the branch)"))
+    for stale in [p.name for p in series.patches if p.name not in names and p.name not in kept]:
+        changes.append(ExportedFile(f"patches/{stale}", "removed"))
+        records = series.patches_dir / resolutions.FOLDER / stale  # replayed for it only
+        if records.is_dir() or records.is_symlink():
+            changes.append(ExportedFile(f"patches/{resolutions.FOLDER}/{stale}/", "removed"))
+        if write:  # the records first: a refresh that fails there lists them again
+            _remove_folder(records)
+            (series.patches_dir / stale).unlink()
+    names = _with_left_off(series, names, kept)
+    if [p.name for p in series.patches] != names:
+        changes.append(_write(series.file, _series_text(series, names), write=write))
+    return Refreshed(changes, changed)
+
+
+def _remove_folder(path: Path) -> None:
+    """A folder of the series, or the link that stands for it (what it points to stays)."""
+    try:
+        if path.is_symlink():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+    except OSError as exc:
+        raise RebaserError(
+            f"cannot remove {path}: {exc.strerror}",
+            next_step="remove it yourself (the patch it was recorded for left the series), "
+            "then refresh again",
+        ) from None
+
+
+def _refresh_overlay(
+    series: Series, git: Git, overlay_sha: Optional[str], branch: str, *, write: bool
+) -> list[ExportedFile]:
+    if series.overlay_dir is None or overlay_sha is None:
+        return []
+    laid = git.out(
+        "diff-tree", "--no-commit-id", "--name-only", "-r", "--root", overlay_sha
+    ).splitlines()
+    changes = []
+    for path in laid:
+        shown = git.run("show", f"{branch}:{path}", check=False)
+        if not shown.ok:
+            continue
+        changes.append(
+            _write(series.overlay_dir / path, shown.stdout, write=write, label=f"overlay/{path}")
+        )
+    return changes
+
+
+def _write(path: Path, text: str, *, write: bool, label: Optional[str] = None) -> ExportedFile:
+    label = label or f"{path.parent.name}/{path.name}"
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return ExportedFile(label, "unchanged")
+    status = "updated" if path.exists() else "new"
+    if write:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return ExportedFile(label, status)
+
+
+def _patch_names(series: Series, commits: list[BranchCommit]) -> list[str]:
+    """The file each commit goes to: its identity; new commits get NNNN-<subject>.patch."""
+    known = [patch.name for patch in series.patches]
+    if not any(commit.identity for commit in commits):
+        # A branch from before identities: the series' names in order, as it was applied.
+        names = known[: len(commits)]
+        return names + _new_names(commits[len(names) :], taken=names)
+    names: list[Optional[str]] = []
+    for commit in commits:
+        fresh = commit.identity and commit.identity not in names
+        names.append(commit.identity if fresh else None)
+    taken = [name for name in names if name] + known
+    new = iter(_new_names([c for c, n in zip(commits, names) if n is None], taken=taken))
+    return [name or next(new) for name in names]
+
+
+def _with_left_off(series: Series, names: list[str], kept: dict[str, str]) -> list[str]:
+    """The branch's patch names with the patches it left off put back where the series had
+    them (after the nearest earlier patch that is still there)."""
+    order = list(names)
+    for position, patch in enumerate(series.patches):
+        if patch.name in kept and patch.name not in order:
+            earlier = [p.name for p in series.patches[:position] if p.name in order]
+            order.insert(order.index(earlier[-1]) + 1 if earlier else 0, patch.name)
+    return order
+
+
+def _new_names(commits: list[BranchCommit], *, taken: list[str]) -> list[str]:
+    """Numbered after every number in use, so a new patch never takes an existing file."""
+    numbers = [int(match[1]) for name in taken if (match := re.match(r"(\d+)-", name))]
+    first = max(numbers, default=0) + 1
+    return [patch_file_name(first + i, commit.subject) for i, commit in enumerate(commits)]
+
+
+def _series_text(series: Series, names: list[str]) -> str:
+    """The series file with its patch lines replaced, comments and directives kept."""
+    kept, inserted = [], False
+    old = {patch.name for patch in series.patches}
+    for line in series.file.read_text(encoding="utf-8").splitlines():
+        if line.split("#", 1)[0].strip() in old:
+            if not inserted:
+                kept.extend(names)
+                inserted = True
+            continue
+        kept.append(line)
+    if not inserted:
+        kept.extend(names)
+    return "\n".join(kept) + "\n"

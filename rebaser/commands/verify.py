@@ -1,0 +1,197 @@
+"""`rebaser verify --bases ...`: the series against several upstream bases at once.
+
+Each base gets a throwaway apply (branch `forkkit-verify/...`, state kept in memory only, so
+an apply the user has in progress is never disturbed); the results form one table per base
+and patch, printed for a terminal and written as JSON and Markdown for CI.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from rebaser.sequencer import machine as engine
+from rebaser.repo import workspace
+from rebaser.errors import ExitCode, RebaserError
+from rebaser.sequencer.report import Report, styled, write_json
+from rebaser.series.patches import load_series
+from rebaser.steps.testrun import check_interpreter
+from rebaser.upstream import PypiSpec, Target, resolve_pypi, resolve_target
+
+VERIFY_PREFIX = "forkkit-verify"
+# The exit code of a matrix is its most serious row's.
+_SEVERITY = (
+    ExitCode.NOT_APPLIED,
+    ExitCode.VERIFY_FAILED,
+    ExitCode.TESTS_FAILED,
+    ExitCode.ENVIRONMENT,
+    ExitCode.USAGE,
+)
+
+
+@dataclass
+class BaseResult:
+    base: str
+    exit_code: int
+    report: Optional[Report] = None
+    error: Optional[str] = None
+
+
+def resolve_base(base: str, repo: Optional[Path]) -> Target:
+    """`pypi:megatron-core==X`, or a revision of --repo."""
+    spec = PypiSpec.parse(base)
+    if spec is not None:
+        return resolve_pypi(spec)
+    if repo is None:
+        raise RebaserError(
+            f"base {base!r} is a revision, so --repo is needed",
+            next_step="pass --repo PATH, or write the base as pypi:megatron-core==X",
+        )
+    return resolve_target(repo=repo, upstream=None, base=base, default_upstream=None)
+
+
+def throwaway_apply(
+    target: Target,
+    series_file: Path,
+    test: str,
+    progress: engine.Progress,
+    *,
+    keep: bool = False,
+    keep_going: bool = False,
+) -> Report:
+    """Apply onto `target` on a throwaway branch, removed afterwards unless `keep`."""
+    series = load_series(series_file)
+    branch = workspace.branch_name(series.name, target.label, VERIFY_PREFIX)
+    options = engine.ApplyOptions(
+        series_file=series_file,
+        test=test,
+        ephemeral=True,
+        branch_prefix=VERIFY_PREFIX,
+        keep_going=keep_going,
+    )
+    with workspace.throwaway_branch(target.git, branch, keep=keep):
+        return engine.apply_to(target, series, options, progress)
+
+
+def verify_bases(
+    series_file: Path,
+    bases: Sequence[str],
+    repo: Optional[Path],
+    test: str,
+    progress: engine.Progress,
+    *,
+    keep: bool = False,
+) -> list[BaseResult]:
+    check_interpreter(sys.executable, test, load_series(series_file).test_requires)
+    results = []
+    for base in bases:
+        progress(f"base {base}")
+        try:
+            report = throwaway_apply(
+                resolve_base(base, repo),
+                series_file,
+                test,
+                lambda message, base=base: progress(f"{base}: {message}"),
+                keep=keep,
+                keep_going=True,  # every patch's outcome on every base, in one pass
+            )
+            results.append(BaseResult(base, report.exit_code, report))
+        except RebaserError as error:
+            results.append(BaseResult(base, int(error.code), error=str(error).replace("\n", "; ")))
+    return results
+
+
+def matrix_exit_code(results: Sequence[BaseResult]) -> int:
+    codes = {result.exit_code for result in results}
+    return int(next((code for code in _SEVERITY if code in codes), ExitCode.OK))
+
+
+def _columns(results: Sequence[BaseResult]) -> list[str]:
+    names: list[str] = []
+    for result in results:
+        for step in result.report.steps if result.report else []:
+            if step.name not in names:
+                names.append(step.name)
+    return names
+
+
+def _row(result: BaseResult, steps: list[str]) -> tuple[list[str], str, str, str]:
+    if result.report is None:
+        return ["-"] * len(steps), "-", "-", f"error: {result.error}"
+    by_name = {step.name: step.status for step in result.report.steps}
+    verify = (
+        "-"
+        if not result.report.checks
+        else ("ok" if all(c.ok for c in result.report.checks) else "failed")
+    )
+    tests = (
+        "; ".join(
+            f"{s.name}: {s.status} ({s.passed}/{s.failed + s.errors}/{s.skipped})"
+            for s in result.report.suites
+        )
+        or "-"
+    )
+    return [by_name.get(name, "-") for name in steps], verify, tests, result.report.outcome
+
+
+def render_matrix(results: Sequence[BaseResult], console: Console) -> None:
+    steps = _columns(results)
+    table = Table(title="series against upstream bases", header_style="bold")
+    table.add_column("base")
+    for name in steps:
+        table.add_column(name.split("-")[0] if name[:4].isdigit() else name)
+    for title in ("verify", "tests (pass/fail/skip)", "outcome"):
+        table.add_column(title, overflow="fold")
+    for result in results:
+        cells, verify, tests, outcome = _row(result, steps)
+        table.add_row(result.base, *map(styled, cells), styled(verify), Text(tests), Text(outcome))
+    console.print(table)
+    for result in results:
+        for title, stop in result.report.stops() if result.report else []:
+            console.print(Text.assemble((result.base, "bold"), f" {title}: {stop.reason}"))
+
+
+def matrix_markdown(results: Sequence[BaseResult]) -> str:
+    steps = _columns(results)
+    header = ["base", *steps, "verify", "tests (pass/fail/skip)", "outcome"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for result in results:
+        cells, verify, tests, outcome = _row(result, steps)
+        lines.append("| " + " | ".join([f"`{result.base}`", *cells, verify, tests, outcome]) + " |")
+    for result in results:
+        for title, stop in result.report.stops("`") if result.report else []:
+            lines += ["", f"**{result.base}** {title}: {stop.reason}"]
+            lines += ["", "```", *stop.hunks[:5], "```"] if stop.hunks else []
+    verdict = "all bases pass" if matrix_exit_code(results) == 0 else "the series needs attention"
+    return "\n".join([f"### dsa-forkkit: {verdict}", "", *lines]) + "\n"
+
+
+def matrix_json(results: Sequence[BaseResult]) -> dict:
+    return {
+        "exit_code": matrix_exit_code(results),
+        "bases": [
+            {
+                "base": r.base,
+                "exit_code": r.exit_code,
+                "error": r.error,
+                "report": r.report.to_json() if r.report else None,
+            }
+            for r in results
+        ],
+    }
+
+
+def write_outputs(
+    results: Sequence[BaseResult], json_path: Optional[Path], markdown_path: Optional[Path]
+) -> None:
+    if json_path:
+        write_json(json_path, matrix_json(results))
+    if markdown_path:
+        markdown_path.parent.mkdir(parents=True, exist_ok=True)
+        markdown_path.write_text(matrix_markdown(results))

@@ -1,0 +1,50 @@
+"""rebaser's settings: the DSA_FORKKIT_* environment variables, each read in one place."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from rebaser.errors import unwritable
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_INDEX = "https://pypi.org/pypi"
+
+
+def default_series() -> Path:
+    """$DSA_FORKKIT_SERIES, else the series of this checkout."""
+    return Path(os.environ.get("DSA_FORKKIT_SERIES", PROJECT_ROOT / "patches" / "series"))
+
+
+def cache_dir() -> Path:
+    """Downloads and materialised releases: $DSA_FORKKIT_CACHE, else the user cache folder."""
+    if explicit := os.environ.get("DSA_FORKKIT_CACHE"):
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "dsa-forkkit"
+
+
+def require_writable_cache() -> Path:
+    """The cache folder, created; exit 5 before any work when it cannot be written (an apply
+    would otherwise stop half-way, with a branch and no way to find its state)."""
+    folder = cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise unwritable("the cache folder", folder, exc, "DSA_FORKKIT_CACHE") from None
+    return folder
+
+
+def wheels_dir() -> Optional[Path]:
+    """$DSA_FORKKIT_WHEELS: a wheel folder shared between caches (None: the cache's own)."""
+    wheels = os.environ.get("DSA_FORKKIT_WHEELS")
+    return Path(wheels).expanduser() if wheels else None
+
+
+def index_url() -> str:
+    """$DSA_FORKKIT_PYPI_URL: an index with PyPI's JSON API (a mirror, a test's server)."""
+    return os.environ.get("DSA_FORKKIT_PYPI_URL", DEFAULT_INDEX).rstrip("/")

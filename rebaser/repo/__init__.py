@@ -1,0 +1,2 @@
+"""git plumbing: the runner, branches and worktrees, the late checkout, the scratch
+repository, the repository lock, child processes and rebaser's refs."""

@@ -1,0 +1,52 @@
+"""The apply's worktree gets its files only when a step needs them.
+
+Until then it is a sparse checkout that leaves every path out: git's index holds the whole
+tree (each entry marked skip-worktree) and no file is written. The overlay commit needs only
+the index, and a fast lane runs its sequencer in another repository: the files are written
+beside it, off the critical path (a full checkout of a large tree takes seconds on a slow
+disk), or before the first step that reads them (a per-patch apply, verification, a stop).
+
+The sparse patterns live in the worktree's own git dir (`info/sparse-checkout`), and
+`core.sparseCheckout` is passed on the command line, never written to the repository's
+config. While that file exists the files are still to be written: `continue` and `abort`
+write them after a kill (finish is safe to repeat).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rebaser.repo.git import Git
+
+_PATTERNS = Path("info") / "sparse-checkout"
+# rebaser's patterns are not cone patterns, whatever the repository's config says.
+_SPARSE = ("-c", "core.sparseCheckout=true", "-c", "core.sparseCheckoutCone=false")
+_NONE = "# rebaser: files not written yet (see rebaser/repo/late_checkout.py)\n!/*\n"
+_ALL = "/*\n"
+
+
+def begin(worktree: Git, git_dir: Path) -> None:
+    """Fill the index of a worktree made with `--no-checkout` from HEAD, writing no file."""
+    (git_dir / _PATTERNS).parent.mkdir(exist_ok=True)
+    (git_dir / _PATTERNS).write_text(_NONE)
+    worktree.run(*_SPARSE, "read-tree", "-m", "-u", "HEAD")
+
+
+def pending(git_dir: Path) -> bool:
+    """Whether the worktree's files are still to be written (no index yet: killed between
+    `worktree add --no-checkout` and begin())."""
+    return (git_dir / _PATTERNS).is_file() or not (git_dir / "index").is_file()
+
+
+def finish(worktree: Git, git_dir: Path) -> None:
+    """Write every file of the index (no-op once written). Index contents and changes in
+    the worktree stay as they are: only the skip-worktree marks go."""
+    if not pending(git_dir):
+        return
+    (git_dir / _PATTERNS).parent.mkdir(exist_ok=True)
+    (git_dir / _PATTERNS).write_text(_ALL)
+    if (git_dir / "index").is_file():
+        worktree.run(*_SPARSE, "sparse-checkout", "reapply")
+    else:
+        worktree.run(*_SPARSE, "read-tree", "-m", "-u", "HEAD")
+    (git_dir / _PATTERNS).unlink()

@@ -1,0 +1,340 @@
+"""The branch and worktree an apply writes to, created without touching the user's checkout.
+
+Everything happens in a separate `git worktree` on a new branch. An existing branch or
+worktree of an earlier apply is replaced only with --force, never when it has uncommitted
+changes, and its commits are kept under refs/forkkit/backups/ first.
+
+Throwaway work (verify's and bisect's applies, the tree `git bisect` walks) uses
+`throwaway_branch` and `detached`, which always clean up. The base checkout for upstream
+tests is `exported`: no worktree is registered, so even a kill leaves none behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+from rebaser.repo import late_checkout
+from rebaser.repo import left_off
+from rebaser.repo import series_start
+from rebaser.errors import ExitCode, RebaserError
+from rebaser.repo.git import FORKKIT_AUTHOR, Git
+
+BACKUP_PREFIX = "refs/forkkit/backups"
+_MARKER = "forkkit-worktree"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    branch: str
+    path: Path
+
+    @property
+    def git(self) -> Git:
+        return Git(self.path)
+
+
+def forkkit_dir(repo: Git) -> Path:
+    """rebaser's own folder inside a repository's git dir (state, worktrees, reports)."""
+    return repo.common_dir() / "forkkit"
+
+
+def branch_name(series_name: str, label: str, prefix: str = "forkkit") -> str:
+    return f"{prefix}/{series_name}/{label}"
+
+
+def default_worktree_path(repo: Git, branch: str) -> Path:
+    return forkkit_dir(repo) / "worktrees" / branch.replace("/", "--")
+
+
+def checked_out_at(repo: Git, branch: str) -> Optional[Path]:
+    """The worktree where `branch` is checked out, if any."""
+    current: Optional[Path] = None
+    for line in repo.out("worktree", "list", "--porcelain").splitlines():
+        if line.startswith("worktree "):
+            current = Path(line[len("worktree ") :])
+        elif line == f"branch refs/heads/{branch}":
+            return current
+    return None
+
+
+def create(
+    repo: Git, branch: str, base_sha: str, path: Optional[Path] = None, *, force: bool = False
+) -> Workspace:
+    """A new branch at `base_sha`, in a new worktree whose files are not written yet. Refs
+    that an earlier branch of that name left beside it (where its series started, which
+    patches it lacked) go."""
+    path = (path or default_worktree_path(repo, branch)).resolve()
+    ref = f"refs/heads/{branch}"
+    if force and repo.ref_exists(ref):
+        remove(repo, branch, reason="replaced")
+    try:  # before the branch exists: a refusal leaves nothing behind
+        _check_folder(path)
+    except RebaserError:
+        if repo.ref_exists(ref):  # an earlier apply's branch and worktree: say that first
+            raise _exists(repo, branch) from None
+        raise
+    # One transaction, which fails when the branch exists: no check-then-create race.
+    made = repo.run(
+        "update-ref",
+        "-m",
+        f"branch: Created from {base_sha}",
+        "--stdin",
+        stdin=f"start\ncreate {ref} {base_sha}\n{_deletes_beside(branch)}commit\n".encode(),
+        check=False,
+    )
+    if not made.ok:
+        if repo.ref_exists(ref):
+            raise _exists(repo, branch)
+        raise RebaserError(
+            f"cannot create branch {branch}: {made.stderr.strip()}",
+            where=str(repo.path),
+            code=ExitCode.ENVIRONMENT,
+        )
+    try:  # its files are written when a step needs them (late_checkout)
+        repo.run("worktree", "add", "--quiet", "--no-checkout", str(path), branch)
+    except BaseException:  # a failure or a Ctrl-C: no branch without its worktree
+        repo.run("update-ref", "-d", ref, base_sha, check=False)
+        raise
+    git_dir = worktree_git_dir(path)
+    (git_dir / _MARKER).write_text(branch + "\n")
+    late_checkout.begin(Git(path), git_dir)
+    return Workspace(branch, path)
+
+
+def _exists(repo: Git, branch: str) -> RebaserError:
+    return RebaserError(
+        f"branch {branch} already exists (from an earlier apply?)",
+        where=str(repo.path),
+        next_step="pass --force to replace it (its commits are kept under "
+        f"{BACKUP_PREFIX}/), or delete it with git branch -D {branch}",
+    )
+
+
+def _check_folder(path: Path) -> None:
+    """The worktree's folder: absent or empty, and makeable (its parents are created)."""
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise RebaserError(
+            f"worktree folder {path} exists and is not an empty folder",
+            next_step="choose another --worktree, or remove what is there",
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RebaserError(
+            f"cannot make the worktree's folder {path}: {exc.strerror}",
+            next_step="choose a --worktree in a folder you can write to",
+        ) from None
+
+
+def _deletes_beside(branch: str) -> str:
+    """`update-ref --stdin` lines that drop the refs beside a branch: where its series
+    started, which patches it lacked."""
+    beside = (series_start.ref_name(branch), left_off.ref_name(branch))
+    return "".join(f"delete {ref}\n" for ref in beside)
+
+
+def _forget_beside(repo: Git, branch: str) -> None:
+    """Drop the refs beside a removed branch (its commits stay in the branch's backup)."""
+    repo.run("update-ref", "--stdin", stdin=_deletes_beside(branch).encode(), check=False)
+
+
+def remove(repo: Git, branch: str, *, reason: str) -> Optional[str]:
+    """Remove the branch and its worktree, keeping the commits under a backup ref.
+
+    Refuses when the worktree has uncommitted changes or is the user's main checkout.
+    Returns the backup ref, if one was written.
+    """
+    where = _registered_worktree(repo, branch)
+    if where is not None:
+        if not _is_forkkit_worktree(where):
+            raise RebaserError(
+                f"branch {branch} is checked out in {where}, which rebaser did not create",
+                next_step="switch that checkout to another branch first",
+            )
+        # One an interrupted apply left before its files were written: write them, so that
+        # git's answer below is about changes, not about files not there yet.
+        late_checkout.finish(Git(where), worktree_git_dir(where))
+        dirty = Git(where).status_porcelain()
+        if dirty:
+            raise RebaserError(
+                f"the worktree {where} of {branch} has uncommitted changes; rebaser never "
+                "touches a dirty checkout",
+                where=", ".join(line[3:] for line in dirty[:5]),
+                next_step="commit or stash them there, or remove that worktree yourself",
+            )
+        save_uncommitted(Git(where), f"forkkit: ignored files kept by rebaser ({reason})\n")
+        repo.run("worktree", "remove", "--force", str(where))
+    backup = None
+    if repo.ref_exists(f"refs/heads/{branch}"):
+        backup = f"{BACKUP_PREFIX}/{branch}/{reason}-{time.strftime('%Y%m%d-%H%M%S')}"
+        repo.run("update-ref", backup, f"refs/heads/{branch}")
+        repo.run("branch", "--quiet", "-D", branch)
+    _forget_beside(repo, branch)
+    repo.run("worktree", "prune")
+    return backup
+
+
+def discard(repo: Git, branch: str) -> None:
+    """Remove a throwaway branch (verify, bisect) and its worktree, whatever they hold."""
+    where = checked_out_at(repo, branch)
+    if where is not None:
+        if not _is_forkkit_worktree(where):
+            raise RebaserError(
+                f"branch {branch} is checked out in {where}, which rebaser did not create"
+            )
+        repo.run("worktree", "remove", "--force", str(where))
+    if repo.ref_exists(f"refs/heads/{branch}"):
+        repo.run("branch", "--quiet", "-D", branch)
+    _forget_beside(repo, branch)
+    repo.run("worktree", "prune")
+
+
+@contextlib.contextmanager
+def throwaway_branch(repo: Git, branch: str, *, keep: bool = False) -> Iterator[None]:
+    """A branch (and worktree) that does not outlive the block, unless `keep`.
+
+    Leftovers of an interrupted earlier run of the same branch are removed first.
+    """
+    discard(repo, branch)
+    try:
+        yield
+    finally:
+        if not keep:
+            discard(repo, branch)
+
+
+@contextlib.contextmanager
+def detached(repo: Git, sha: str, purpose: str) -> Iterator[Path]:
+    """A detached worktree at `sha` in a temporary folder, removed after the block."""
+    folder = Path(tempfile.mkdtemp(prefix=f"forkkit-{purpose}-"))
+    tree = folder / "tree"
+    repo.run("worktree", "add", "--quiet", "--detach", str(tree), sha)
+    try:
+        yield tree
+    finally:
+        repo.run("worktree", "remove", "--force", str(tree), check=False)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def exported(repo: Git, sha: str, purpose: str) -> Iterator[Path]:
+    """The files of `sha` in a temporary folder, removed after the block. Written with a
+    private index, so nothing is registered in the repository: a kill leaves no worktree
+    of rebaser's behind in it."""
+    folder = Path(tempfile.mkdtemp(prefix=f"forkkit-{purpose}-"))
+    tree = folder / "tree"
+    tree.mkdir()
+    try:
+        index = {"GIT_INDEX_FILE": str(folder / "index")}
+        repo.run("--work-tree", str(tree), "checkout", sha, "--", ".", env=index)
+        yield tree
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def save_uncommitted(git: Git, message: str) -> Optional[SavedFiles]:
+    """Commit everything uncommitted in the worktree, conflicts and ignored files (logs,
+    results) included, so that removing the worktree loses nothing. None if nothing was."""
+    ignored = [line[3:] for line in _status(git, "--ignored") if line.startswith("!! ")]
+    changed = _status(git)
+    if not changed and not ignored:
+        return None
+    git.run("add", "--all", "--force")
+    git.commit(message, author=FORKKIT_AUTHOR, date=f"{int(time.time())} +0000")
+    return SavedFiles(len(changed), ignored)
+
+
+@dataclass(frozen=True)
+class SavedFiles:
+    changed: int
+    ignored: list[str]
+
+    def describe(self) -> str:
+        parts = [f"{self.changed} uncommitted changes"] if self.changed else []
+        if self.ignored:
+            shown = ", ".join(self.ignored[:3]) + (", ..." if len(self.ignored) > 3 else "")
+            parts.append(f"{len(self.ignored)} ignored files ({shown})")
+        return " and ".join(parts)
+
+
+def require_utf8(path: Optional[Path]) -> None:
+    """rebaser keeps paths in JSON and git's text output: refuse one it cannot spell."""
+    if path is None:
+        return
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        spelled = os.fsencode(path).decode("utf-8", errors="backslashreplace")
+        raise RebaserError(
+            f"the path {spelled} is not valid UTF-8; rebaser cannot keep track of it",
+            next_step="rename the folder, or clone the repository to a UTF-8 path",
+        ) from None
+
+
+def current_branch(git: Git) -> Optional[str]:
+    """The branch checked out in a worktree; None when HEAD is detached."""
+    result = git.run("symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+    return result.stdout.strip() if result.ok else None
+
+
+def check_on_branch(git: Git, branch: str) -> None:
+    """Refuse to commit in or remove a worktree the user switched to another branch."""
+    current = current_branch(git)
+    if current != branch:
+        on = f"on branch {current}" if current else "on a detached HEAD"
+        raise RebaserError(
+            f"the worktree {git.path} is {on}, not on the apply's branch {branch}; rebaser "
+            "commits only onto its own branch",
+            next_step=f"run `git switch {branch}` there (commits on {current or 'HEAD'} stay "
+            "where they are), then run the command again",
+        )
+
+
+def forkkit_branches(repo: Git) -> list[str]:
+    """The branches checked out in worktrees rebaser created."""
+    branches, current = [], None
+    for line in repo.out("worktree", "list", "--porcelain").splitlines():
+        if line.startswith("worktree "):
+            current = Path(line[len("worktree ") :])
+        elif line.startswith("branch refs/heads/") and current and current.is_dir():
+            if _is_forkkit_worktree(current):
+                branches.append(line[len("branch refs/heads/") :])
+    return branches
+
+
+def _status(git: Git, *options: str) -> list[str]:
+    out = git.run("status", "--porcelain=v1", "--untracked-files=all", *options).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def _registered_worktree(repo: Git, branch: str) -> Optional[Path]:
+    """Where `branch` is checked out; a worktree whose folder was deleted is pruned first."""
+    where = checked_out_at(repo, branch)
+    if where is not None and not where.exists():
+        repo.run("worktree", "prune")
+        where = checked_out_at(repo, branch)
+    return where
+
+
+def _is_forkkit_worktree(path: Path) -> bool:
+    """Whether rebaser created this worktree (it leaves a marker in the worktree's git dir)."""
+    return (worktree_git_dir(path) / _MARKER).exists()
+
+
+def _worktree_git_dir(path: Path) -> Path:
+    return Path(Git(path).out("rev-parse", "--absolute-git-dir"))
+
+
+def worktree_git_dir(path: Path) -> Path:
+    """A linked worktree's own git dir, read from its `.git` file (no git process)."""
+    dot_git = path / ".git"
+    if dot_git.is_file() and (text := dot_git.read_text()).startswith("gitdir: "):
+        return (path / text[len("gitdir: ") :].strip()).resolve()
+    return _worktree_git_dir(path)

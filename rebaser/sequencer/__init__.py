@@ -1,0 +1,1 @@
+"""The resumable apply: the state machine that runs the steps, its state and its report."""

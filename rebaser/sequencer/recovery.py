@@ -1,0 +1,156 @@
+"""What `continue` and `abort` check and repair before they touch an apply in progress.
+
+A stopped apply waits for the user; an interrupted one (kill -9, Ctrl-C, a crash) may have
+left a step half done. Either way nothing of the user's is lost: files rebaser would reset
+are refused before anything happens, or saved under refs/forkkit/backups/ first.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+from rebaser.repo import late_checkout
+from rebaser.repo import workspace
+from rebaser.errors import RebaserError
+from rebaser.repo.git import Git, forkkit_env
+from rebaser.sequencer.state import ApplyState, BrokenState
+from rebaser.steps import fastlane
+
+_SHOWN = 8  # paths named in a message
+
+
+def worktree_of(state: ApplyState) -> Git:
+    """The apply's worktree, present and on the apply's branch, or a clear error."""
+    path = Path(state.worktree)
+    if not path.is_dir():
+        raise RebaserError(
+            f"the worktree {path} is missing (deleted?)",
+            next_step="`rebaser abort` drops the apply (its commits are kept under "
+            f"{workspace.BACKUP_PREFIX}/), then apply again",
+        )
+    git = Git(path)
+    _leave_interrupted(git)
+    workspace.check_on_branch(git, state.branch)
+    return git
+
+
+def _leave_interrupted(worktree: Git) -> None:
+    """Back on the branch with every file written, whatever a kill left half done."""
+    git_dir = workspace.worktree_git_dir(worktree.path)
+    fastlane.leave_interrupted(worktree, git_dir)
+    late_checkout.finish(worktree, git_dir)
+
+
+def describe(state: ApplyState) -> list[str]:
+    """What `status` says beyond the finished steps: the truth about the worktree, and
+    what can be done next."""
+    lines = []
+    if not Path(state.worktree).is_dir():
+        lines.append(f"the worktree {state.worktree} is missing (deleted?)")
+        lines.append("next: `rebaser abort` drops the apply (its commits are kept in a ref)")
+        return lines
+    current = workspace.current_branch(Git(state.worktree))
+    if current != state.branch:
+        lines.append(f"the worktree is on {current or 'a detached HEAD'}, not on {state.branch}")
+        lines.append(f"next: `git switch {state.branch}` there before continuing or aborting")
+        return lines
+    if state.stopped:
+        lines.append(
+            "next: fix it there, `git add`, then `rebaser continue` (or `rebaser skip`, "
+            "`rebaser abort`)"
+        )
+    else:
+        lines.append(
+            f"not stopped: interrupted during {state.running or 'the apply'} (or running now)"
+        )
+        if late_checkout.pending(workspace.worktree_git_dir(Path(state.worktree))):
+            lines.append("the worktree's files are not written yet; `rebaser continue` writes them")
+        lines.append(
+            "next: `rebaser continue` redoes that step and goes on; `rebaser abort` drops the "
+            "apply (its work is kept in a ref)"
+        )
+    return lines
+
+
+def refuse_untracked(worktree: Git, step: str) -> None:
+    """A later stop resets the worktree: untracked files would be lost, so refuse them now."""
+    untracked = [line[3:] for line in worktree.status_porcelain() if line.startswith("?? ")]
+    if untracked:
+        shown = ", ".join(untracked[:_SHOWN]) + (", ..." if len(untracked) > _SHOWN else "")
+        raise RebaserError(
+            f"{step}: untracked files in the worktree: {shown}",
+            where=str(worktree.path),
+            next_step="`git add` those that belong to the fix; move the others out of the "
+            "worktree (a later stop resets it); then `rebaser continue`",
+        )
+
+
+def restore_last_step(state: ApplyState, worktree: Git) -> Optional[str]:
+    """After an interruption, go back to where the last finished step left the worktree.
+
+    A half-laid overlay, a patch in the index but not committed, or committed before its
+    step was recorded: all are redone from scratch. Whatever differs from that point is kept
+    under a backup ref first, which is returned (None when nothing differed).
+    """
+    last = state.head or state.base_sha
+    head = worktree.out("rev-parse", "HEAD")
+    if head == last and not worktree.status_porcelain():
+        return None
+    backup = (
+        f"{workspace.BACKUP_PREFIX}/{state.branch}/interrupted-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    worktree.run("update-ref", backup, snapshot(worktree, "forkkit: saved after an interruption\n"))
+    worktree.discard_changes(last)  # untracked only; ignored files stay
+    return backup
+
+
+def snapshot(git: Git, message: str) -> str:
+    """A commit of HEAD plus everything in the worktree (untracked files too), made with a
+    private index: the worktree, its index and its branch stay as they are."""
+    with tempfile.TemporaryDirectory(prefix="forkkit-index-") as folder:
+        env = {"GIT_INDEX_FILE": str(Path(folder) / "index")}
+        git.run("read-tree", "HEAD", env=env)
+        git.run("add", "--all", env=env)
+        tree = git.out("write-tree", env=env)
+    date = f"{int(time.time())} +0000"
+    return git.out("commit-tree", tree, "-p", "HEAD", "-m", message, env=forkkit_env(date))
+
+
+def drop(repo: Git, branch: str, worktree: Path) -> str:
+    """Remove the apply's branch and worktree, keeping every commit, change and ignored file
+    under a backup ref; what is said about it."""
+    saved = None
+    if worktree.is_dir():
+        git = Git(worktree)
+        _leave_interrupted(git)
+        workspace.check_on_branch(git, branch)
+        saved = workspace.save_uncommitted(
+            git, "forkkit: work in progress saved by rebaser abort\n"
+        )
+    backup = workspace.remove(repo, branch, reason="aborted")
+    said = f"aborted: removed branch {branch} and worktree {worktree}"
+    if backup:
+        work = f" and your {saved.describe()}" if saved else ""
+        said += f"; its commits{work} are kept at {backup}"
+    return said
+
+
+def abort_broken(broken: BrokenState) -> str:
+    """`abort` with a state file that cannot be read: drop the apply it names, when its
+    branch can still be read from it, and set the file aside."""
+    legible = broken.salvage()
+    said = ""
+    if "branch" in legible and "worktree" in legible:
+        said = drop(broken.repo, legible["branch"], Path(legible["worktree"])) + "; "
+    else:
+        ours = workspace.forkkit_branches(broken.repo)
+        if ours:
+            said = (
+                f"the state did not say which apply it belonged to; branches of rebaser here: "
+                f"{', '.join(ours)} (replace one with `rebaser apply --force`, or delete it with "
+                "`git branch -D`); "
+            )
+    return said + f"the damaged state is kept at {broken.set_aside()}"

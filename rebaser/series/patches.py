@@ -1,0 +1,378 @@
+"""The patch series: `patches/series` (a quilt-style list) and its git-format patches.
+
+Series file syntax, one item a line, `#` starts a comment:
+
+    @name dsa-topk                          the series' name (branch names use it)
+    @base pypi:megatron-core==0.19.2        the upstream the patches were exported against
+    @overlay ../megatron_overlay            new files laid before the patches (mirrors upstream)
+    @codemods codemods                      the series' codemods (default: codemods/ if present)
+    @upstream-test tests/unit_tests/...     an upstream test file to run (when the base has it)
+    @test-requires torch                    a module the tests import (checked before applying)
+    0001-config-fields.patch                a patch, applied in file order
+
+Each patch is `git format-patch` output. Its message may carry trailers:
+
+    Forkkit-Codemod: config_fields          the codemod that makes the same change by meaning
+    Forkkit-Symbol: path::Qual.name         a symbol that must exist after the series
+    Forkkit-Symbol: path::func(param)       ... a function that must take `param`
+    Forkkit-Symbol: path::Qual.func->callee ... a function that must call `callee`
+
+The commit an apply makes for a patch carries `Forkkit-Patch: <file name>`, its identity:
+`refresh` writes each commit back to the file it came from, whatever was skipped or dropped.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import os
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Optional
+
+import unidiff
+
+from rebaser.codemods import Codemods, load_codemods
+from rebaser.series.confinement import check_inside, overlay_files
+from rebaser.errors import RebaserError
+
+_DIRECTIVES = ("name", "base", "overlay", "codemods", "upstream-test", "test-requires")
+_LISTS = ("upstream-test", "test-requires")  # directives that may be given several times
+_MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+PATCH_TRAILER = "Forkkit-Patch"
+_TRAILER_LINE_RE = re.compile(r"^[A-Za-z0-9-]+: ")
+# @name becomes part of a branch name: one path component git accepts.
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_SYMBOL_RE = re.compile(
+    r"^(?P<path>[^:\s]+)::(?P<qualname>[A-Za-z_][\w.]*)"
+    r"(?:\((?P<param>[A-Za-z_]\w*)\)|->(?P<calls>[A-Za-z_][\w.]*))?$"
+)
+
+
+@dataclass(frozen=True)
+class SymbolSpec:
+    """A symbol a patch promises: a name, a parameter of a function, or a call it makes."""
+
+    path: str
+    qualname: str
+    param: Optional[str] = None
+    calls: Optional[str] = None
+
+    @classmethod
+    def parse(cls, text: str, *, where: str) -> "SymbolSpec":
+        match = _SYMBOL_RE.match(text.strip())
+        if not match:
+            raise RebaserError(
+                f"malformed Forkkit-Symbol {text.strip()!r}",
+                where=where,
+                next_step="write it as path::Qual.name, path::func(param) or path::func->callee",
+            )
+        return cls(**match.groupdict())
+
+    def __str__(self) -> str:
+        tail = f"({self.param})" if self.param else f"->{self.calls}" if self.calls else ""
+        return f"{self.path}::{self.qualname}{tail}"
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    hunks: int
+    added: int
+    removed: int
+    is_new: bool
+
+
+@dataclass
+class Patch:
+    """One git-format patch of the series."""
+
+    name: str
+    path: Path
+    subject: str
+    body: str
+    author: str
+    date: str
+    files: list[FileChange]
+    codemod: Optional[str] = None
+    symbols: list[SymbolSpec] = field(default_factory=list)
+
+    @property
+    def message(self) -> str:
+        """The commit message: the patch's own, plus its identity trailer."""
+        own = f"{self.subject}\n\n{self.body}\n" if self.body else f"{self.subject}\n"
+        return with_identity(own, self.name)
+
+    @cached_property
+    def raw(self) -> bytes:
+        """The patch file's bytes, read once (an apply reads them several times)."""
+        return self.path.read_bytes()
+
+    @property
+    def touched_paths(self) -> list[str]:
+        return [change.path for change in self.files]
+
+    @classmethod
+    def load(cls, path: Path) -> "Patch":
+        where = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise RebaserError(
+                f"the patch is not UTF-8 (byte {exc.start}: {exc.reason})",
+                where=where,
+                next_step="re-export it as UTF-8 (`rebaser refresh` writes UTF-8)",
+            ) from exc
+        header, _, rest = text.partition("\n\n")
+        diff_at = rest.find("diff --git ")
+        if not header.startswith("From ") or diff_at < 0:
+            raise RebaserError(
+                "not a git-format patch (no 'From ' header or no 'diff --git' section)",
+                where=where,
+                next_step="export patches with `rebaser refresh` (git format-patch format)",
+            )
+        # The message ends at the diffstat separator, or at the diff when there is no stat.
+        message_part = rest[:diff_at].split("\n---\n", 1)[0]
+        headers = email.parser.Parser(policy=email.policy.compat32).parsestr(header + "\n")
+        if not headers.get("From") or not headers.get("Subject"):
+            raise RebaserError("patch has no From: or Subject: header", where=where)
+        subject = _unfold(headers["Subject"])
+        subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", subject)
+        body = message_part.strip("\n")
+        try:
+            patch_set = unidiff.PatchSet(text)
+        except unidiff.UnidiffParseError as exc:
+            raise RebaserError(f"cannot parse the diff: {exc}", where=where) from exc
+        files = [
+            FileChange(
+                path=_strip_prefix(
+                    patched.source_file if patched.is_removed_file else patched.target_file
+                ),
+                hunks=len(patched),
+                added=patched.added,
+                removed=patched.removed,
+                is_new=patched.is_added_file,
+            )
+            for patched in patch_set
+        ]
+        if not files:
+            raise RebaserError("patch changes no file", where=where)
+        codemods = _trailers(body, "Forkkit-Codemod")
+        if len(codemods) > 1:
+            raise RebaserError("patch names more than one Forkkit-Codemod", where=where)
+        return cls(
+            name=path.name,
+            path=path,
+            subject=subject,
+            body=body,
+            author=_unfold(headers["From"]),
+            date=_unfold(headers.get("Date", "")),
+            files=files,
+            codemod=codemods[0] if codemods else None,
+            symbols=[
+                SymbolSpec.parse(spec, where=where) for spec in _trailers(body, "Forkkit-Symbol")
+            ],
+        )
+
+
+@dataclass
+class Series:
+    """The ordered patches plus the series-level settings."""
+
+    file: Path
+    name: str
+    base: Optional[str]
+    overlay_dir: Optional[Path]
+    upstream_tests: list[str]
+    patches: list[Patch]
+    test_requires: list[str] = field(default_factory=list)
+    codemods_dir: Optional[Path] = None
+
+    @cached_property
+    def codemods(self) -> Codemods:
+        """The codemods the patches may name, loaded from `codemods_dir` on first use."""
+        return load_codemods(self.codemods_dir)
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.file.parent
+
+    def overlay_files(self) -> list[str]:
+        """Overlay paths relative to the upstream root, sorted."""
+        return overlay_files(self.overlay_dir) if self.overlay_dir else []
+
+    def overlay_tests(self) -> list[str]:
+        return [path for path in self.overlay_files() if Path(path).name.startswith("test_")]
+
+    @classmethod
+    def load(cls, file: Path) -> "Series":
+        if not file.is_file():
+            raise RebaserError(
+                f"series file not found: {file}",
+                next_step="pass --series PATH to a patches/series file",
+            )
+        settings: dict[str, str] = {}
+        lists: dict[str, list[str]] = {key: [] for key in _LISTS}
+        names: list[str] = []
+        for number, raw in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            where = f"{file}:{number}"
+            if line.startswith("@"):
+                key, _, value = line[1:].partition(" ")
+                value = value.strip()
+                if key not in _DIRECTIVES:
+                    raise RebaserError(
+                        f"unknown series directive @{key}",
+                        where=where,
+                        next_step=f"use one of: {', '.join('@' + d for d in _DIRECTIVES)}",
+                    )
+                if not value:
+                    raise RebaserError(f"@{key} needs a value", where=where)
+                if names:
+                    raise RebaserError(
+                        f"@{key} after the first patch",
+                        where=where,
+                        next_step="put directives at the top of the series file",
+                    )
+                if key == "test-requires" and not _MODULE_RE.match(value):
+                    raise RebaserError(
+                        f"@test-requires takes one importable module name; got {value!r}",
+                        where=where,
+                    )
+                if key in lists:
+                    lists[key].append(value)
+                elif key in settings:
+                    raise RebaserError(f"@{key} given twice", where=where)
+                else:
+                    settings[key] = value
+                continue
+            if len(line.split()) != 1:
+                raise RebaserError(
+                    f"unexpected text in series line: {line!r}",
+                    where=where,
+                    next_step="list one patch file name per line (options are not supported)",
+                )
+            check_inside(file.parent, line, what="patch entry", where=where)
+            line = os.path.normpath(line)
+            if line in names:
+                raise RebaserError(f"patch {line} listed twice", where=where)
+            if not (file.parent / line).is_file():
+                raise RebaserError(
+                    f"patch file {line} not found next to the series file",
+                    where=where,
+                    next_step="fix the name or add the patch file",
+                )
+            names.append(line)
+        if not names:
+            raise RebaserError("the series lists no patches", where=str(file))
+        series_name = settings.get("name", file.parent.name)
+        if (
+            not _NAME_RE.match(series_name)
+            or ".." in series_name
+            or series_name.endswith((".", ".lock"))
+        ):
+            raise RebaserError(
+                f"series name {series_name!r} cannot be part of a branch name",
+                where=str(file),
+                next_step="use letters, digits, '-', '_' and single dots in @name",
+            )
+        overlay_dir = _folder(file, settings, "overlay")
+        codemods_dir = _folder(file, settings, "codemods")
+        if codemods_dir is None and (file.parent / "codemods").is_dir():
+            codemods_dir = (file.parent / "codemods").resolve()
+        if overlay_dir is not None:
+            overlay_files(overlay_dir)  # refuses symlinks and .git entries before any work
+        return cls(
+            file=file.resolve(),
+            name=series_name,
+            base=settings.get("base"),
+            overlay_dir=overlay_dir,
+            upstream_tests=lists["upstream-test"],
+            patches=[Patch.load(file.parent / name) for name in names],
+            test_requires=lists["test-requires"],
+            codemods_dir=codemods_dir,
+        )
+
+
+def _folder(file: Path, settings: dict[str, str], key: str) -> Optional[Path]:
+    """The folder a directive names, relative to the series file (None when not given)."""
+    if key not in settings:
+        return None
+    folder = (file.parent / settings[key]).resolve()
+    if not folder.is_dir():
+        raise RebaserError(f"@{key} folder {folder} does not exist", where=str(file))
+    return folder
+
+
+def _unfold(value: str) -> str:
+    return " ".join(str(value).split())
+
+
+def _strip_prefix(path: str) -> str:
+    """A path as a diff header names it, without git's quoting and its a/ or b/ prefix."""
+    if len(path) > 1 and path.startswith('"') and path.endswith('"'):
+        path = _unquote(path[1:-1])
+    return path[2:] if path.startswith(("a/", "b/")) else path
+
+
+_ESCAPES = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, "\\": 92, '"': 34}
+
+
+def _unquote(text: str) -> str:
+    """git's C-style quoting undone: `caf\\303\\251.py` is café.py (octal escapes are bytes)."""
+    raw = bytearray()
+    position = 0
+    while position < len(text):
+        char = text[position]
+        escaped = text[position + 1 : position + 2]
+        if char == "\\" and escaped.isdigit():
+            raw.append(int(text[position + 1 : position + 4], 8))
+            position += 4
+        elif char == "\\" and escaped in _ESCAPES:
+            raw.append(_ESCAPES[escaped])
+            position += 2
+        else:
+            raw += char.encode()
+            position += 1
+    return raw.decode("utf-8", errors="surrogateescape")
+
+
+def _trailers(body: str, key: str) -> list[str]:
+    prefix = f"{key}:"
+    return [line[len(prefix) :].strip() for line in body.splitlines() if line.startswith(prefix)]
+
+
+def with_identity(message: str, name: str) -> str:
+    """`message` with one `Forkkit-Patch: <name>` trailer, in its trailer block if it has one."""
+    message = strip_identity(message)
+    paragraphs = message.rstrip("\n").split("\n\n")
+    last = paragraphs[-1].splitlines()
+    in_block = len(paragraphs) > 1 and all(_TRAILER_LINE_RE.match(line) for line in last)
+    return message.rstrip("\n") + ("\n" if in_block else "\n\n") + f"{PATCH_TRAILER}: {name}\n"
+
+
+def strip_identity(message: str) -> str:
+    """The inverse of with_identity: `message` without its `Forkkit-Patch:` trailers."""
+    lines = message.splitlines(keepends=True)
+    kept = [line for line in lines if not line.startswith(f"{PATCH_TRAILER}:")]
+    if len(kept) == len(lines):
+        return message
+    return "".join(kept).rstrip("\n") + "\n"
+
+
+def identity(message: str) -> Optional[str]:
+    """The patch file a commit was made from (its `Forkkit-Patch:` trailer), if it says."""
+    names = _trailers(message, PATCH_TRAILER)
+    return names[-1] if names else None
+
+
+def load_series(file: Path) -> Series:
+    """Load and validate a series; malformed input raises a RebaserError (exit code 2)."""
+    try:
+        return Series.load(file)
+    except UnicodeDecodeError as exc:
+        raise RebaserError(f"series or patch is not UTF-8: {exc}", where=str(file)) from exc

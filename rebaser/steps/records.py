@@ -1,0 +1,75 @@
+"""What a run records about its steps: each step's status, and where and why it stopped.
+
+Both travel through state.json and the JSON report as plain strings and objects, so the
+enum's values and the dataclass's field names are a file format: never rename them.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields
+from typing import Any, Optional
+
+
+class StepStatus(enum.StrEnum):
+    """How a step of an apply ended (a `str`: JSON and reports show the value)."""
+
+    LAID = "laid"  # the overlay's files were copied in
+    CLEAN = "clean"
+    OFFSET = "offset"
+    THREE_WAY = "3-way"
+    CHERRY_PICK = "cherry-pick"  # merged by git's ort machinery
+    CODEMOD = "codemod"
+    RESOLUTION_REPLAYED = "resolution replayed"
+    IN_UPSTREAM = "in upstream"
+    MANUAL = "manual"  # fixed by hand, then `rebaser continue`
+    SKIPPED = "skipped"  # `rebaser skip`
+    DROPPED = "dropped"  # --keep-going dropped a patch that did not apply
+    BLOCKED = "blocked"  # needs a patch that did not apply
+    FAILED = "failed"
+
+
+# Patches an apply left off its branch: any of them makes it end with exit 3.
+LEFT_OFF = frozenset({StepStatus.SKIPPED, StepStatus.DROPPED, StepStatus.BLOCKED})
+
+
+class StopPhase(enum.StrEnum):
+    APPLY = "apply"  # a step did not apply; the worktree holds the partial result
+    VERIFY = "verify"  # everything applied, verification failed
+
+
+@dataclass
+class Stop:
+    """Where an apply stopped and why: kept in state.json and shown in the report."""
+
+    phase: StopPhase
+    patch: str  # the step's name ("overlay", a patch file name, or "verification")
+    reason: str
+    conflicts: list[str] = field(default_factory=list)
+    hunks: list[str] = field(default_factory=list)  # one description per failing hunk
+
+    def __post_init__(self) -> None:
+        self.phase = StopPhase(self.phase)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Stop":
+        """Read a stop back (state.json, a JSON report); unknown keys are an error."""
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown stop field(s): {', '.join(sorted(unknown))}")
+        return cls(**data)
+
+
+@dataclass
+class StepRow:
+    name: str
+    status: StepStatus
+    detail: str = ""
+    files: list[str] = field(default_factory=list)
+    hunks: int = 0
+    stop: Optional[Stop] = None  # why a patch left off the branch did not apply
+
+    def __post_init__(self) -> None:
+        self.status = StepStatus(self.status)  # rows read back from state.json hold strings
+        if isinstance(self.stop, dict):
+            self.stop = Stop.from_json(self.stop)
