@@ -21,6 +21,7 @@ from rebaser.repo.git import Git
 from rebaser.series.patches import load_series
 from rebaser.steps import fastlane
 from rebaser.carry import replay as replay_module
+from rebaser.repo import refs as forkkit_refs
 from rebaser.carry.rawdiff import apply_exactly, parse_diff
 from rebaser.carry.replay import Replay
 
@@ -144,7 +145,7 @@ def test_fast_built_commits_are_the_commits_git_apply_builds(tmp_path, upstream,
     base = git(upstream.path, "rev-parse", "base")
     fast = Replay(Git(upstream.path), base, series.patches).commits()
     assert len(fast) == len(series.patches)
-    refs = git(upstream.path, "for-each-ref", "--format=%(refname)", replay_module.REPLAY_PREFIX)
+    refs = git(upstream.path, "for-each-ref", "--format=%(refname)", forkkit_refs.REPLAY)
     for ref in refs.split():
         git(upstream.path, "update-ref", "-d", ref)
     monkeypatch.setattr(replay_module, "build_commits", lambda *args: [])
@@ -158,7 +159,7 @@ def test_a_chain_built_at_once_is_remembered_by_one_ref_and_reused(
     series = load_series(fork_and_tip(upstream, tmp_path))
     base = git(upstream.path, "rev-parse", "base")
     chain = Replay(Git(upstream.path), base, series.patches).commits()
-    refs = git(upstream.path, "for-each-ref", "--format=%(objectname)", replay_module.REPLAY_PREFIX)
+    refs = git(upstream.path, "for-each-ref", "--format=%(objectname)", forkkit_refs.REPLAY)
     assert refs.split() == [chain[-1]]  # one ref, not one a patch: each is a file to write
 
     def refuse(*args):
@@ -177,7 +178,7 @@ def test_a_stale_index_line_is_caught_and_left_to_git_apply(rebaser, tmp_path, u
     base = git(upstream.path, "rev-parse", "base")
     built = Replay(Git(upstream.path), base, series.patches).commits()
     assert len(built) == 2
-    refs = git(upstream.path, "for-each-ref", "--format=%(objectname)", replay_module.REPLAY_PREFIX)
+    refs = git(upstream.path, "for-each-ref", "--format=%(objectname)", forkkit_refs.REPLAY)
     assert refs.split() == [built[-1]]  # the last good commit's, not the stale one's
     report = tmp_path / "r.json"
     result = carried(rebaser, series_file, upstream, report)

@@ -24,7 +24,7 @@ from rebaser.errors import ExitCode
 OVERLAY = {"pkg/extra.py": "EXTRA = 1\n"}
 BRANCH = "forkkit/demo/v1"
 
-# The overlay is committed by commit_tree and series_start.start, each patch by Git.commit.
+# The overlay is committed by commit_tree and refs.start_series, each patch by Git.commit.
 # The state is saved when the apply starts, then as each step starts and when it is
 # recorded: save 5 records the first patch.
 KILL_POINTS = {
@@ -34,7 +34,7 @@ KILL_POINTS = {
     "overlay committed, branch not moved": FaultPoint(
         "rebaser.steps.overlay:commit_tree", "after", 1
     ),
-    "overlay committed, state not saved": FaultPoint("rebaser.repo.series_start:start", "after", 1),
+    "overlay committed, state not saved": FaultPoint("rebaser.repo.refs:start_series", "after", 1),
     "patch in the index, not committed": FaultPoint("rebaser.repo.git:Git.commit", "before", 1),
     "patch committed, state not saved": FaultPoint("rebaser.repo.git:Git.commit", "after", 1),
     "between patches": FaultPoint("rebaser.sequencer.state:ApplyState.save", "after", 5),

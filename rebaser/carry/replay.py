@@ -24,13 +24,12 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from rebaser.errors import RebaserError
+from rebaser.repo import refs
 from rebaser.repo.git import FORKKIT_IDENTITY, Git
 from rebaser.series.patches import Patch, Series
 from rebaser.carry.fastbuild import build_commits
 from rebaser.upstream import PypiSpec, pypi_cache
 
-REPLAY_PREFIX = "refs/forkkit/replay"
-BASES_PREFIX = "refs/forkkit/bases"
 _GIT_BASE_RE = re.compile(r"^git:(?P<sha>[0-9a-f]{40})$")
 
 
@@ -60,7 +59,7 @@ def recorded_base(series: Series, repo: Git, progress: Callable[[str], None]) ->
     tag = f"refs/tags/{cache.tag(spec.version)}"
     if (found := repo.rev_parse(tag)) is not None:
         return found  # `repo` is the release cache itself
-    local = f"{BASES_PREFIX}/pypi/{spec.package}/{spec.version}"
+    local = refs.pypi_base(spec.package, spec.version)
     if (found := repo.rev_parse(local)) is not None:
         return found
     try:
@@ -193,7 +192,7 @@ class Replay:
     def _cached(self) -> dict[str, str]:
         if self._cache is None:
             listing = self.repo.out(
-                "for-each-ref", "--format=%(refname) %(objectname)", REPLAY_PREFIX
+                "for-each-ref", "--format=%(refname) %(objectname)", refs.REPLAY
             )
             self._cache = dict(line.split() for line in listing.splitlines())
         return self._cache
@@ -202,11 +201,11 @@ class Replay:
 def _refs(base_sha: str, patches: list[Patch]) -> list[str]:
     """Each patch's commit's ref, keyed by the base and the bytes of the patches up to it."""
     key = hashlib.sha1(base_sha.encode())
-    refs = []
+    names = []
     for patch in patches:
         key.update(patch.raw)
-        refs.append(f"{REPLAY_PREFIX}/{key.hexdigest()}")
-    return refs
+        names.append(refs.replay(key.hexdigest()))
+    return names
 
 
 def commit_tree(repo: Git, tree: str, parent: str, message: str, patch: Patch) -> str:

@@ -22,6 +22,7 @@ from rebaser.sequencer import machine as engine
 from rebaser.commands import verify as matrix
 from rebaser.repo import workspace
 from rebaser.errors import ExitCode, RebaserError
+from rebaser.repo import refs
 from rebaser.repo.git import Git, forkkit_env
 from rebaser.sequencer.report import Report
 from rebaser.series.patches import load_series
@@ -153,7 +154,7 @@ def _pypi_history(
         parent = cache.git.out(*args, *(["-p", parent] if parent else []), env=forkkit_env(date))
         chain[version] = parent
     assert parent is not None
-    cache.git.run("update-ref", f"refs/forkkit/history/{spec.package}", parent)
+    cache.git.run("update-ref", refs.pypi_history(spec.package), parent)
     return cache.git, chain[good], chain[bad]
 
 

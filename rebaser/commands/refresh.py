@@ -1,6 +1,6 @@
 """`rebaser refresh`: re-export the series (and overlay) from a resolved branch.
 
-Each commit after the series start (rebaser/repo/series_start.py) is exported by the stable rules
+Each commit after the series start (rebaser/repo/refs.py) is exported by the stable rules
 of rebaser/series/export.py into the file its `Forkkit-Patch:` trailer names, so a patch skipped or
 dropped on the branch never lends its file name to the next one. Commits without the trailer
 (made by hand) become new patches at the end; a branch where no commit has it (made before
@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from rebaser.repo import left_off
 from rebaser.carry import resolutions
-from rebaser.repo import series_start
+from rebaser.repo import refs
 from rebaser.sequencer import state as state_store
 from rebaser.errors import RebaserError
 from rebaser.series.export import export_patch, patch_file_name
@@ -44,11 +43,11 @@ class BranchCommit:
 
 def branch_commits(git: Git, branch: str) -> tuple[str, list[BranchCommit]]:
     """The overlay commit and the patch commits after it, oldest first."""
-    start = series_start.find(git, branch)
+    start = refs.find_series_start(git, branch)
     if start is None:
         raise RebaserError(
-            f"branch {branch} has no {series_start.PREFIX}/ ref and no "
-            f"'{series_start.OVERLAY_SUBJECT}' commit, so its series cannot be found",
+            f"branch {branch} has no {refs.SERIES_START}/ ref and no "
+            f"'{refs.OVERLAY_SUBJECT}' commit, so its series cannot be found",
             next_step="refresh a branch made by `rebaser apply`",
         )
     log = git.out(
@@ -113,7 +112,7 @@ def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
         changes.append(
             _write(series.patches_dir / name, export_patch(git, commit.sha), write=write)
         )
-    kept = left_off.read(git, branch)  # the apply left them off; they still need work
+    kept = refs.read_left_off(git, branch)  # the apply left them off; they still need work
     for name, status in kept.items():
         changes.append(ExportedFile(f"patches/{name}", f"kept ({status} on the branch)"))
     for stale in [p.name for p in series.patches if p.name not in names and p.name not in kept]:

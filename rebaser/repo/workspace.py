@@ -20,13 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-from rebaser.repo import late_checkout
-from rebaser.repo import left_off
-from rebaser.repo import series_start
+from rebaser.repo import late_checkout, refs
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo.git import FORKKIT_AUTHOR, Git
 
-BACKUP_PREFIX = "refs/forkkit/backups"
 _MARKER = "forkkit-worktree"
 
 
@@ -86,7 +83,7 @@ def create(
         "-m",
         f"branch: Created from {base_sha}",
         "--stdin",
-        stdin=f"start\ncreate {ref} {base_sha}\n{_deletes_beside(branch)}commit\n".encode(),
+        stdin=f"start\ncreate {ref} {base_sha}\n{refs.deletes_beside(branch)}commit\n".encode(),
         check=False,
     )
     if not made.ok:
@@ -113,7 +110,7 @@ def _exists(repo: Git, branch: str) -> RebaserError:
         f"branch {branch} already exists (from an earlier apply?)",
         where=str(repo.path),
         next_step="pass --force to replace it (its commits are kept under "
-        f"{BACKUP_PREFIX}/), or delete it with git branch -D {branch}",
+        f"{refs.BACKUPS}/), or delete it with git branch -D {branch}",
     )
 
 
@@ -133,16 +130,9 @@ def _check_folder(path: Path) -> None:
         ) from None
 
 
-def _deletes_beside(branch: str) -> str:
-    """`update-ref --stdin` lines that drop the refs beside a branch: where its series
-    started, which patches it lacked."""
-    beside = (series_start.ref_name(branch), left_off.ref_name(branch))
-    return "".join(f"delete {ref}\n" for ref in beside)
-
-
 def _forget_beside(repo: Git, branch: str) -> None:
     """Drop the refs beside a removed branch (its commits stay in the branch's backup)."""
-    repo.run("update-ref", "--stdin", stdin=_deletes_beside(branch).encode(), check=False)
+    repo.run("update-ref", "--stdin", stdin=refs.deletes_beside(branch).encode(), check=False)
 
 
 def remove(repo: Git, branch: str, *, reason: str) -> Optional[str]:
@@ -173,7 +163,7 @@ def remove(repo: Git, branch: str, *, reason: str) -> Optional[str]:
         repo.run("worktree", "remove", "--force", str(where))
     backup = None
     if repo.ref_exists(f"refs/heads/{branch}"):
-        backup = f"{BACKUP_PREFIX}/{branch}/{reason}-{time.strftime('%Y%m%d-%H%M%S')}"
+        backup = refs.backup(branch, reason)
         repo.run("update-ref", backup, f"refs/heads/{branch}")
         repo.run("branch", "--quiet", "-D", branch)
     _forget_beside(repo, branch)

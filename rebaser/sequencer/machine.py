@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -17,12 +16,11 @@ from typing import Callable, Iterator, Optional
 from rebaser.sequencer import recovery
 from rebaser.sequencer import state as state_store
 from rebaser.repo import late_checkout
-from rebaser.repo import left_off
 from rebaser.carry import resolutions
-from rebaser.repo import series_start
 from rebaser.repo import workspace
 from rebaser.series.confinement import check_upstream_paths
 from rebaser.errors import ExitCode, RebaserError
+from rebaser.repo import refs
 from rebaser.repo.git import FORKKIT_IDENTITY, Git
 from rebaser.steps.records import LEFT_OFF, StepRow, StepStatus, Stop, StopPhase
 from rebaser.repo.lock import repository_lock
@@ -180,8 +178,7 @@ def _set_aside(worktree: Git, state: ApplyState, patch: Patch) -> Optional[str]:
     if dirty or head != state.stopped_head:
         message = f"forkkit: work on {patch.name} set aside by rebaser skip\n"
         kept = recovery.snapshot(worktree, message) if dirty else head
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        backup = f"{workspace.BACKUP_PREFIX}/{state.branch}/skipped-{_number(patch)}-{stamp}"
+        backup = refs.backup(state.branch, f"skipped-{_number(patch)}")
         worktree.run("update-ref", backup, kept)
     worktree.discard_changes(state.stopped_head)  # untracked files are in the backup
     return backup
@@ -415,7 +412,7 @@ def _missing(state: ApplyState, series: Series) -> list[Patch]:
 def _record_left_off(state: ApplyState, worktree: Git) -> None:
     """Beside the branch: which patches it lacks, so refresh keeps them in the series."""
     missing = {row["name"]: row["status"] for row in state.steps if row["status"] in LEFT_OFF}
-    left_off.record(worktree, state.branch, missing)
+    refs.record_left_off(worktree, state.branch, missing)
 
 
 def _head_reader(worktree: Git) -> Callable[[str], Optional[str]]:
@@ -474,7 +471,7 @@ def _take_manual_fix(state: ApplyState, series: Series, worktree: Git) -> None:
     head = worktree.out("rev-parse", "HEAD")
     if staged:
         first = series.patches[0]
-        message = patch.message if patch else f"{series_start.OVERLAY_SUBJECT} (merged by hand)\n"
+        message = patch.message if patch else f"{refs.OVERLAY_SUBJECT} (merged by hand)\n"
         worktree.commit(message, author=(patch or first).author, date=(patch or first).date)
     elif head == state.stopped_head:
         raise RebaserError(

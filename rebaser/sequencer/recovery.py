@@ -15,6 +15,7 @@ from typing import Optional
 from rebaser.repo import late_checkout
 from rebaser.repo import workspace
 from rebaser.errors import RebaserError
+from rebaser.repo import refs
 from rebaser.repo.git import Git, forkkit_env
 from rebaser.sequencer.state import ApplyState, BrokenState
 from rebaser.steps import fastlane
@@ -29,7 +30,7 @@ def worktree_of(state: ApplyState) -> Git:
         raise RebaserError(
             f"the worktree {path} is missing (deleted?)",
             next_step="`rebaser abort` drops the apply (its commits are kept under "
-            f"{workspace.BACKUP_PREFIX}/), then apply again",
+            f"{refs.BACKUPS}/), then apply again",
         )
     git = Git(path)
     _leave_interrupted(git)
@@ -99,9 +100,7 @@ def restore_last_step(state: ApplyState, worktree: Git) -> Optional[str]:
     head = worktree.out("rev-parse", "HEAD")
     if head == last and not worktree.status_porcelain():
         return None
-    backup = (
-        f"{workspace.BACKUP_PREFIX}/{state.branch}/interrupted-{time.strftime('%Y%m%d-%H%M%S')}"
-    )
+    backup = refs.backup(state.branch, "interrupted")
     worktree.run("update-ref", backup, snapshot(worktree, "forkkit: saved after an interruption\n"))
     worktree.discard_changes(last)  # untracked only; ignored files stay
     return backup

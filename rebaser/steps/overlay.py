@@ -7,7 +7,7 @@ from typing import Optional
 from rebaser.series.confinement import write_new_file
 from rebaser.repo.git import Git
 from rebaser.steps.records import StepRow, StepStatus
-from rebaser.repo import series_start
+from rebaser.repo import refs
 from rebaser.series.patches import Series
 from rebaser.carry.replay import commit_tree
 
@@ -31,13 +31,13 @@ def lay_overlay(series: Series, worktree: Git, branch: str) -> tuple[StepRow, Op
     if files:
         worktree.run("add", "--", *files)
     source = f"New files from {series.overlay_dir.name}/" if series.overlay_dir else "No overlay"
-    subject = f"{series_start.OVERLAY_SUBJECT} ({len(files)} files)"
+    subject = f"{refs.OVERLAY_SUBJECT} ({len(files)} files)"
     message = f"{subject}\n\n{source}, laid by dsa-forkkit.\n"
     # The commit `git commit` would make, in two processes fewer: the index's tree (the
     # base's, with no overlay), and the branch moved with the series-start ref beside it.
     tree = worktree.out("write-tree") if files else "HEAD^{tree}"
     overlay_sha = commit_tree(worktree, tree, "HEAD", message, series.patches[0])
-    series_start.start(worktree, branch, overlay_sha, f"commit: {subject}")
+    refs.start_series(worktree, branch, overlay_sha, f"commit: {subject}")
     return StepRow(OVERLAY_STEP, StepStatus.LAID, f"{len(files)} files", files), overlay_sha
 
 
