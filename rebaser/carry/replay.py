@@ -13,7 +13,6 @@ built alone, one for the last of a chain built at once (it keeps the chain).
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import re
 import shutil
@@ -25,7 +24,7 @@ from typing import Callable, Optional
 
 from rebaser.errors import RebaserError
 from rebaser.repo import refs
-from rebaser.repo.git import FORKKIT_IDENTITY, Git
+from rebaser.repo.git import Git, commit_tree
 from rebaser.series.patches import Patch, Series
 from rebaser.carry.fastbuild import build_commits
 from rebaser.upstream import PypiSpec, pypi_cache
@@ -187,7 +186,7 @@ class Replay:
 
     def _commit(self, parent: str, message: str, patch: Patch) -> str:
         tree = self.repo.out("write-tree", env=self._index)
-        return commit_tree(self.repo, tree, parent, message, patch)
+        return commit_tree(self.repo, tree, [parent], message, author=patch.person, date=patch.date)
 
     def _cached(self) -> dict[str, str]:
         if self._cache is None:
@@ -206,21 +205,3 @@ def _refs(base_sha: str, patches: list[Patch]) -> list[str]:
         key.update(patch.raw)
         names.append(refs.replay(key.hexdigest()))
     return names
-
-
-def commit_tree(repo: Git, tree: str, parent: str, message: str, patch: Patch) -> str:
-    """A commit of `tree` with the patch's author and date (reproducible)."""
-    name, address = email.utils.parseaddr(patch.author)
-    committer, committer_email = FORKKIT_IDENTITY
-    identity = {
-        "GIT_AUTHOR_NAME": name or address,
-        "GIT_AUTHOR_EMAIL": address,
-        "GIT_COMMITTER_NAME": committer,
-        "GIT_COMMITTER_EMAIL": committer_email,
-    }
-    if patch.date:  # the patch's date for both: the same series always gives the same commits
-        identity.update(GIT_AUTHOR_DATE=patch.date, GIT_COMMITTER_DATE=patch.date)
-    made = repo.run(
-        "commit-tree", tree, "-p", parent, "-F", "-", env=identity, stdin=message.encode()
-    )
-    return made.stdout.strip()

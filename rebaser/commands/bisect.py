@@ -23,7 +23,7 @@ from rebaser.commands import verify as matrix
 from rebaser.repo import workspace
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo import refs
-from rebaser.repo.git import Git, forkkit_env
+from rebaser.repo.git import Git, commit_tree
 from rebaser.sequencer.report import Report
 from rebaser.series.patches import load_series
 from rebaser.steps.testrun import check_interpreter
@@ -145,13 +145,13 @@ def _pypi_history(
         progress(f"materialising {spec.package} {version}")
         release = cache.materialise(version)
         date = cache.git.out("log", "-1", "--format=%cd", "--date=raw", release.sha)
-        args = [
-            "commit-tree",
+        parent = commit_tree(
+            cache.git,
             f"{release.sha}^{{tree}}",
-            "-m",
-            f"{spec.package} {version} from PyPI",
-        ]
-        parent = cache.git.out(*args, *(["-p", parent] if parent else []), env=forkkit_env(date))
+            [parent] if parent else [],
+            f"{spec.package} {version} from PyPI\n",
+            date=date,
+        )
         chain[version] = parent
     assert parent is not None
     cache.git.run("update-ref", refs.pypi_history(spec.package), parent)

@@ -10,29 +10,60 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import git as gitpython
 
 from rebaser.errors import ExitCode, RebaserError
 
+Person = tuple[str, str]  # name, email
 # The committer of everything rebaser writes (authors come from the patches), and the
 # author of the commits rebaser makes on its own (saved work, PyPI releases, histories).
-FORKKIT_IDENTITY = ("dsa-forkkit", "dsa-forkkit@localhost")
+FORKKIT_IDENTITY: Person = ("dsa-forkkit", "dsa-forkkit@localhost")
 FORKKIT_AUTHOR = "{} <{}>".format(*FORKKIT_IDENTITY)
 
 
-def forkkit_env(date: str) -> dict[str, str]:
-    """Environment for a commit authored and committed by rebaser itself at `date`."""
+def committer_env(date: Optional[str] = None) -> dict[str, str]:
+    """rebaser as the committer, at `date` (None: git's clock, or the author date where git
+    is told to use it). The only place a commit's identity is spelled out: every commit
+    rebaser makes is reproducible from its author and date, whatever the user's config."""
     name, email = FORKKIT_IDENTITY
-    return {
-        "GIT_AUTHOR_NAME": name,
-        "GIT_AUTHOR_EMAIL": email,
-        "GIT_AUTHOR_DATE": date,
-        "GIT_COMMITTER_NAME": name,
-        "GIT_COMMITTER_EMAIL": email,
-        "GIT_COMMITTER_DATE": date,
-    }
+    env = {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
+    if date:
+        env["GIT_COMMITTER_DATE"] = date
+    return env
+
+
+def commit_env(date: Optional[str], author: Optional[Person] = None) -> dict[str, str]:
+    """A commit by `author` (None: rebaser itself) at `date`, committed by rebaser then."""
+    name, email = author or FORKKIT_IDENTITY
+    env = {**committer_env(date), "GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email}
+    if date:
+        env["GIT_AUTHOR_DATE"] = date
+    return env
+
+
+def commit_tree(
+    git: "Git",
+    tree: str,
+    parents: Sequence[str],
+    message: str,
+    *,
+    author: Optional[Person] = None,
+    date: Optional[str] = None,
+) -> str:
+    """A commit of `tree` on `parents`, not on any branch; its id."""
+    parent_args = [arg for parent in parents for arg in ("-p", parent)]
+    made = git.run(
+        "commit-tree",
+        tree,
+        *parent_args,
+        "-F",
+        "-",
+        env=commit_env(date, author),
+        stdin=message.encode(),
+    )
+    return made.stdout.strip()
 
 
 _NEUTRAL_CONFIG = (
@@ -198,7 +229,7 @@ class Git:
             "--cleanup=verbatim",
             "-F",
             "-",
-            env=forkkit_env(date),  # --author overrides the author's name and email
+            env=commit_env(date),  # --author overrides the author's name and email
             stdin=message.encode(),
         )
         return self.out("rev-parse", "HEAD")

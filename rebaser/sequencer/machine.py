@@ -21,7 +21,7 @@ from rebaser.repo import workspace
 from rebaser.series.confinement import check_upstream_paths
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo import refs
-from rebaser.repo.git import FORKKIT_IDENTITY, Git
+from rebaser.repo.git import Git, committer_env
 from rebaser.steps.records import LEFT_OFF, StepRow, StepStatus, Stop, StopPhase
 from rebaser.repo.lock import repository_lock
 from rebaser.sequencer.report import Report, outcome_text
@@ -502,9 +502,7 @@ def _carry_identity(worktree: Git, patch: Patch) -> None:
     message = worktree.run("log", "-1", "--format=%B").stdout
     if identity(message) is not None:
         return
-    name, email = FORKKIT_IDENTITY
-    date = worktree.out("log", "-1", "--format=%cD")
-    env = {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email, "GIT_COMMITTER_DATE": date}
+    env = committer_env(worktree.out("log", "-1", "--format=%cD"))
     amended = with_identity(message, patch.name).encode()
     worktree.run(
         "commit",

@@ -16,7 +16,7 @@ from rebaser.repo import late_checkout
 from rebaser.repo import workspace
 from rebaser.errors import RebaserError
 from rebaser.repo import refs
-from rebaser.repo.git import Git, forkkit_env
+from rebaser.repo.git import Git, commit_tree
 from rebaser.sequencer.state import ApplyState, BrokenState
 from rebaser.steps import fastlane
 
@@ -114,8 +114,7 @@ def snapshot(git: Git, message: str) -> str:
         git.run("read-tree", "HEAD", env=env)
         git.run("add", "--all", env=env)
         tree = git.out("write-tree", env=env)
-    date = f"{int(time.time())} +0000"
-    return git.out("commit-tree", tree, "-p", "HEAD", "-m", message, env=forkkit_env(date))
+    return commit_tree(git, tree, ["HEAD"], message, date=f"{int(time.time())} +0000")
 
 
 def drop(repo: Git, branch: str, worktree: Path) -> str:

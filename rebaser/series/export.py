@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from rebaser.repo.git import Git
+from rebaser.repo.git import Git, commit_tree
 from rebaser.series.patches import PATCH_TRAILER, strip_identity
 
 # The diff itself (also how fastbuild compares a commit with its patch)...
@@ -70,24 +70,10 @@ def patch_file_name(number: int, subject: str) -> str:
     return f"{number:04d}-{slug or 'patch'}.patch"
 
 
-def _commit_object(
-    git: Git, tree: str, parents: list[str], message: str, author: tuple[str, str, str]
-) -> str:
-    """An unreferenced commit (`author` = name, email, date; also the committer), for an
-    export only, never for a branch."""
-    fields = dict(zip(("NAME", "EMAIL", "DATE"), author))
-    identity = {
-        f"GIT_{role}_{key}": v for role in ("AUTHOR", "COMMITTER") for key, v in fields.items()
-    }
-    parent_args = [arg for parent in parents for arg in ("-p", parent)]
-    created = git.run(
-        "commit-tree", tree, *parent_args, "-F", "-", env=identity, stdin=message.encode()
-    )
-    return created.stdout.strip()
-
-
 def _without_identity(git: Git, sha: str, message: str) -> str:
     """The same commit (tree, parents, author) with `message`."""
     fields = git.out("log", "-1", "--date=raw", "--format=%an%x00%ae%x00%ad%x00%P", sha)
     name, email, date, parents = fields.split("\0")
-    return _commit_object(git, f"{sha}^{{tree}}", parents.split(), message, (name, email, date))
+    return commit_tree(
+        git, f"{sha}^{{tree}}", parents.split(), message, author=(name, email), date=date
+    )

@@ -24,6 +24,7 @@ The commit an apply makes for a patch carries `Forkkit-Patch: <file name>`, its 
 from __future__ import annotations
 
 import email.parser
+import email.utils
 import email.policy
 import os
 import re
@@ -109,6 +110,12 @@ class Patch:
     def raw(self) -> bytes:
         """The patch file's bytes, read once (an apply reads them several times)."""
         return self.path.read_bytes()
+
+    @property
+    def person(self) -> tuple[str, str]:
+        """The author as git takes it: name (the address when none is given), email."""
+        name, address = email.utils.parseaddr(self.author)
+        return name or address, address
 
     @property
     def touched_paths(self) -> list[str]:

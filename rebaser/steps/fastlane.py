@@ -34,7 +34,7 @@ from typing import Optional
 
 from rebaser.repo import late_checkout
 from rebaser.repo import scratch
-from rebaser.repo.git import FORKKIT_IDENTITY, Git
+from rebaser.repo.git import Git, committer_env
 from rebaser.steps.records import StepRow, StepStatus
 from rebaser.series.patches import Patch
 from rebaser.carry.rawdiff import ABSENT, FileDiff, apply_exactly, parse_diff
@@ -98,7 +98,6 @@ def carry(
 
 def _sequence(worktree: Git, head: str, commits: list[str]) -> None:
     """git's sequencer: the commits onto `head`, stopping where git stops."""
-    name, email = FORKKIT_IDENTITY
     worktree.run(
         *_SEQUENCER,
         "rebase",
@@ -111,7 +110,7 @@ def _sequence(worktree: Git, head: str, commits: list[str]) -> None:
         f"{commits[0]}~1",
         commits[-1],
         check=False,
-        env={"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email},
+        env=committer_env(),
     )
 
 
@@ -202,7 +201,13 @@ def _carried(worktree: Git, head: str) -> dict[str, dict[str, _Change]]:
     """The commits the sequencer made on `head`, oldest first, each with the paths it
     changes against its parent (renames not followed): one `git log`."""
     out = worktree.output_bytes(
-        "log", "--reverse", "-z", "--raw", "--no-abbrev", "--no-renames", "--format=%x1e%H",
+        "log",
+        "--reverse",
+        "-z",
+        "--raw",
+        "--no-abbrev",
+        "--no-renames",
+        "--format=%x1e%H",
         f"{head}..HEAD",
     )
     carried: dict[str, dict[str, _Change]] = {}

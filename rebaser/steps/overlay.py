@@ -9,7 +9,7 @@ from rebaser.repo.git import Git
 from rebaser.steps.records import StepRow, StepStatus
 from rebaser.repo import refs
 from rebaser.series.patches import Series
-from rebaser.carry.replay import commit_tree
+from rebaser.repo.git import commit_tree
 
 OVERLAY_STEP = "overlay"
 
@@ -36,7 +36,10 @@ def lay_overlay(series: Series, worktree: Git, branch: str) -> tuple[StepRow, Op
     # The commit `git commit` would make, in two processes fewer: the index's tree (the
     # base's, with no overlay), and the branch moved with the series-start ref beside it.
     tree = worktree.out("write-tree") if files else "HEAD^{tree}"
-    overlay_sha = commit_tree(worktree, tree, "HEAD", message, series.patches[0])
+    first = series.patches[0]  # its author and date: the same series gives the same commit
+    overlay_sha = commit_tree(
+        worktree, tree, ["HEAD"], message, author=first.person, date=first.date
+    )
     refs.start_series(worktree, branch, overlay_sha, f"commit: {subject}")
     return StepRow(OVERLAY_STEP, StepStatus.LAID, f"{len(files)} files", files), overlay_sha
 
