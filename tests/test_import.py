@@ -41,7 +41,7 @@ def test_import_writes_a_series_that_rebuilds_the_branch(rebaser, tmp_path, fork
     assert "skipped (changes nothing): " in result.out and "ci: retrigger" in result.out
     base = git(fork.path, "rev-parse", "v1")
     series = load_series(target / "series")
-    assert (series.name, series.base) == ("f", f"git:{base}")
+    assert (series.name, series.base.commit) == ("f", base)
     assert [p.name for p in series.patches] == [
         "0001-commute-add.patch",
         "0002-new-module.patch",

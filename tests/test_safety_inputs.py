@@ -52,6 +52,21 @@ def test_a_series_name_that_cannot_name_a_branch_is_a_usage_error(
     assert git(upstream.path, "for-each-ref", "refs/heads/forkkit") == ""
 
 
+@pytest.mark.parametrize("base", ["v1", "git:not-a-sha", "https://example.com/x.git"])
+def test_a_base_that_is_neither_a_commit_nor_a_release_is_named_where_it_stands(
+    rebaser, tmp_path, upstream, base
+):
+    """@base is read once, when the series is: a malformed one stops every command there,
+    with its line, not half-way through an apply."""
+    series = two_patch_series(tmp_path, upstream)
+    series.write_text(f"@base {base}\n" + series.read_text())
+    result = apply(rebaser, series, upstream, "v1")
+    assert result.code == ExitCode.USAGE, result.err
+    assert f"@base {base} is neither a commit nor a release" in result.err
+    assert f"{series}:1" in result.err and "git:<sha> or pypi:" in result.err
+    assert git(upstream.path, "for-each-ref", "refs/heads/forkkit") == ""
+
+
 def test_an_ambiguous_sha_prefix_says_so(rebaser, tmp_path, upstream):
     # Empty commits until two share their first four hex digits (git's shortest prefix).
     stream = b"".join(

@@ -14,7 +14,6 @@ built alone, one for the last of a chain built at once (it keeps the chain).
 from __future__ import annotations
 
 import hashlib
-import re
 import shutil
 import tempfile
 import threading
@@ -27,15 +26,7 @@ from rebaser.repo import refs
 from rebaser.repo.git import Git, commit_tree
 from rebaser.series.patches import Patch, Series
 from rebaser.carry.fastbuild import build_commits
-from rebaser.upstream import PypiSpec, pypi_cache
-
-_GIT_BASE_RE = re.compile(r"^git:(?P<sha>[0-9a-f]{40})$")
-
-
-def git_base_sha(base: Optional[str]) -> Optional[str]:
-    """The commit named by `@base git:<40-hex sha>`, or None for any other base."""
-    match = _GIT_BASE_RE.match(base.strip()) if base else None
-    return match["sha"] if match else None
+from rebaser.upstream import pypi_cache
 
 
 def recorded_base(series: Series, repo: Git, progress: Callable[[str], None]) -> Optional[str]:
@@ -46,12 +37,12 @@ def recorded_base(series: Series, repo: Git, progress: Callable[[str], None]) ->
     when `repo` is another repository, fetched into it (objects copied, so commits made there
     never depend on the cache staying around).
     """
-    if (sha := git_base_sha(series.base)) is not None:
-        if repo.rev_parse(sha) is None:
-            progress(f"the series' @base {sha[:12]} is not in {repo.path}: no cherry-picks")
-            return None
+    if series.base is not None and series.base.commit is not None:
+        sha = repo.rev_parse(series.base.commit)
+        if sha is None:
+            progress(f"the series' {series.base} is not in {repo.path}: no cherry-picks")
         return sha
-    spec = PypiSpec.parse(series.base) if series.base else None
+    spec = series.base.release if series.base else None
     if spec is None or spec.version is None:
         return None
     cache = pypi_cache(spec.package)

@@ -17,7 +17,7 @@ from rebaser.errors import RebaserError
 from rebaser.repo.git import Git
 from rebaser.series.patches import Series
 from rebaser.carry.replay import Replay
-from rebaser.upstream import PypiSpec, pypi_cache
+from rebaser.upstream import RecordedBase, pypi_cache
 
 _PAIR_RE = re.compile(r"^\s*(\d+|-):\s+(?:[0-9a-f]+|-+) ([=!<>]) \s*(\d+|-):\s+(?:[0-9a-f]+|-+) ")
 _STATUS = {"=": "unchanged", "!": "changed", "<": "removed", ">": "added"}
@@ -94,12 +94,12 @@ class _DoesNotApply(Exception):
     pass
 
 
-def _old_base(git: Git, text: str) -> Optional[tuple[str, Optional[dict[str, str]]]]:
+def _old_base(git: Git, base: RecordedBase) -> Optional[tuple[str, Optional[dict[str, str]]]]:
     """The @base commit and, for a PyPI release, the environment that lets git read it."""
-    if text.startswith("git:"):
-        sha = git.rev_parse(text[len("git:") :])
+    if base.commit is not None:
+        sha = git.rev_parse(base.commit)
         return (sha, None) if sha else None
-    spec = PypiSpec.parse(text)
+    spec = base.release
     if spec is None or spec.version is None:
         return None
     cache = pypi_cache(spec.package)

@@ -38,6 +38,7 @@ import unidiff
 from rebaser.codemods import Codemods, load_codemods
 from rebaser.series.confinement import check_inside, overlay_files
 from rebaser.errors import RebaserError
+from rebaser.upstream import RecordedBase
 
 _DIRECTIVES = ("name", "base", "overlay", "codemods", "upstream-test", "test-requires")
 _LISTS = ("upstream-test", "test-requires")  # directives that may be given several times
@@ -190,7 +191,7 @@ class Series:
 
     file: Path
     name: str
-    base: Optional[str]
+    base: Optional[RecordedBase]
     overlay_dir: Optional[Path]
     upstream_tests: list[str]
     patches: list[Patch]
@@ -220,89 +221,113 @@ class Series:
                 f"series file not found: {file}",
                 next_step="pass --series PATH to a patches/series file",
             )
-        settings: dict[str, str] = {}
-        lists: dict[str, list[str]] = {key: [] for key in _LISTS}
-        names: list[str] = []
-        for number, raw in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-            line = raw.split("#", 1)[0].strip()
-            if not line:
-                continue
-            where = f"{file}:{number}"
-            if line.startswith("@"):
-                key, _, value = line[1:].partition(" ")
-                value = value.strip()
-                if key not in _DIRECTIVES:
-                    raise RebaserError(
-                        f"unknown series directive @{key}",
-                        where=where,
-                        next_step=f"use one of: {', '.join('@' + d for d in _DIRECTIVES)}",
-                    )
-                if not value:
-                    raise RebaserError(f"@{key} needs a value", where=where)
-                if names:
-                    raise RebaserError(
-                        f"@{key} after the first patch",
-                        where=where,
-                        next_step="put directives at the top of the series file",
-                    )
-                if key == "test-requires" and not _MODULE_RE.match(value):
-                    raise RebaserError(
-                        f"@test-requires takes one importable module name; got {value!r}",
-                        where=where,
-                    )
-                if key in lists:
-                    lists[key].append(value)
-                elif key in settings:
-                    raise RebaserError(f"@{key} given twice", where=where)
-                else:
-                    settings[key] = value
-                continue
-            if len(line.split()) != 1:
-                raise RebaserError(
-                    f"unexpected text in series line: {line!r}",
-                    where=where,
-                    next_step="list one patch file name per line (options are not supported)",
-                )
-            check_inside(file.parent, line, what="patch entry", where=where)
-            line = os.path.normpath(line)
-            if line in names:
-                raise RebaserError(f"patch {line} listed twice", where=where)
-            if not (file.parent / line).is_file():
-                raise RebaserError(
-                    f"patch file {line} not found next to the series file",
-                    where=where,
-                    next_step="fix the name or add the patch file",
-                )
-            names.append(line)
-        if not names:
-            raise RebaserError("the series lists no patches", where=str(file))
-        series_name = settings.get("name", file.parent.name)
-        if (
-            not _NAME_RE.match(series_name)
-            or ".." in series_name
-            or series_name.endswith((".", ".lock"))
-        ):
-            raise RebaserError(
-                f"series name {series_name!r} cannot be part of a branch name",
-                where=str(file),
-                next_step="use letters, digits, '-', '_' and single dots in @name",
-            )
-        overlay_dir = _folder(file, settings, "overlay")
-        codemods_dir = _folder(file, settings, "codemods")
+        listing = _Listing.read(file)
+        overlay_dir = _folder(file, listing.settings, "overlay")
+        codemods_dir = _folder(file, listing.settings, "codemods")
         if codemods_dir is None and (file.parent / "codemods").is_dir():
             codemods_dir = (file.parent / "codemods").resolve()
         if overlay_dir is not None:
             overlay_files(overlay_dir)  # refuses symlinks and .git entries before any work
         return cls(
             file=file.resolve(),
-            name=series_name,
-            base=settings.get("base"),
+            name=_series_name(listing.settings.get("name", file.parent.name), file),
+            base=listing.base,
             overlay_dir=overlay_dir,
-            upstream_tests=lists["upstream-test"],
-            patches=[Patch.load(file.parent / name) for name in names],
-            test_requires=lists["test-requires"],
+            upstream_tests=listing.lists["upstream-test"],
+            patches=[Patch.load(file.parent / name) for name in listing.names],
+            test_requires=listing.lists["test-requires"],
             codemods_dir=codemods_dir,
         )
+
+
+@dataclass
+class _Listing:
+    """What a series file says: its directives, and its patch files in order."""
+
+    folder: Path
+    settings: dict[str, str] = field(default_factory=dict)
+    lists: dict[str, list[str]] = field(default_factory=lambda: {key: [] for key in _LISTS})
+    names: list[str] = field(default_factory=list)
+    base: Optional[RecordedBase] = None
+
+    @classmethod
+    def read(cls, file: Path) -> "_Listing":
+        listing = cls(file.parent)
+        for number, raw in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            line = raw.split("#", 1)[0].strip()
+            if line.startswith("@"):
+                listing._directive(line, where=f"{file}:{number}")
+            elif line:
+                listing._patch(line, where=f"{file}:{number}")
+        if not listing.names:
+            raise RebaserError("the series lists no patches", where=str(file))
+        return listing
+
+    def _directive(self, line: str, *, where: str) -> None:
+        key, _, value = line[1:].partition(" ")
+        value = value.strip()
+        if key not in _DIRECTIVES:
+            raise RebaserError(
+                f"unknown series directive @{key}",
+                where=where,
+                next_step=f"use one of: {', '.join('@' + d for d in _DIRECTIVES)}",
+            )
+        if not value:
+            raise RebaserError(f"@{key} needs a value", where=where)
+        if self.names:
+            raise RebaserError(
+                f"@{key} after the first patch",
+                where=where,
+                next_step="put directives at the top of the series file",
+            )
+        if key == "test-requires" and not _MODULE_RE.match(value):
+            raise RebaserError(
+                f"@test-requires takes one importable module name; got {value!r}", where=where
+            )
+        if key in self.lists:
+            self.lists[key].append(value)
+            return
+        if key in self.settings:
+            raise RebaserError(f"@{key} given twice", where=where)
+        self.settings[key] = value
+        if key == "base":
+            self.base = RecordedBase.parse(value)
+            if self.base is None:
+                raise RebaserError(
+                    f"@base {value} is neither a commit nor a release",
+                    where=where,
+                    next_step="write it as git:<sha> or pypi:megatron-core==X",
+                )
+
+    def _patch(self, line: str, *, where: str) -> None:
+        if len(line.split()) != 1:
+            raise RebaserError(
+                f"unexpected text in series line: {line!r}",
+                where=where,
+                next_step="list one patch file name per line (options are not supported)",
+            )
+        check_inside(self.folder, line, what="patch entry", where=where)
+        name = os.path.normpath(line)
+        if name in self.names:
+            raise RebaserError(f"patch {name} listed twice", where=where)
+        if not (self.folder / name).is_file():
+            raise RebaserError(
+                f"patch file {name} not found next to the series file",
+                where=where,
+                next_step="fix the name or add the patch file",
+            )
+        self.names.append(name)
+
+
+def _series_name(name: str, file: Path) -> str:
+    """@name becomes part of a branch name: refuse what git would not take."""
+    if not _NAME_RE.match(name) or ".." in name or name.endswith((".", ".lock")):
+        raise RebaserError(
+            f"series name {name!r} cannot be part of a branch name",
+            where=str(file),
+            next_step="use letters, digits, '-', '_' and single dots in @name",
+        )
+    return name
 
 
 def _folder(file: Path, settings: dict[str, str], key: str) -> Optional[Path]:

@@ -15,6 +15,7 @@ from rebaser.upstream.pypi import PypiUpstream
 
 _VERSION_RE = re.compile(r"^\d+(\.\d+)+([a-z]+\d*|\.post\d+|rc\d+)?$")
 _PYPI_RE = re.compile(r"^pypi:(?P<package>[A-Za-z0-9_.-]+)(==(?P<version>[^\s]+))?$")
+_GIT_RE = re.compile(r"^git:(?P<sha>[0-9a-f]{4,64})$")
 
 
 def pypi_cache(package: str) -> PypiUpstream:
@@ -37,6 +38,28 @@ class PypiSpec:
 
 
 @dataclass(frozen=True)
+class RecordedBase:
+    """A series' `@base`, the upstream its patches were exported against, read once:
+    `git:<sha>` (a commit of the fork's repository, as `rebaser import` writes it) or
+    `pypi:<package>[==<version>]` (a release)."""
+
+    text: str
+    commit: Optional[str] = None
+    release: Optional[PypiSpec] = None
+
+    @classmethod
+    def parse(cls, text: str) -> Optional["RecordedBase"]:
+        text = text.strip()
+        if match := _GIT_RE.match(text):
+            return cls(text, commit=match["sha"])
+        spec = PypiSpec.parse(text)
+        return cls(text, release=spec) if spec else None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
 class Target:
     """The repository to work in and the base commit to apply onto."""
 
@@ -52,7 +75,7 @@ def resolve_target(
     repo: Optional[Path],
     upstream: Optional[str],
     base: Optional[str],
-    default_upstream: Optional[str],
+    default_upstream: Optional[RecordedBase],
 ) -> Target:
     """Resolve --repo/--upstream/--base into a target; unknown bases are usage errors."""
     if repo is not None and upstream is not None:
@@ -66,24 +89,26 @@ def resolve_target(
                 "--base is required with --repo", next_step="e.g. --base core_v0.19.0"
             )
         return _resolve_in_clone(repo, base)
-    spec_text = upstream or default_upstream
-    if spec_text is None:
+    if upstream is not None:
+        spec = PypiSpec.parse(upstream)
+        if spec is None:
+            raise RebaserError(
+                f"cannot read upstream {upstream!r}",
+                next_step="write it as pypi:megatron-core==0.19.2 (or pypi:megatron-core for the "
+                "newest)",
+            )
+        return resolve_pypi(spec, base)
+    if default_upstream is None:
         raise RebaserError(
             "no upstream given and the series names no @base",
             next_step="give --repo PATH --base REV, or --upstream pypi:megatron-core==X",
         )
-    if spec_text.startswith("git:"):
+    if default_upstream.release is None:
         raise RebaserError(
-            f"the series' @base {spec_text} is a commit of a git repository, not a release",
+            f"the series' @base {default_upstream} is a commit of a git repository, not a release",
             next_step="give --repo PATH (the repository holding it) and --base REV (where to apply)",
         )
-    spec = PypiSpec.parse(spec_text)
-    if spec is None:
-        raise RebaserError(
-            f"cannot read upstream {spec_text!r}",
-            next_step="write it as pypi:megatron-core==0.19.2 (or pypi:megatron-core for the newest)",
-        )
-    return resolve_pypi(spec, base)
+    return resolve_pypi(default_upstream.release, base)
 
 
 def resolve_pypi(spec: PypiSpec, base: Optional[str] = None) -> Target:
