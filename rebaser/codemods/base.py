@@ -178,11 +178,6 @@ def add_keyword(call: cst.Call, keyword: str, value: str) -> cst.Call:
     return _exploded_call(call, [*call.args, new_arg])
 
 
-def add_positional(call: cst.Call, values: Sequence[str]) -> cst.Call:
-    new_args = [cst.Arg(value=cst.parse_expression(value)) for value in values]
-    return _exploded_call(call, [*call.args, *new_args])
-
-
 def append_param(function: cst.FunctionDef, source: str) -> cst.FunctionDef:
     """Append a parameter written as in a def (`name: T = default`), one per line."""
     param = cst.parse_statement(f"def _({source}): pass\n").params.params[0]  # type: ignore[attr-defined]

@@ -82,9 +82,6 @@ class SymbolSpec:
 class FileChange:
     path: str
     hunks: int
-    added: int
-    removed: int
-    is_new: bool
 
 
 @dataclass
@@ -159,9 +156,6 @@ class Patch:
                     patched.source_file if patched.is_removed_file else patched.target_file
                 ),
                 hunks=len(patched),
-                added=patched.added,
-                removed=patched.removed,
-                is_new=patched.is_added_file,
             )
             for patched in patch_set
         ]
