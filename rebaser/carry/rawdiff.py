@@ -81,19 +81,10 @@ def _file(section: bytes) -> Optional[FileDiff]:
     match = re.match(rb"^diff --git a/(\S+) b/(\S+)$", lines[0])
     if not match or match[1] != match[2]:
         return None  # a rename, a copy, or a path with spaces or quotes
-    blobs, mode, number = None, None, 1
-    while number < len(lines) and not lines[number].startswith((b"@@", b"--- ")):
-        line = lines[number]
-        if found := _INDEX_RE.match(line):
-            blobs = (found[1].decode(), found[2].decode())
-            mode = found[3].decode() if found[3] else mode
-        elif found := _MODE_RE.match(line):
-            mode = found[2].decode() if found[1] != b"deleted file" else mode
-        else:
-            return None  # binary, similarity, or a header this reader does not know
-        number += 1
-    if blobs is None:
-        return None  # a mode change alone names no blobs
+    header = _extended_header(lines)
+    if header is None:
+        return None
+    blobs, mode, number = header
     diff = FileDiff(match[1].decode(), *blobs, new_mode=mode)
     if number < len(lines):
         if lines[number : number + 2] != [b"--- " + _side(diff, b"a"), b"+++ " + _side(diff, b"b")]:
@@ -105,6 +96,25 @@ def _file(section: bytes) -> Optional[FileDiff]:
             return None
         diff.hunks.append(hunk)
     return diff
+
+
+def _extended_header(
+    lines: list[bytes],
+) -> Optional[tuple[tuple[str, str], Optional[str], int]]:
+    """The blobs and mode the lines after `diff --git` name, and where they end; None for a
+    header this reader does not take (binary, similarity, a mode change alone)."""
+    blobs, mode, number = None, None, 1
+    while number < len(lines) and not lines[number].startswith((b"@@", b"--- ")):
+        line = lines[number]
+        if found := _INDEX_RE.match(line):
+            blobs = (found[1].decode(), found[2].decode())
+            mode = found[3].decode() if found[3] else mode
+        elif found := _MODE_RE.match(line):
+            mode = found[2].decode() if found[1] != b"deleted file" else mode
+        else:
+            return None  # binary, similarity, or a header this reader does not know
+        number += 1
+    return (blobs, mode, number) if blobs is not None else None
 
 
 def _side(diff: FileDiff, side: bytes) -> bytes:
