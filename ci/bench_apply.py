@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rebaser.commands import verify as matrix
+from rebaser.sequencer import machine
 from rebaser.upstream import PypiSpec, resolve_pypi
 
 SERIES = Path(__file__).resolve().parents[1] / "patches" / "series"
@@ -32,7 +32,7 @@ def main() -> None:
         seconds = []
         for run in range(1, args.runs + 1):
             started = time.perf_counter()
-            report = matrix.throwaway_apply(target, SERIES, "none", lambda _message: None)
+            report = machine.throwaway_apply(target, SERIES, "none", lambda _message: None)
             seconds.append(time.perf_counter() - started)
             statuses = ", ".join(step.status for step in report.steps)
             print(f"run {run}: {seconds[-1]:.2f} s  exit {report.exit_code}  [{statuses}]")

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rebaser.sequencer import machine as engine
+from rebaser.sequencer import machine
 from rebaser.cli import main as rebaser_main
 from rebaser.errors import ExitCode
 from rebaser.repo.git import Git
@@ -107,7 +107,7 @@ def import_series(repo: Path, series_dir: Path) -> Path:
 def time_rebaser(repo: Path, scratch: Path, run: int) -> tuple[float, str]:
     started = time.perf_counter()
     series = import_series(repo, scratch / f"series-{run}")
-    options = engine.ApplyOptions(
+    options = machine.ApplyOptions(
         series_file=series,
         repo=repo,
         base="tip",
@@ -116,7 +116,7 @@ def time_rebaser(repo: Path, scratch: Path, run: int) -> tuple[float, str]:
         ephemeral=True,
         branch_prefix=f"bench-{run}",
     )
-    report = engine.apply(options, lambda _message: None)
+    report = machine.apply(options, lambda _message: None)
     seconds = time.perf_counter() - started
     assert report.exit_code == ExitCode.OK, report.outcome
     counts: dict[str, int] = {}

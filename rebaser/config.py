@@ -13,9 +13,11 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INDEX = "https://pypi.org/pypi"
 
 
-def default_series() -> Path:
-    """$DSA_FORKKIT_SERIES, else the series of this checkout."""
-    return Path(os.environ.get("DSA_FORKKIT_SERIES", PROJECT_ROOT / "patches" / "series"))
+def series_file(given: Optional[Path]) -> Path:
+    """The series a command works on: --series, else $DSA_FORKKIT_SERIES, else the series
+    of this checkout."""
+    default = Path(os.environ.get("DSA_FORKKIT_SERIES", PROJECT_ROOT / "patches" / "series"))
+    return (given or default).resolve()
 
 
 def cache_dir() -> Path:

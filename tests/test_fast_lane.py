@@ -14,7 +14,6 @@ import pytest
 from faults import FaultPoint, run_with_fault
 from synthetic import CALC, edit, git
 
-from rebaser.sequencer import machine as engine
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.series.export import export_patch
 from rebaser.repo.git import Git
@@ -72,15 +71,12 @@ def carried(rebaser, series: Path, upstream, report: Path, *extra: str):
     return rebaser(*args, "--test", "none", "--keep-going", "--json", report, *extra)
 
 
-def test_the_fast_lane_makes_the_per_patch_paths_branch_and_report(
-    rebaser, tmp_path, upstream, monkeypatch
-):
+def test_the_fast_lane_makes_the_per_patch_paths_branch_and_report(rebaser, tmp_path, upstream):
     series = fork_and_tip(upstream, tmp_path)
     reports = {}
     for lane in (False, True):
-        monkeypatch.setattr(engine, "FAST_LANE", lane)
         report = tmp_path / f"lane-{lane}.json"
-        force = ("--force",) if lane else ()
+        force = ("--force",) if lane else ("--no-fast-lane",)
         assert carried(rebaser, series, upstream, report, *force).code == ExitCode.NOT_APPLIED
         data = json.loads(report.read_text())
         reports[lane] = (git(upstream.path, "rev-parse", data["branch"]), data["steps"])
@@ -89,9 +85,7 @@ def test_the_fast_lane_makes_the_per_patch_paths_branch_and_report(
     assert statuses == ["laid", "clean", "cherry-pick", "cherry-pick", "in upstream", "dropped", "blocked"]
 
 
-def test_a_lane_is_cut_where_git_apply_and_ort_make_different_files(
-    rebaser, tmp_path, upstream, monkeypatch
-):
+def test_a_lane_is_cut_where_git_apply_and_ort_make_different_files(rebaser, tmp_path, upstream):
     """Upstream adds two lines above a run of identical blocks: git apply finds the patch's
     context one line up (a block too early), ort puts the change in its own block. The
     per-patch path applies exactly first, so the lane stops before that patch, the per-patch
@@ -110,9 +104,8 @@ def test_a_lane_is_cut_where_git_apply_and_ort_make_different_files(
     assert main(["import", *arguments, str(tmp_path / "s")]) == 0
     reports = {}
     for lane in (False, True):
-        monkeypatch.setattr(engine, "FAST_LANE", lane)
         report = tmp_path / f"lane-{lane}.json"
-        force = ("--force",) if lane else ()
+        force = ("--force",) if lane else ("--no-fast-lane",)
         result = carried(rebaser, tmp_path / "s" / "series", upstream, report, *force)
         assert result.code == ExitCode.OK, result.out + result.err
         data = json.loads(report.read_text())

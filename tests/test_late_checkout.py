@@ -13,7 +13,6 @@ from faults import FaultPoint, run_with_fault
 from synthetic import ADD_DOC, CALC, apply, calc_series, edit, git, two_patch_series
 from test_fast_lane import carried, fork_and_tip
 
-from rebaser.sequencer import machine as engine
 from rebaser.repo import late_checkout
 from rebaser.repo import workspace
 from rebaser.errors import ExitCode
@@ -60,8 +59,9 @@ def _lane_all(rebaser, tmp_path, upstream):
 
 
 def _lane_off(rebaser, tmp_path, upstream):
-    engine.FAST_LANE = False  # restored by the test's monkeypatch
-    return _lane_all(rebaser, tmp_path, upstream)
+    series = fork_and_tip(upstream, tmp_path)
+    result = carried(rebaser, series, upstream, tmp_path / "r.json", "--no-fast-lane")
+    return result, ExitCode.NOT_APPLIED
 
 
 def _per_patch(rebaser, tmp_path, upstream):
@@ -101,9 +101,8 @@ ENDINGS = {
 
 @pytest.mark.parametrize("ending", ENDINGS)
 def test_every_way_an_apply_ends_leaves_a_plain_checkout(
-    rebaser, tmp_path, upstream, monkeypatch, ending
+    rebaser, tmp_path, upstream, ending
 ):
-    monkeypatch.setattr(engine, "FAST_LANE", engine.FAST_LANE)
     result, expected = ENDINGS[ending](rebaser, tmp_path, upstream)
     assert result.code == expected, result.out + result.err
     report = json.loads((tmp_path / "r.json").read_text())

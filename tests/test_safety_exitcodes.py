@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from synthetic import apply, git, two_patch_series
 
-from rebaser.sequencer import machine as engine
+from rebaser.sequencer import machine
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo.git import Git
 
@@ -41,7 +41,7 @@ def test_an_unexpected_exception_exits_6_with_one_line_and_a_log(
     def broken_verify(*args, **kwargs):
         raise ZeroDivisionError("division by zero in a check")
 
-    monkeypatch.setattr(engine, "verify", broken_verify)
+    monkeypatch.setattr(machine, "verify", broken_verify)
     result = apply(rebaser, two_patch_series(tmp_path, upstream), upstream, "v1")
     assert result.code == ExitCode.INTERNAL == 6
     (line,) = [line for line in result.err.splitlines() if line.startswith("error:")]
@@ -57,7 +57,7 @@ def test_ctrl_c_exits_130(rebaser, tmp_path, upstream, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(engine, "verify", interrupted)
+    monkeypatch.setattr(machine, "verify", interrupted)
     result = apply(rebaser, two_patch_series(tmp_path, upstream), upstream, "v1")
     assert result.code == ExitCode.INTERRUPTED == 130
     assert "interrupted" in result.err

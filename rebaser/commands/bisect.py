@@ -18,12 +18,12 @@ from typing import Optional
 
 from packaging.version import InvalidVersion, Version
 
-from rebaser.sequencer import machine as engine
-from rebaser.commands import verify as matrix
-from rebaser.repo import workspace
+from rebaser.commands.output import Output, write_json
+from rebaser.config import series_file
 from rebaser.errors import ExitCode, RebaserError
-from rebaser.repo import refs
+from rebaser.repo import refs, workspace
 from rebaser.repo.git import Git, commit_tree
+from rebaser.sequencer import machine
 from rebaser.sequencer.report import Report
 from rebaser.series.patches import load_series
 from rebaser.steps.testrun import check_interpreter
@@ -38,8 +38,38 @@ _GOOD, _BAD, _SKIP, _ABORT = 0, 1, 125, 128
 class BisectResult:
     culprit: str
     subject: str
-    report: Report
-    steps: int
+    report: Report  # the series applied onto the culprit: what broke
+
+
+def run(args: argparse.Namespace) -> ExitCode:
+    out = Output()
+    with out.progress() as progress:
+        found = bisect(
+            series_file(args.series),
+            repo=args.repo,
+            upstream=args.upstream,
+            good=args.good,
+            bad=args.bad,
+            test=args.test,
+            progress=progress,
+        )
+    if args.json:
+        data = {"culprit": found.culprit, "subject": found.subject}
+        write_json(args.json, {**data, "report": found.report.to_json()})
+    out.say("first bad commit: ", (found.culprit, "bold"), " ", found.subject)
+    report = found.report
+    out.say(f"there: {report.outcome}")
+    if report.stop:
+        out.say(f"  {report.stop.patch}: {report.stop.reason}")
+        for line in report.stop.hunks[:4]:
+            out.say("  " + line.replace("\n", "\n  "))
+    for check in report.checks:
+        if not check.ok:
+            out.say(f"  verify {check.name}: {'; '.join(check.problems[:3])}")
+    for suite in report.suites:
+        for failure in suite.failures[:5]:
+            out.say(f"  {suite.name}: {failure}")
+    return ExitCode.OK
 
 
 def bisect(
@@ -50,7 +80,7 @@ def bisect(
     good: str,
     bad: str,
     test: str,
-    progress: engine.Progress,
+    progress: machine.Progress,
 ) -> BisectResult:
     check_interpreter(sys.executable, test, load_series(series_file).test_requires)
     if upstream is not None:
@@ -101,25 +131,23 @@ def bisect(
             "git bisect did not find a first bad commit: " + " | ".join(tail),
             code=ExitCode.ENVIRONMENT,
         )
-    steps = result.stdout.count("running ")
     culprit = found.group(1)
     progress(f"culprit {culprit[:12]}: collecting what broke")
     return BisectResult(
         culprit,
         git.out("log", "-1", "--format=%s", culprit),
         probe(series_file, git, culprit, test),
-        steps,
     )
 
 
 def probe(series_file: Path, git: Git, sha: str, test: str) -> Report:
     """Apply the series onto one commit in a throwaway worktree."""
     target = Target(git, sha, sha, sha[:12], str(git.path))  # the report adds the sha
-    return matrix.throwaway_apply(target, series_file, test, lambda _message: None)
+    return machine.throwaway_apply(target, series_file, test, lambda _message: None)
 
 
 def _pypi_history(
-    upstream: str, good: str, bad: str, progress: engine.Progress
+    upstream: str, good: str, bad: str, progress: machine.Progress
 ) -> tuple[Git, str, str]:
     """Releases good..bad as a linear chain of commits (one per release) in the cache."""
     spec = PypiSpec.parse(upstream)

@@ -9,6 +9,7 @@ import leaves nothing behind.
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
 import tempfile
@@ -16,13 +17,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from rebaser.errors import RebaserError
+from rebaser.commands.output import Output
+from rebaser.errors import ExitCode, RebaserError
 from rebaser.series.export import export_patch, export_range, patch_file_name, split_patches
 from rebaser.repo.git import Git, find_repo
 from rebaser.series.patches import PATCH_TRAILER, load_series
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _LOG_FORMAT = "%x1e%H%x1f%P%x1f%h%x1f%s%x1f%B%x1f"  # records and fields split by ASCII separators
+
+
+def run(args: argparse.Namespace) -> ExitCode:
+    imported = import_range(args.repo, args.range, args.series_dir.resolve(), args.name)
+    out = Output()
+    for empty in imported.skipped_empty:
+        out.say(f"  skipped (changes nothing): {empty}")
+    out.say(
+        f"imported {len(imported.patches)} patches into {imported.series_file} "
+        f"(@base git:{imported.base})"
+    )
+    return ExitCode.OK
 
 
 @dataclass(frozen=True)
@@ -148,9 +162,7 @@ def _commits(git: Git, base: str, tip: str, range_spec: str) -> list[_Commit]:
     return commits
 
 
-def _write_series(
-    git: Git, commits: list[_Commit], folder: Path, name: str, base: str
-) -> Imported:
+def _write_series(git: Git, commits: list[_Commit], folder: Path, name: str, base: str) -> Imported:
     kept = [commit for commit in commits if not commit.empty]
     skipped = [f"{commit.short} {commit.subject}" for commit in commits if commit.empty]
     if not kept:

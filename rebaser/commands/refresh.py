@@ -1,7 +1,7 @@
 """`rebaser refresh`: re-export the series (and overlay) from a resolved branch.
 
-Each commit after the series start (rebaser/repo/refs.py) is exported by the stable rules
-of rebaser/series/export.py into the file its `Forkkit-Patch:` trailer names, so a patch skipped or
+Each commit after the series start (repo/refs.py) is exported by the stable rules of
+series/export.py into the file its `Forkkit-Patch:` trailer names, so a patch skipped or
 dropped on the branch never lends its file name to the next one. Commits without the trailer
 (made by hand) become new patches at the end; a branch where no commit has it (made before
 the trailer existed) is read by position, as before.
@@ -9,6 +9,7 @@ the trailer existed) is read by position, as before.
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
 from dataclasses import dataclass
@@ -16,14 +17,36 @@ from pathlib import Path
 from typing import Optional
 
 from rebaser.carry import resolutions
+from rebaser.commands.output import Output, write_text
+from rebaser.commands.rangediff import RangeDiff, range_diff, to_markdown
+from rebaser.config import series_file
+from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo import refs
-from rebaser.sequencer import state as state_store
-from rebaser.errors import RebaserError
-from rebaser.series.export import export_patch, patch_file_name
 from rebaser.repo.git import Git, find_repo
-from rebaser.commands.rangediff import RangeDiff, range_diff
-from rebaser.series.patches import Series, identity, load_series
 from rebaser.repo.lock import repository_lock
+from rebaser.sequencer import state as state_store
+from rebaser.series.export import export_patch, patch_file_name
+from rebaser.series.patches import Series, identity, load_series
+
+
+def run(args: argparse.Namespace) -> ExitCode:
+    refreshed = refresh(series_file(args.series), args.repo, args.branch, write=not args.check)
+    out = Output()
+    for change in refreshed.files:
+        line = f"  {change.status:9} {change.path}"
+        out.say(line if change.status == "unchanged" else (line, "bold"))
+    changed = [c for c in refreshed.files if c.status.split()[0] not in ("unchanged", "kept")]
+    verb = "would change" if args.check else "changed"
+    out.say(f"refresh: {len(changed)} of {len(refreshed.files)} files {verb}")
+    diff = refreshed.range_diff
+    if diff.note:
+        out.say(diff.note)
+    elif diff.changed:
+        out.say("range-diff (old series → branch):")
+        out.say(diff.text.rstrip("\n"))
+    if args.range_diff_markdown:
+        write_text(args.range_diff_markdown, to_markdown(diff, "Patch series changes"))
+    return ExitCode.VERIFY_FAILED if args.check and changed else ExitCode.OK
 
 
 @dataclass

@@ -7,24 +7,21 @@ and patch, printed for a terminal and written as JSON and Markdown for CI.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
-from rebaser.sequencer import machine as engine
-from rebaser.repo import workspace
+from rebaser.commands.output import Output, write_json, write_text
+from rebaser.config import series_file
 from rebaser.errors import ExitCode, RebaserError
-from rebaser.sequencer.report import Report, styled, write_json
+from rebaser.sequencer import machine
+from rebaser.sequencer.report import Report
 from rebaser.series.patches import load_series
 from rebaser.steps.testrun import check_interpreter
 from rebaser.upstream import PypiSpec, Target, resolve_pypi, resolve_target
 
-VERIFY_PREFIX = "forkkit-verify"
 # The exit code of a matrix is its most serious row's.
 _SEVERITY = (
     ExitCode.NOT_APPLIED,
@@ -56,27 +53,33 @@ def resolve_base(base: str, repo: Optional[Path]) -> Target:
     return resolve_target(repo=repo, upstream=None, base=base, default_upstream=None)
 
 
-def throwaway_apply(
-    target: Target,
-    series_file: Path,
-    test: str,
-    progress: engine.Progress,
-    *,
-    keep: bool = False,
-    keep_going: bool = False,
-) -> Report:
-    """Apply onto `target` on a throwaway branch, removed afterwards unless `keep`."""
-    series = load_series(series_file)
-    branch = workspace.branch_name(series.name, target.label, VERIFY_PREFIX)
-    options = engine.ApplyOptions(
-        series_file=series_file,
-        test=test,
-        ephemeral=True,
-        branch_prefix=VERIFY_PREFIX,
-        keep_going=keep_going,
-    )
-    with workspace.throwaway_branch(target.git, branch, keep=keep):
-        return engine.apply_to(target, series, options, progress)
+def run(args: argparse.Namespace) -> ExitCode:
+    out = Output()
+    with out.progress() as progress:
+        results = verify_bases(
+            series_file(args.series), args.bases, args.repo, args.test, progress, keep=args.keep
+        )
+    if args.json:
+        write_json(args.json, matrix_json(results))
+    if args.markdown:
+        write_text(args.markdown, matrix_markdown(results))
+    steps = _columns(results)
+    header = [
+        "base",
+        *(name.split("-")[0] if name[:4].isdigit() else name for name in steps),
+        "verify",
+        "tests (pass/fail/skip)",
+        "outcome",
+    ]
+    rows = []
+    for result in results:
+        cells, verify, tests, outcome = _row(result, steps)
+        rows.append([result.base, *cells, verify, tests, outcome])
+    out.table("series against upstream bases", header, rows)
+    for result in results:
+        for title, stop in result.report.stops() if result.report else []:
+            out.say((result.base, "bold"), f" {title}: {stop.reason}")
+    return matrix_exit_code(results)
 
 
 def verify_bases(
@@ -84,7 +87,7 @@ def verify_bases(
     bases: Sequence[str],
     repo: Optional[Path],
     test: str,
-    progress: engine.Progress,
+    progress: machine.Progress,
     *,
     keep: bool = False,
 ) -> list[BaseResult]:
@@ -93,7 +96,7 @@ def verify_bases(
     for base in bases:
         progress(f"base {base}")
         try:
-            report = throwaway_apply(
+            report = machine.throwaway_apply(
                 resolve_base(base, repo),
                 series_file,
                 test,
@@ -107,9 +110,9 @@ def verify_bases(
     return results
 
 
-def matrix_exit_code(results: Sequence[BaseResult]) -> int:
+def matrix_exit_code(results: Sequence[BaseResult]) -> ExitCode:
     codes = {result.exit_code for result in results}
-    return int(next((code for code in _SEVERITY if code in codes), ExitCode.OK))
+    return next((code for code in _SEVERITY if code in codes), ExitCode.OK)
 
 
 def _columns(results: Sequence[BaseResult]) -> list[str]:
@@ -140,23 +143,6 @@ def _row(result: BaseResult, steps: list[str]) -> tuple[list[str], str, str, str
     return [by_name.get(name, "-") for name in steps], verify, tests, result.report.outcome
 
 
-def render_matrix(results: Sequence[BaseResult], console: Console) -> None:
-    steps = _columns(results)
-    table = Table(title="series against upstream bases", header_style="bold")
-    table.add_column("base")
-    for name in steps:
-        table.add_column(name.split("-")[0] if name[:4].isdigit() else name)
-    for title in ("verify", "tests (pass/fail/skip)", "outcome"):
-        table.add_column(title, overflow="fold")
-    for result in results:
-        cells, verify, tests, outcome = _row(result, steps)
-        table.add_row(result.base, *map(styled, cells), styled(verify), Text(tests), Text(outcome))
-    console.print(table)
-    for result in results:
-        for title, stop in result.report.stops() if result.report else []:
-            console.print(Text.assemble((result.base, "bold"), f" {title}: {stop.reason}"))
-
-
 def matrix_markdown(results: Sequence[BaseResult]) -> str:
     steps = _columns(results)
     header = ["base", *steps, "verify", "tests (pass/fail/skip)", "outcome"]
@@ -168,13 +154,17 @@ def matrix_markdown(results: Sequence[BaseResult]) -> str:
         for title, stop in result.report.stops("`") if result.report else []:
             lines += ["", f"**{result.base}** {title}: {stop.reason}"]
             lines += ["", "```", *stop.hunks[:5], "```"] if stop.hunks else []
-    verdict = "all bases pass" if matrix_exit_code(results) == 0 else "the series needs attention"
+    verdict = (
+        "all bases pass"
+        if matrix_exit_code(results) == ExitCode.OK
+        else "the series needs attention"
+    )
     return "\n".join([f"### dsa-forkkit: {verdict}", "", *lines]) + "\n"
 
 
 def matrix_json(results: Sequence[BaseResult]) -> dict:
     return {
-        "exit_code": matrix_exit_code(results),
+        "exit_code": int(matrix_exit_code(results)),
         "bases": [
             {
                 "base": r.base,
@@ -185,13 +175,3 @@ def matrix_json(results: Sequence[BaseResult]) -> dict:
             for r in results
         ],
     }
-
-
-def write_outputs(
-    results: Sequence[BaseResult], json_path: Optional[Path], markdown_path: Optional[Path]
-) -> None:
-    if json_path:
-        write_json(json_path, matrix_json(results))
-    if markdown_path:
-        markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(matrix_markdown(results))

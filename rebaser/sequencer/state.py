@@ -13,11 +13,11 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from rebaser.errors import RebaserError
 from rebaser.repo.git import Git, find_repo
-from rebaser.steps.records import Stop
+from rebaser.steps.records import StepRow, Stop
 from rebaser.config import cache_dir
 from rebaser.repo.workspace import forkkit_dir
 
@@ -40,8 +40,8 @@ class ApplyState:
     test: str
     json_report: Optional[str]
     python: str
-    next_step: int = 0  # 0: the overlay; i: patch i of the series (1-based)
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    next_step: int = 0  # the plan's step to run next (0: the overlay; i: patch i, 1-based)
+    steps: list[StepRow] = field(default_factory=list)  # the finished steps' rows
     stopped: Optional[Stop] = None  # why and where the apply stopped
     stopped_head: Optional[str] = None
     head: Optional[str] = None  # HEAD after the last finished step: where to resume from
@@ -51,6 +51,7 @@ class ApplyState:
     # disturb an apply the user has in progress in the same repository.
     ephemeral: bool = False
     keep_going: bool = False  # drop failing patches and go on (apply --keep-going, verify)
+    fast_lane: bool = True  # carry runs of patches in one git rebase (apply --no-fast-lane)
 
     @property
     def repo_git(self) -> Git:
@@ -94,7 +95,8 @@ def load(repo: Git) -> Optional[ApplyState]:
         )
     try:
         stopped = data.pop("stopped", None)
-        return ApplyState(**data, stopped=Stop.from_json(stopped) if stopped else None)
+        steps = [StepRow(**row) for row in data.pop("steps", [])]
+        return ApplyState(**data, steps=steps, stopped=Stop.from_json(stopped) if stopped else None)
     except (TypeError, ValueError) as exc:
         raise BrokenState(repo, path, f"{exc} (not a state this rebaser writes)") from None
 

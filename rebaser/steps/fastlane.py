@@ -35,7 +35,7 @@ from typing import Optional
 from rebaser.repo import late_checkout
 from rebaser.repo import scratch
 from rebaser.repo.git import Git, committer_env
-from rebaser.steps.records import StepRow, StepStatus
+from rebaser.steps.records import StepResult, StepRow, StepStatus, cherry_picked, patch_row
 from rebaser.series.patches import Patch
 from rebaser.carry.rawdiff import ABSENT, FileDiff, apply_exactly, parse_diff
 from rebaser.carry.in_upstream import superseded_in
@@ -63,17 +63,12 @@ _SEQUENCER = (
 )
 
 
-@dataclass
-class Lane:
-    rows: list[StepRow]  # one per patch carried, in order
-    head: str  # the branch's tip afterwards
-
-
 def carry(
     worktree: Git, git_dir: Path, branch: str, head: str, patches: list[Patch], commits: list[str]
-) -> Lane:
+) -> list[StepResult]:
     """Carry `patches` (their own commits `commits`, a first-parent chain) onto `head`, the
-    branch's tip; as many as git's sequencer takes and the status check keeps."""
+    branch's tip; as many as git's sequencer takes and the status check keeps, each with its
+    commit as the branch's tip after it."""
     marker = git_dir / MARKER
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forkkit-lane") as pool:
         # The worktree's files, if not written yet, are written while the sequencer runs
@@ -93,7 +88,7 @@ def carry(
     tip = made[len(rows) - 1] if rows else head
     worktree.run("checkout", "--quiet", "-B", branch, tip)
     marker.unlink()
-    return Lane(rows, tip)
+    return [StepResult(row, commit) for row, commit in zip(rows, made)]
 
 
 def _sequence(worktree: Git, head: str, commits: list[str]) -> None:
@@ -182,15 +177,9 @@ def _row(
         status = StepStatus.OFFSET if offsets else StepStatus.CLEAN
         detail = "; ".join(offsets)
     else:  # git apply fails, or ort followed upstream's renames (git rebase's result)
-        status = StepStatus.CHERRY_PICK
-        where = f"; followed upstream's renames to {', '.join(moved)}" if moved else ""
-        detail = f"context drifted; merged by git's ort cherry-pick{where}"
+        status, detail = StepStatus.CHERRY_PICK, cherry_picked(moved)
     superseded = superseded_in(lambda path: _decoded(before.get(path)), patch)
-    if superseded:
-        note = "possibly superseded: upstream already has the lines it adds in "
-        detail = "; ".join(filter(None, [detail, note + ", ".join(superseded)]))
-    hunks = sum(change.hunks for change in patch.files)
-    return StepRow(patch.name, status, detail, patch.touched_paths, hunks)
+    return patch_row(patch, status, detail, superseded)
 
 
 def _decoded(data: Optional[bytes]) -> Optional[str]:

@@ -2,46 +2,51 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 from rebaser.series.confinement import write_new_file
 from rebaser.repo.git import Git
-from rebaser.steps.records import StepRow, StepStatus
+from rebaser.steps.records import StepResult, StepRow, StepStatus, Stop, StopPhase
+from rebaser.steps.step import StepContext
 from rebaser.repo import refs
-from rebaser.series.patches import Series
 from rebaser.repo.git import commit_tree
 
 OVERLAY_STEP = "overlay"
 
 
-def lay_overlay(series: Series, worktree: Git, branch: str) -> tuple[StepRow, Optional[str]]:
-    """Copy the overlay in and commit it; the row and the commit (None when it failed). The
-    commit is made even with no files: it marks where the series starts on the branch (a
-    ref names it; refresh and the overlay tests look for it)."""
-    files = series.overlay_files()
-    clashes = _in_tree(worktree, files)
-    if clashes:
-        detail = (
-            "upstream now has files at overlay paths (compare them with the overlay's, merge "
-            "by hand and commit): " + ", ".join(clashes)
+class OverlayStep:
+    """Copy the overlay in and commit it. The commit is made even with no files: it marks
+    where the series starts on the branch (a ref names it; refresh and the overlay tests
+    look for it)."""
+
+    name = OVERLAY_STEP
+    patch = None
+
+    def run(self, context: StepContext) -> StepResult:
+        series, worktree = context.series, context.worktree
+        files = series.overlay_files()
+        clashes = _in_tree(worktree, files)
+        if clashes:
+            detail = (
+                "upstream now has files at overlay paths (compare them with the overlay's, "
+                "merge by hand and commit): " + ", ".join(clashes)
+            )
+            row = StepRow(OVERLAY_STEP, StepStatus.FAILED, detail, clashes)
+            return StepResult(row, context.head, Stop(StopPhase.APPLY, OVERLAY_STEP, detail))
+        for path in files:
+            write_new_file(worktree.path, path, (series.overlay_dir / path).read_bytes())  # type: ignore[operator]
+        if files:
+            worktree.run("add", "--", *files)
+        source = (
+            f"New files from {series.overlay_dir.name}/" if series.overlay_dir else "No overlay"
         )
-        return StepRow(OVERLAY_STEP, StepStatus.FAILED, detail, clashes), None
-    for path in files:
-        write_new_file(worktree.path, path, (series.overlay_dir / path).read_bytes())  # type: ignore[operator]
-    if files:
-        worktree.run("add", "--", *files)
-    source = f"New files from {series.overlay_dir.name}/" if series.overlay_dir else "No overlay"
-    subject = f"{refs.OVERLAY_SUBJECT} ({len(files)} files)"
-    message = f"{subject}\n\n{source}, laid by dsa-forkkit.\n"
-    # The commit `git commit` would make, in two processes fewer: the index's tree (the
-    # base's, with no overlay), and the branch moved with the series-start ref beside it.
-    tree = worktree.out("write-tree") if files else "HEAD^{tree}"
-    first = series.patches[0]  # its author and date: the same series gives the same commit
-    overlay_sha = commit_tree(
-        worktree, tree, ["HEAD"], message, author=first.person, date=first.date
-    )
-    refs.start_series(worktree, branch, overlay_sha, f"commit: {subject}")
-    return StepRow(OVERLAY_STEP, StepStatus.LAID, f"{len(files)} files", files), overlay_sha
+        subject = f"{refs.OVERLAY_SUBJECT} ({len(files)} files)"
+        message = f"{subject}\n\n{source}, laid by dsa-forkkit.\n"
+        # The commit `git commit` would make, in two processes fewer: the index's tree (the
+        # base's, with no overlay), and the branch moved with the series-start ref beside it.
+        tree = worktree.out("write-tree") if files else "HEAD^{tree}"
+        first = series.patches[0]  # its author and date: the same series gives the same commit
+        sha = commit_tree(worktree, tree, ["HEAD"], message, author=first.person, date=first.date)
+        refs.start_series(worktree, context.branch, sha, f"commit: {subject}")
+        return StepResult(StepRow(OVERLAY_STEP, StepStatus.LAID, f"{len(files)} files", files), sha)
 
 
 def _in_tree(worktree: Git, paths: list[str]) -> list[str]:

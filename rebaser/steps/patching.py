@@ -1,198 +1,94 @@
-"""Apply one patch: exactly (perhaps at an offset), else by cherry-pick, else by its codemod.
+"""The step that applies one patch: the attempts (steps/attempts.py), a recorded resolution
+of its conflicts, then a commit, a stop for the user, or (going on) the patch left off.
 
-Never with fuzz: a fuzzy apply can put a hunk in the wrong place and still "succeed".
+A patch that fails because it needs one that is already missing is `blocked` and names it,
+instead of blaming upstream (carry/knockon.py).
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Callable, Optional
 
-from rebaser.codemods import AnchorNotFound, Codemods
+from rebaser.carry import resolutions
+from rebaser.carry.knockon import needed_patch
+from rebaser.repo import late_checkout
 from rebaser.repo.git import Git
-from rebaser.steps.records import StepStatus
-from rebaser.series.patches import Patch
-from rebaser.carry.hunks import HunkReport, failing_hunks
-from rebaser.carry.replay import Replay
-from rebaser.carry.in_upstream import (
-    UpstreamHistory,
-    files_under,
-    reverse_applies,
-    superseded_in,
-)
-
-_OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
-
-# ort follows renames (of files and folders) only when asked: the neutral config turns diff
-# renames off, and git leaves a folder rename to the user unless told to follow it.
-_CHERRY_PICK = (
-    "-c",
-    "merge.renames=true",
-    "-c",
-    "merge.directoryRenames=true",
-    "cherry-pick",
-    "--no-commit",
-)
+from rebaser.series.patches import Patch, Series
+from rebaser.steps.attempts import PatchOutcome, apply_patch
+from rebaser.steps.records import StepResult, StepRow, StepStatus, Stop, StopPhase, patch_row
+from rebaser.steps.step import StepContext
 
 
-@dataclass
-class PatchOutcome:
-    status: StepStatus
-    detail: str = ""
-    offsets: list[str] = field(default_factory=list)
-    conflicts: list[str] = field(default_factory=list)
-    hunks: list[HunkReport] = field(default_factory=list)
-    anchor: Optional[AnchorNotFound] = None
-    upstream_commit: Optional[str] = None  # for `in upstream`: the commit that has the change
-    superseded: list[str] = field(default_factory=list)  # files that already had its lines
-    left: bool = False  # a failed patch's partial state is in the worktree
+class PatchStep:
+    def __init__(self, patch: Patch) -> None:
+        self.patch = patch
+        self.name = patch.name
 
-    @property
-    def applied(self) -> bool:
-        return self.status != StepStatus.FAILED
-
-
-@dataclass
-class SeriesContext:
-    """What an apply knows beyond the worktree: the series' codemods, the patches' own
-    commits and upstream's log."""
-
-    codemods: Codemods
-    replay: Optional[Replay] = None
-    history: Optional[UpstreamHistory] = None
-    # Whether a patch that fails is left in the worktree as far as it got (conflict markers,
-    # .rej files): for the user at a stop, or for a recorded resolution to replay. An apply
-    # that goes on (--keep-going) drops it at once otherwise: no point in redoing it.
-    leave_failed: Callable[[Patch], bool] = lambda patch: True
+    def run(self, context: StepContext) -> StepResult:
+        worktree, patch = context.worktree, self.patch
+        late_checkout.finish(worktree, context.git_dir)  # a patch applied alone reads the files
+        outcome = apply_patch(worktree, patch, context.carry)
+        if not outcome.applied and outcome.conflicts and outcome.left:
+            outcome = _replay_resolution(worktree, patch, context.series, outcome)
+        row = patch_row(patch, outcome.status, outcome.detail, outcome.superseded)
+        if not outcome.applied:
+            return _failed(context, patch, outcome, row)
+        if outcome.status == StepStatus.IN_UPSTREAM:
+            return StepResult(row, context.head)
+        if _nothing_staged(worktree):  # e.g. a 3-way merge that changed nothing
+            row = replace(row, status=StepStatus.IN_UPSTREAM, detail="its change is already there")
+            return StepResult(row, context.head)
+        return StepResult(row, worktree.commit(patch.message, author=patch.author, date=patch.date))
 
 
-def apply_patch(worktree: Git, patch: Patch, context: SeriesContext) -> PatchOutcome:
-    """Change the worktree's index and files as the patch says; nothing is committed here.
+def number(patch: Patch) -> str:
+    """`0011` for 0011-fix-things.patch: how people name patches of a series."""
+    head = patch.name.split("-", 1)[0]
+    return head if head.isdigit() else patch.name
 
-    Exactly first (never fuzz), then a cherry-pick of the patch's own commit (ort, renames
-    followed; an empty one means upstream has the change). When the series' base is not at
-    hand: a reverse apply (upstream has it?), then a per-file 3-way apply. Then its codemod;
-    a patch that fails all of them is left with conflict markers.
-    """
-    superseded = superseded_in(files_under(worktree.path), patch)
-    applied = _apply_exactly(worktree, patch)
-    commit = None
-    if applied is None:
-        commit = context.replay.commit_of(patch) if context.replay else None
-        if commit:  # an empty cherry-pick tells what a reverse apply would
-            applied = _cherry_pick(worktree, patch, commit)
-        elif reverse_applies(worktree, patch):
-            return _in_upstream(patch, context, "the patch reverse-applies: upstream has it")
-        else:
-            applied = _three_way(worktree, patch)
-    if applied is not None and applied.status == StepStatus.IN_UPSTREAM:
-        return _in_upstream(patch, context, applied.detail)
-    if applied is not None:
-        applied.superseded = superseded
-        return applied
 
-    conflicts = worktree.unmerged_paths()
-    # The worktree was clean before this patch (the engine checks): this loses nothing.
-    worktree.discard_changes()
-    how = "cherry-pick" if commit else "3-way merge"
-    reason = f"{how} conflicts in " + ", ".join(conflicts) if conflicts else f"{how} failed"
-    hunks = failing_hunks(worktree, patch.path, conflicts)
-    anchor = None
-    if patch.codemod is not None:
-        try:
-            changed = context.codemods.run([patch.codemod], worktree.path, write=True)
-        except AnchorNotFound as missing:
-            anchor = missing
-            reason = f"{reason}; codemod {patch.codemod}: {missing}"
-        else:
-            if not changed:
-                return _in_upstream(
-                    patch, context, f"{reason}; codemod {patch.codemod} found the change there"
-                )
-            worktree.run("add", "--", *changed)
-            return PatchOutcome(
-                StepStatus.CODEMOD,
-                f"{reason}; codemod {patch.codemod} changed {', '.join(changed)}",
-            )
+def _failed(context: StepContext, patch: Patch, outcome: PatchOutcome, row: StepRow) -> StepResult:
+    """A stop for the user; going on (--keep-going), the patch left off the branch, the stop
+    kept in its row. Blocked when it needs a patch already left off (it says which)."""
+    worktree = context.worktree
+    needed = needed_patch(patch, context.missing, _head_reader(worktree))
+    if needed is not None:
+        stop = Stop(StopPhase.APPLY, patch.name, f"needs {number(needed)}, which did not apply")
     else:
-        reason = f"{reason}; the patch names no codemod"
-    if context.history and (upstream := context.history.commit_with_same_change(patch)):
-        return PatchOutcome(
-            StepStatus.IN_UPSTREAM,
-            f"upstream commit {upstream[:12]} made the same change (and later ones conflict)",
-            upstream_commit=upstream,
-        )
-    # The worktree is clean here: a codemod that gives up has written nothing (it changes
-    # its files in memory first).
-    left = context.leave_failed(patch)
-    if left:
-        _leave_for_user(worktree, patch, commit, conflicts)
-    return PatchOutcome(
-        StepStatus.FAILED, reason, conflicts=conflicts, hunks=hunks, anchor=anchor, left=left
-    )
+        hunks = [report.describe() for report in outcome.hunks]
+        stop = Stop(StopPhase.APPLY, patch.name, outcome.detail, outcome.conflicts, hunks)
+    if not context.keep_going:
+        return StepResult(row, context.head, stop)
+    if outcome.left:  # what the patch got to is in the worktree (else it is clean already)
+        worktree.discard_changes()
+    status = StepStatus.BLOCKED if needed is not None else StepStatus.DROPPED
+    return StepResult(replace(row, status=status, detail=stop.reason, stop=stop), context.head)
 
 
-def _apply_exactly(worktree: Git, patch: Patch) -> Optional[PatchOutcome]:
-    # `git apply` is atomic: all hunks apply, or nothing changes.
-    applied = worktree.run(
-        "apply", "--verbose", "--index", "--whitespace=nowarn", str(patch.path), check=False
-    )
-    if not applied.ok:
-        return None
-    offsets = [
-        f"hunk {n} at line {line} (offset {delta:+d})"
-        for n, line, delta in (
-            (int(a), int(b), int(c)) for a, b, c in _OFFSET_RE.findall(applied.stderr)
-        )
-    ]
-    return PatchOutcome(
-        StepStatus.OFFSET if offsets else StepStatus.CLEAN, "; ".join(offsets), offsets=offsets
-    )
+def _replay_resolution(
+    worktree: Git, patch: Patch, series: Series, outcome: PatchOutcome
+) -> PatchOutcome:
+    """A conflict stop the series has a recorded resolution for goes on by itself; any other
+    is snapshotted, so `continue` can record how the user resolves it."""
+    replayed = resolutions.replay(worktree, patch, series)
+    if replayed:
+        return PatchOutcome(StepStatus.RESOLUTION_REPLAYED, replayed.detail)
+    resolutions.snapshot(worktree)
+    if replayed.detail:
+        outcome.detail = f"{outcome.detail}; {replayed.detail}"
+    return outcome
 
 
-def _cherry_pick(worktree: Git, patch: Patch, commit: str) -> Optional[PatchOutcome]:
-    """Merge the patch's own commit onto HEAD with ort; None on conflicts (left in place)."""
-    if not worktree.run(*_CHERRY_PICK, commit, check=False).ok:
-        return None
-    landed = worktree.out("diff", "--cached", "--name-only", "HEAD", "--").split()
-    if not landed:
-        return PatchOutcome(
-            StepStatus.IN_UPSTREAM, "its cherry-pick is empty: upstream has its change"
-        )
-    moved = sorted(set(landed) - set(patch.touched_paths))
-    where = f"; followed upstream's renames to {', '.join(moved)}" if moved else ""
-    return PatchOutcome(
-        StepStatus.CHERRY_PICK, f"context drifted; merged by git's ort cherry-pick{where}"
-    )
+def _nothing_staged(worktree: Git) -> bool:
+    return worktree.run("diff", "--cached", "--quiet", check=False).ok
 
 
-def _three_way(worktree: Git, patch: Patch) -> Optional[PatchOutcome]:
-    """Per-file 3-way, for series whose base is not at hand (the blobs may still be)."""
-    merged = worktree.run(
-        "apply", "--3way", "--index", "--whitespace=nowarn", str(patch.path), check=False
-    )
-    if not merged.ok:
-        return None
-    return PatchOutcome(
-        StepStatus.THREE_WAY, "context drifted; merged with the patch's preimage blobs"
-    )
+def _head_reader(worktree: Git) -> Callable[[str], Optional[str]]:
+    """A file's text at HEAD (the worktree may hold conflict markers), or None."""
 
+    def read(path: str) -> Optional[str]:
+        shown = worktree.run("show", f"HEAD:{path}", check=False)
+        return shown.stdout if shown.ok else None
 
-def _in_upstream(patch: Patch, context: SeriesContext, why: str) -> PatchOutcome:
-    upstream = context.history.commit_with_same_change(patch) if context.history else None
-    named = f" (upstream commit {upstream[:12]})" if upstream else ""
-    return PatchOutcome(StepStatus.IN_UPSTREAM, why + named, upstream_commit=upstream)
-
-
-def _leave_for_user(
-    worktree: Git, patch: Patch, commit: Optional[str], conflicts: list[str]
-) -> None:
-    """Leave the most useful partial state: conflict markers, else applied hunks + .rej files."""
-    worktree.discard_changes()
-    if conflicts and commit:
-        worktree.run(*_CHERRY_PICK, commit, check=False)
-    elif conflicts:
-        _three_way(worktree, patch)
-    else:
-        worktree.run("apply", "--reject", "--whitespace=nowarn", str(patch.path), check=False)
+    return read

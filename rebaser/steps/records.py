@@ -1,4 +1,5 @@
-"""What a run records about its steps: each step's status, and where and why it stopped.
+"""What a run records about its steps: each step's status, its row, where and why it
+stopped, and the result a step hands back.
 
 Both travel through state.json and the JSON report as plain strings and objects, so the
 enum's values and the dataclass's field names are a file format: never rename them.
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, fields
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
+
+from rebaser.series.patches import Patch
 
 
 class StepStatus(enum.StrEnum):
@@ -73,3 +76,31 @@ class StepRow:
         self.status = StepStatus(self.status)  # rows read back from state.json hold strings
         if isinstance(self.stop, dict):
             self.stop = Stop.from_json(self.stop)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What a step hands back to the sequencer (as LibCST's codemod runner returns a result
+    and never raises for an expected failure): its row for the report, the branch's tip after
+    it (the same as before when it committed nothing), and a stop when the apply must wait
+    for the user."""
+
+    row: StepRow
+    head: str
+    stop: Optional[Stop] = None
+
+
+def cherry_picked(renamed: Sequence[str] = ()) -> str:
+    """The detail of a patch that git's ort merged (per patch or in a fast lane)."""
+    where = f"; followed upstream's renames to {', '.join(renamed)}" if renamed else ""
+    return f"context drifted; merged by git's ort cherry-pick{where}"
+
+
+def patch_row(patch: Patch, status: StepStatus, detail: str, superseded: Sequence[str]) -> StepRow:
+    """A patch's row, per patch or in a fast lane: `superseded` names the files that already
+    held every line it adds (a note: upstream may have made the change elsewhere)."""
+    if superseded:
+        note = "possibly superseded: upstream already has the lines it adds in "
+        detail = "; ".join(filter(None, [detail, note + ", ".join(superseded)]))
+    hunks = sum(change.hunks for change in patch.files)
+    return StepRow(patch.name, status, detail, patch.touched_paths, hunks)

@@ -1,0 +1,173 @@
+"""What the commands print and write: the only module that imports rich.
+
+Results go to stdout, progress and errors to stderr. In a terminal rich draws tables and a
+spinner; in CI logs lines are wide and never wrap paths. Every JSON file rebaser writes is
+written by `write_json`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterator, Sequence, Union
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from rebaser.errors import RebaserError
+from rebaser.sequencer.machine import Progress
+from rebaser.sequencer.report import Report
+
+Part = Union[str, tuple[str, str]]  # plain text, or (text, style)
+
+_STYLES = {
+    "clean": "green",
+    "offset": "green",
+    "laid": "green",
+    "ok": "green",
+    "passed": "green",
+    "3-way": "yellow",
+    "cherry-pick": "yellow",
+    "codemod": "yellow",
+    "resolution replayed": "yellow",
+    "in upstream": "yellow",
+    "manual": "yellow",
+    "skipped": "bold red",
+    "dropped": "bold red",
+    "blocked": "bold red",
+    "failed": "bold red",
+    "not run": "dim",
+    "pending": "dim",
+}
+
+
+class Output:
+    """A command's two streams."""
+
+    def __init__(self) -> None:
+        self.out = _console(stderr=False)
+        self.err = _console(stderr=True)
+
+    def say(self, *parts: Part) -> None:
+        """One line on stdout, from plain and styled parts."""
+        self.out.print(Text.assemble(*parts))
+
+    def report(self, report: Report) -> None:
+        _render_report(report, self.out)
+
+    def table(self, title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+        """A table whose cells are statuses (styled as in the report) or text."""
+        table = Table(title=title, header_style="bold")
+        for name in header:
+            table.add_column(name, overflow="fold")
+        for row in rows:
+            table.add_row(*map(styled, row))
+        self.out.print(table)
+
+    def error(self, error: RebaserError) -> None:
+        self.err.print(Text.assemble(("error:", "bold red"), " ", error.what))
+        if error.where:
+            self.err.print(f"  where: {error.where}", highlight=False)
+        if error.next_step:
+            self.err.print(f"  next: {error.next_step}", highlight=False)
+
+    def failure(self, message: str) -> None:
+        """An unexpected failure (a bug): one line on stderr."""
+        self.err.print(Text.assemble(("error:", "bold red"), " ", message))
+
+    def notice(self, message: str) -> None:
+        self.err.print(message, highlight=False)
+
+    @contextlib.contextmanager
+    def progress(self) -> Iterator[Progress]:
+        """Report long steps: a live spinner on a terminal, timestamped lines otherwise (CI)."""
+        started = time.monotonic()
+        if self.err.is_terminal:
+            with self.err.status("starting") as status:
+                yield lambda message: status.update(
+                    f"{message} [{time.monotonic() - started:.0f} s]"
+                )
+        else:
+            yield lambda message: self.err.print(f"[{time.monotonic() - started:6.1f} s] {message}")
+
+
+def styled(status: str) -> Text:
+    return Text(status, style=_STYLES.get(status, ""))
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Every JSON file rebaser writes: indented, one trailing newline, folders made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """A Markdown summary or another text file a command was asked for; folders made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def _console(*, stderr: bool) -> Console:
+    """Rich on a terminal; in CI logs, wide lines that never wrap paths.
+
+    No markup: what rebaser prints quotes code (`Optional[torch.Tensor]`), which rich would
+    take for style tags; styles are given as Text styles instead.
+    """
+    console = Console(stderr=stderr, highlight=False, markup=False)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, highlight=False, markup=False, width=160, soft_wrap=True)
+    return console
+
+
+def _render_report(report: Report, console: Console) -> None:
+    console.print(
+        Text.assemble(
+            (f"rebaser {report.command}", "bold"),
+            ": series ",
+            (report.series, "cyan"),
+            f" onto {report.upstream} ({report.base_sha[:12]})",
+        )
+    )
+    if report.branch:
+        console.print(
+            Text.assemble("branch ", (report.branch, "cyan"), f"  worktree {report.worktree}")
+        )
+    console.print(_report_table(report))
+    for suite in report.suites:
+        for failure in suite.failures[:10]:
+            console.print(Text.assemble("  ", (suite.name, "red"), " ", failure))
+    for title, stop in report.stops():
+        console.print(Text.assemble((title, "bold red"), f": {stop.reason}"))
+        for line in stop.hunks:
+            console.print(Text(line))
+    style = "green" if report.exit_code == 0 else "bold red"
+    console.print(Text.assemble((report.outcome, style), f" (exit {report.exit_code})"))
+    for step in report.next_steps:
+        console.print(Text(f"next: {step}"))
+
+
+def _report_table(report: Report) -> Table:
+    table = Table(show_header=True, header_style="bold", expand=False)
+    table.add_column("step")
+    table.add_column("result")
+    table.add_column("detail", overflow="fold")
+    for step in report.steps:
+        files = ", ".join(Path(f).name for f in step.files) if len(step.files) <= 3 else ""
+        hunks = f" ({step.hunks} hunk{'s' if step.hunks > 1 else ''})" if step.hunks else ""
+        detail = "; ".join(filter(None, [f"{files}{hunks}" if files else "", step.detail]))
+        table.add_row(step.name, styled(step.status), Text(detail))
+    for check in report.checks:
+        problems = "; ".join(check.problems[:3])
+        table.add_row(
+            f"verify: {check.name}",
+            styled("ok" if check.ok else "failed"),
+            Text(check.detail + (f": {problems}" if problems else "")),
+        )
+    for suite in report.suites:
+        detail = f"{suite.counts} in {suite.seconds:.1f} s" if suite.status != "not run" else ""
+        detail = "; ".join(filter(None, [detail, suite.note]))
+        table.add_row(f"tests: {suite.name}", styled(suite.status), Text(detail))
+    return table

@@ -1,0 +1,123 @@
+"""The user's part at a stop: taking their fix (`continue`) or setting their work aside
+(`skip`). Nothing of theirs is lost: what cannot be taken is refused with a message, what
+is set aside goes to a backup ref first."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rebaser.carry import resolutions
+from rebaser.errors import RebaserError
+from rebaser.repo import refs
+from rebaser.repo.git import Git, committer_env
+from rebaser.sequencer import recovery
+from rebaser.series.patches import Patch, Series, identity, with_identity
+from rebaser.steps.checks import find_conflict_markers
+from rebaser.steps.patching import number
+from rebaser.steps.records import StepRow, StepStatus
+
+
+def take_fix(
+    worktree: Git, name: str, patch: Optional[Patch], series: Series, stopped_at: str
+) -> StepRow:
+    """The step `name` (applying `patch`, if any), fixed by hand since the branch stood at
+    `stopped_at`: the staged fix is committed with the patch's message, or the commit the
+    user made is taken (with the patch's identity trailer). Its row."""
+    _refuse_unfinished(worktree, name)
+    staged = worktree.out("diff", "--cached", "--name-only").split()
+    if staged:
+        first = series.patches[0]
+        # A step of its own (the overlay: "forkkit: overlay (merged by hand)") says so.
+        message = patch.message if patch else f"forkkit: {name} (merged by hand)\n"
+        worktree.commit(message, author=(patch or first).author, date=(patch or first).date)
+    elif worktree.out("rev-parse", "HEAD") == stopped_at:
+        raise RebaserError(
+            f"{name} is still not applied: nothing was staged or committed since the stop",
+            where=str(worktree.path),
+            next_step="make the patch's change there and `git add` it (or commit it), then "
+            "continue; or `rebaser abort`",
+        )
+    elif patch is not None:
+        _carry_identity(worktree, patch)
+    subject = worktree.out("log", "-1", "--format=%s")
+    files = patch.touched_paths if patch else []
+    return StepRow(name, StepStatus.MANUAL, f"fixed by hand: {subject}", files)
+
+
+def record_resolution(worktree: Git, patch: Patch, series: Series) -> str:
+    """After the user's fix of a conflict stop: remember it beside the series; what to add
+    to the row's detail."""
+    recorded = resolutions.record(worktree, patch, series)
+    if not recorded:
+        return ""
+    folder = resolutions.folder_for(series, patch).relative_to(series.patches_dir)
+    return f"; {len(recorded)} resolution(s) recorded in {folder}/"
+
+
+def set_aside(worktree: Git, branch: str, patch: Patch, stopped_at: str) -> Optional[str]:
+    """Back the branch up to where it stopped; anything done since goes to a backup ref,
+    which is returned (None when nothing was done)."""
+    head = worktree.out("rev-parse", "HEAD")
+    dirty = bool(worktree.status_porcelain())
+    backup = None
+    if dirty or head != stopped_at:
+        message = f"forkkit: work on {patch.name} set aside by rebaser skip\n"
+        kept = recovery.snapshot(worktree, message) if dirty else head
+        backup = refs.backup(branch, f"skipped-{number(patch)}")
+        worktree.run("update-ref", backup, kept)
+    worktree.discard_changes(stopped_at)  # untracked files are in the backup
+    return backup
+
+
+def _refuse_unfinished(worktree: Git, name: str) -> None:
+    """Conflicts, rejected hunks, markers or unstaged changes: not a fix yet."""
+    where = str(worktree.path)
+    if unmerged := worktree.unmerged_paths():
+        raise RebaserError(
+            f"{name}: conflicts are not resolved yet in {', '.join(unmerged)}",
+            where=where,
+            next_step="edit those files, `git add` them, then `rebaser continue`",
+        )
+    rejects = [line[3:] for line in worktree.status_porcelain() if line.endswith(".rej")]
+    if rejects:
+        raise RebaserError(
+            f"{name}: rejected hunks are still lying around: {', '.join(rejects)}",
+            where=where,
+            next_step="apply them by hand, delete the .rej files, `git add` your changes, "
+            "then continue",
+        )
+    staged = worktree.out("diff", "--cached", "--name-only").split()
+    files = [path for path in staged if (worktree.path / path).is_file()]
+    markers = find_conflict_markers(worktree.path, files)
+    if not markers.ok:
+        raise RebaserError(
+            f"{name}: conflict markers left in {'; '.join(markers.problems[:3])}",
+            where=where,
+            next_step="resolve them, `git add`, then continue",
+        )
+    if unstaged := worktree.out("diff", "--name-only").split():
+        raise RebaserError(
+            f"{name}: unstaged changes in {', '.join(unstaged)}",
+            where=where,
+            next_step="`git add` what belongs to the patch (or `git checkout --` the rest), "
+            "then continue",
+        )
+
+
+def _carry_identity(worktree: Git, patch: Patch) -> None:
+    """The user committed the fix themselves: add the patch's identity trailer to that
+    commit, so `refresh` writes it back to the patch's own file."""
+    message = worktree.run("log", "-1", "--format=%B").stdout
+    if identity(message) is not None:
+        return
+    worktree.run(
+        "commit",
+        "--amend",
+        "--quiet",
+        "--no-verify",
+        "--cleanup=verbatim",
+        "-F",
+        "-",
+        env=committer_env(worktree.out("log", "-1", "--format=%cD")),
+        stdin=with_identity(message, patch.name).encode(),
+    )

@@ -1,0 +1,184 @@
+"""The ways one patch is tried, in order: exactly (perhaps at an offset), as a cherry-pick of
+its own commit (or a 3-way apply), by its codemod; before a failure, whether upstream has it.
+
+Never with fuzz: a fuzzy apply can put a hunk in the wrong place and still "succeed".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from rebaser.codemods import AnchorNotFound
+from rebaser.repo.git import Git
+from rebaser.steps.records import StepStatus, cherry_picked
+from rebaser.steps.step import SeriesContext
+from rebaser.series.patches import Patch
+from rebaser.carry.hunks import HunkReport, failing_hunks
+from rebaser.carry.in_upstream import files_under, reverse_applies, superseded_in
+
+_OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
+
+# ort follows renames (of files and folders) only when asked: the neutral config turns diff
+# renames off, and git leaves a folder rename to the user unless told to follow it.
+_CHERRY_PICK = (
+    "-c",
+    "merge.renames=true",
+    "-c",
+    "merge.directoryRenames=true",
+    "cherry-pick",
+    "--no-commit",
+)
+
+
+@dataclass
+class PatchOutcome:
+    status: StepStatus
+    detail: str = ""
+    conflicts: list[str] = field(default_factory=list)
+    hunks: list[HunkReport] = field(default_factory=list)
+    superseded: list[str] = field(default_factory=list)  # files that already had its lines
+    left: bool = False  # a failed patch's partial state is in the worktree
+
+    @property
+    def applied(self) -> bool:
+        return self.status != StepStatus.FAILED
+
+
+def apply_patch(worktree: Git, patch: Patch, context: SeriesContext) -> PatchOutcome:
+    """Change the worktree's index and files as the patch says; nothing is committed here.
+
+    Exactly first (never fuzz), then a cherry-pick of the patch's own commit (ort, renames
+    followed; an empty one means upstream has the change). When the series' base is not at
+    hand: a reverse apply (upstream has it?), then a per-file 3-way apply. Then its codemod;
+    a patch that fails all of them is left with conflict markers.
+    """
+    superseded = superseded_in(files_under(worktree.path), patch)
+    commit = None
+    applied = _apply_exactly(worktree, patch)
+    if applied is None:
+        commit = context.replay.commit_of(patch) if context.replay else None
+        applied = _merged(worktree, patch, commit)
+    if applied is None:
+        return _after_git_failed(worktree, patch, context, commit)
+    if applied.status == StepStatus.IN_UPSTREAM:
+        return _in_upstream(patch, context, applied.detail)
+    applied.superseded = superseded
+    return applied
+
+
+def _merged(worktree: Git, patch: Patch, commit: Optional[str]) -> Optional[PatchOutcome]:
+    """A cherry-pick of the patch's own commit (an empty one tells what a reverse apply
+    would); without one, a reverse apply, then a per-file 3-way apply. None: conflicts."""
+    if commit:
+        return _cherry_pick(worktree, patch, commit)
+    if reverse_applies(worktree, patch):
+        return PatchOutcome(StepStatus.IN_UPSTREAM, "the patch reverse-applies: upstream has it")
+    return _three_way(worktree, patch)
+
+
+def _after_git_failed(
+    worktree: Git, patch: Patch, context: SeriesContext, commit: Optional[str]
+) -> PatchOutcome:
+    """git could not apply the patch: its codemod, then upstream's history, then a failure
+    (left in the worktree for the user, or for a recorded resolution, when asked)."""
+    conflicts = worktree.unmerged_paths()
+    # The worktree was clean before this patch (the sequencer checks): this loses nothing.
+    worktree.discard_changes()
+    how = "cherry-pick" if commit else "3-way merge"
+    reason = f"{how} conflicts in " + ", ".join(conflicts) if conflicts else f"{how} failed"
+    hunks = failing_hunks(worktree, patch.path, conflicts)
+    by_codemod, reason = _codemod(worktree, patch, context, reason)
+    if by_codemod is not None:
+        return by_codemod
+    if context.history and (upstream := context.history.commit_with_same_change(patch)):
+        return PatchOutcome(
+            StepStatus.IN_UPSTREAM,
+            f"upstream commit {upstream[:12]} made the same change (and later ones conflict)",
+        )
+    # The worktree is clean here: a codemod that gives up has written nothing (it changes
+    # its files in memory first).
+    left = context.leave_failed(patch)
+    if left:
+        _leave_for_user(worktree, patch, commit, conflicts)
+    return PatchOutcome(StepStatus.FAILED, reason, conflicts=conflicts, hunks=hunks, left=left)
+
+
+def _codemod(
+    worktree: Git, patch: Patch, context: SeriesContext, reason: str
+) -> tuple[Optional[PatchOutcome], str]:
+    """The patch's change made by its codemod (None when it has none or gave up), and the
+    failure's reason with what the codemod said."""
+    if patch.codemod is None:
+        return None, f"{reason}; the patch names no codemod"
+    try:
+        changed = context.codemods.run([patch.codemod], worktree.path, write=True)
+    except AnchorNotFound as missing:
+        return None, f"{reason}; codemod {patch.codemod}: {missing}"
+    if not changed:
+        found = f"{reason}; codemod {patch.codemod} found the change there"
+        return _in_upstream(patch, context, found), reason
+    worktree.run("add", "--", *changed)
+    made = f"{reason}; codemod {patch.codemod} changed {', '.join(changed)}"
+    return PatchOutcome(StepStatus.CODEMOD, made), reason
+
+
+def _apply_exactly(worktree: Git, patch: Patch) -> Optional[PatchOutcome]:
+    # `git apply` is atomic: all hunks apply, or nothing changes.
+    applied = worktree.run(
+        "apply", "--verbose", "--index", "--whitespace=nowarn", str(patch.path), check=False
+    )
+    if not applied.ok:
+        return None
+    offsets = [
+        f"hunk {n} at line {line} (offset {delta:+d})"
+        for n, line, delta in (
+            (int(a), int(b), int(c)) for a, b, c in _OFFSET_RE.findall(applied.stderr)
+        )
+    ]
+    return PatchOutcome(StepStatus.OFFSET if offsets else StepStatus.CLEAN, "; ".join(offsets))
+
+
+def _cherry_pick(worktree: Git, patch: Patch, commit: str) -> Optional[PatchOutcome]:
+    """Merge the patch's own commit onto HEAD with ort; None on conflicts (left in place)."""
+    if not worktree.run(*_CHERRY_PICK, commit, check=False).ok:
+        return None
+    landed = worktree.out("diff", "--cached", "--name-only", "HEAD", "--").split()
+    if not landed:
+        return PatchOutcome(
+            StepStatus.IN_UPSTREAM, "its cherry-pick is empty: upstream has its change"
+        )
+    moved = sorted(set(landed) - set(patch.touched_paths))
+    return PatchOutcome(StepStatus.CHERRY_PICK, cherry_picked(moved))
+
+
+def _three_way(worktree: Git, patch: Patch) -> Optional[PatchOutcome]:
+    """Per-file 3-way, for series whose base is not at hand (the blobs may still be)."""
+    merged = worktree.run(
+        "apply", "--3way", "--index", "--whitespace=nowarn", str(patch.path), check=False
+    )
+    if not merged.ok:
+        return None
+    return PatchOutcome(
+        StepStatus.THREE_WAY, "context drifted; merged with the patch's preimage blobs"
+    )
+
+
+def _in_upstream(patch: Patch, context: SeriesContext, why: str) -> PatchOutcome:
+    upstream = context.history.commit_with_same_change(patch) if context.history else None
+    named = f" (upstream commit {upstream[:12]})" if upstream else ""
+    return PatchOutcome(StepStatus.IN_UPSTREAM, why + named)
+
+
+def _leave_for_user(
+    worktree: Git, patch: Patch, commit: Optional[str], conflicts: list[str]
+) -> None:
+    """Leave the most useful partial state: conflict markers, else applied hunks + .rej files."""
+    worktree.discard_changes()
+    if conflicts and commit:
+        worktree.run(*_CHERRY_PICK, commit, check=False)
+    elif conflicts:
+        _three_way(worktree, patch)
+    else:
+        worktree.run("apply", "--reject", "--whitespace=nowarn", str(patch.path), check=False)
