@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rebaser.repo.git import Git
+from rebaser.repo.git import Git, commit_env
 from tests.synthetic import git
 
 
@@ -54,5 +54,7 @@ def test_unmerged_paths_keep_spaces_and_other_characters(tmp_path: Path) -> None
     for name in names:
         (repo / name).write_text("main\n")
     git(repo, "commit", "-q", "-am", "main")
-    assert not Git(repo).run("merge", "other", check=False).ok
+    # no identity is configured on a fresh machine: the merge commit would need one
+    merge = Git(repo).run("merge", "other", env=commit_env("1700000000 +0000"), check=False)
+    assert not merge.ok and "CONFLICT" in merge.stdout
     assert Git(repo).unmerged_paths() == sorted(names)

@@ -15,7 +15,7 @@ from test_fast_lane import carried, fork_and_tip
 from rebaser.repo import scratch
 from rebaser.repo import workspace
 from rebaser.errors import ExitCode
-from rebaser.repo.git import Git
+from rebaser.repo.git import Git, commit_tree
 
 
 def test_a_scratch_repository_borrows_objects_and_config_and_goes(upstream, tmp_path):
@@ -40,7 +40,7 @@ def test_a_scratch_repository_borrows_objects_and_config_and_goes(upstream, tmp_
         blob = lane.run("hash-object", "-w", "--stdin", stdin=changed).stdout.strip()
         lane.run("update-index", "--cacheinfo", f"100644,{blob},pkg/calc.py")
         tree = lane.out("write-tree")
-        made = lane.out("commit-tree", tree, "-p", head, "-m", "made in the lane")
+        made = commit_tree(lane, tree, [head], "made in the lane\n")
         assert Git(bare).rev_parse(made) is None
         scratch.bring_back(lane, space.git, made, head)
         assert Git(bare).rev_parse(made) == made
