@@ -18,8 +18,11 @@ policy decides the selected set. This module makes the selection explicit:
   - NaN ranks as ``-inf`` on every path: never selected over a real score, and reported as
     padding (``-1``, value ``-inf``) when selected.
 * ``torch`` backend: exact for every policy on CPU and GPU (policy 0 behaves as 1), and
-  deterministic by construction. On CUDA one Triton program per row selects from
-  ``topk(k+1)``'s candidates and writes the row in its final order (``dsa_topk_triton``).
+  deterministic by construction. On CUDA (k up to 4096) one Triton program per row reads the
+  row once: a sampled threshold admits a few thousand candidates, a radix search over
+  their bits finds the exact k-th key and the policy's ties, and the row is written in its
+  final order (``dsa_topk_triton.select_rows_filtered``); larger k select from
+  ``topk(k+1)``'s candidates.
   Elsewhere a float ``topk`` of width k+1 settles every row without a
   tie at the k-th score; rows with boundary ties take one ``topk`` over order-preserving
   integer keys to find the k-th value and fill the remaining slots with ties in column
@@ -203,11 +206,66 @@ def _torch_select_ordered(
     rows: torch.Tensor, width: int, prefer_large: bool
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """The torch backend's final (values, indices). On CUDA the Triton program orders its own
-    row (k up to MAX_ORDERED_WIDTH), which saves _finalize's sort and gathers."""
+    row (k up to MAX_ORDERED_WIDTH), which saves _finalize's sort and gathers: the filtered
+    select (one pass over the row, no torch.topk) for k up to MAX_FILTER_WIDTH, else the
+    selection from topk(k+1)'s candidates."""
     triton_rows = _triton_rows() if rows.is_cuda else None
     if triton_rows is not None and triton_rows.orders(rows, width):
+        if triton_rows.filters(rows, width):
+            return triton_rows.select_rows_filtered(rows, width, prefer_large)
         return triton_rows.select_rows_ordered(rows, width, prefer_large)
     return _finalize(rows, _torch_select(rows, width, prefer_large))
+
+
+def candidate_slots(width: int) -> int:
+    """Candidate-buffer slots per row of the filtered CUDA select (scratch it allocates)."""
+    triton_rows = _triton_rows()
+    return triton_rows.capacity_for(width) if triton_rows is not None else 0
+
+
+def selects_in_bounds(device: torch.device, dtype: torch.dtype, width: int, backend: str) -> bool:
+    """Whether ``select_topk_in_bounds`` reads each row's bounds itself (no masking pass)."""
+    if backend != "torch" or device.type != "cuda":
+        return False
+    triton_rows = _triton_rows()
+    return triton_rows is not None and dtype in triton_rows.KEY_BITS_OF and (
+        0 < width <= triton_rows.MAX_FILTER_WIDTH
+    )
+
+
+def select_topk_in_bounds(
+    rows: torch.Tensor,
+    width: int,
+    starts: Optional[torch.Tensor],
+    ends: Optional[torch.Tensor],
+    *,
+    column_offset: int = 0,
+    backend: str,
+    deterministic: bool = False,
+    tie_break: int = TIE_BREAK_UNSET,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``select_topk`` of each row of ``rows`` [r, n] restricted to its columns
+    ``[starts[i], ends[i])`` (the others count as -inf; None: the rows are masked already),
+    with ``column_offset`` added to the returned columns and the width ``width`` even past
+    ``n`` (-1 / -inf padding): the selection of a window of a wider score row."""
+    if selects_in_bounds(rows.device, rows.dtype, width, backend) and starts is not None:
+        return _triton_rows().select_rows_filtered(
+            rows, width, tie_break == TIE_BREAK_LARGE, starts, ends, column_offset
+        )
+    n = rows.size(-1)
+    if starts is not None:
+        columns = torch.arange(n, device=rows.device)
+        outside = (columns < starts.unsqueeze(-1)) | (columns >= ends.unsqueeze(-1))
+        rows = rows.masked_fill(outside, float("-inf"))
+    values, indices = select_topk(
+        rows, width, backend=backend, deterministic=deterministic, tie_break=tie_break
+    )
+    indices = torch.where(indices >= 0, indices + column_offset, indices)
+    if indices.size(-1) < width:  # the window is narrower than the selection
+        pad = width - indices.size(-1)
+        indices = torch.nn.functional.pad(indices, (0, pad), value=-1)
+        values = torch.nn.functional.pad(values, (0, pad), value=float("-inf"))
+    return values, indices
 
 
 def _torch_select(rows: torch.Tensor, width: int, prefer_large: bool) -> torch.Tensor:

@@ -273,10 +273,11 @@ def collect_ties(
 
 @triton.jit
 def write_ordered(
-    row_ptr, col_stride, out_row, values_row, width, real, SORT_BLOCK: tl.constexpr
+    row_ptr, col_stride, out_row, values_row, width, real, SORT_BLOCK: tl.constexpr,
+    column_offset=0,
 ):  # fmt: skip
     """Reorder the row's width selected columns ascending; slots from real on are padding
-    (-1, value -inf) and go last."""
+    (-1, value -inf) and go last. Columns are written plus column_offset."""
     slots = tl.arange(0, SORT_BLOCK)
     tl.debug_barrier()  # the walks' stores are visible to every thread of the program
     columns = tl.load(out_row + slots, mask=slots < real, other=2**31 - 1)
@@ -284,7 +285,7 @@ def write_ordered(
     tl.debug_barrier()  # every thread has read its slots before any is overwritten
     kept = slots < real
     x = tl.load(row_ptr + columns.to(tl.int64) * col_stride, mask=kept, other=float("-inf"))
-    tl.store(out_row + slots, tl.where(kept, columns, -1), mask=slots < width)
+    tl.store(out_row + slots, tl.where(kept, columns + column_offset, -1), mask=slots < width)
     tl.store(values_row + slots, x, mask=slots < width)
 
 
@@ -371,3 +372,293 @@ def select_row(
         write_ordered(
             row_ptr, col_stride, out_row, out_values_ptr + row * width, width, real, SORT_BLOCK
         )
+
+
+# =====================================================================================
+# The filtered radix select: one pass over each row, no torch.topk
+# =====================================================================================
+#
+# Each program owns one row (or the row's visible segment [start, end) of columns):
+#
+# 1. Threshold. A sample of the segment (SAMPLE_CHUNKS evenly spaced runs of SAMPLE_CHUNK
+#    scores) gives a key below which about ``target`` scores of the whole segment are
+#    expected to lie above; a segment of at most CAPACITY scores takes every finite score.
+# 2. Filter. One pass over the segment appends every score whose order key is at or above the
+#    threshold, with its column, to the row's candidate buffer (CAPACITY slots), in column
+#    order (a block-wise prefix sum, no atomics).
+# 3. Select. When the candidates hold the k-th score (at least k of them, at most CAPACITY;
+#    or fewer than k when the threshold admitted every finite score), a radix search over
+#    the key bits (two bits a step, in registers) finds the exact k-th key, every candidate
+#    above it is taken and the policy's ties (first or last in column order) fill the rest.
+#    The candidates are in column order, so the selection is written ascending, -1 / -inf
+#    padding last, with no sort.
+# 4. Otherwise (the sample misjudged the row, or ties at the k-th score overflow the buffer)
+#    the exact radix select on 8-bit digits over the whole segment runs, then the ordered
+#    write, as in ``select_row``.
+#
+# Scores outside a row's segment are never read: they count as -inf (masked), so bounded
+# rows need no masking pass before selection.
+
+# Candidate slots per row: CAPACITY_FACTOR x next_power_of_2(k), at least MIN_CAPACITY.
+CAPACITY_FACTOR = 4
+MIN_CAPACITY = 1024
+# Widths up to this take the filtered select (the candidate buffer lives in registers).
+MAX_FILTER_WIDTH = 4096
+SAMPLE_CHUNKS = 16
+SAMPLE_CHUNK = 256
+FILTER_BLOCK = 8192
+FILTER_WARPS = 16
+
+
+def filters(rows: torch.Tensor, width: int) -> bool:
+    """Whether select_rows_filtered takes these rows."""
+    return handles(rows) and 0 < width <= MAX_FILTER_WIDTH
+
+
+def capacity_for(width: int) -> int:
+    return max(MIN_CAPACITY, CAPACITY_FACTOR * triton.next_power_of_2(width))
+
+
+def select_rows_filtered(
+    rows: torch.Tensor,
+    width: int,
+    prefer_large: bool,
+    starts: Optional[torch.Tensor] = None,
+    ends: Optional[torch.Tensor] = None,
+    column_offset: int = 0,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(values, int32 columns) of each row's top ``width`` scores, ascending, -1 / -inf
+    padding last: select_topk's answer, which ``width`` may exceed the row (padding).
+
+    With ``starts`` / ``ends`` (one per row, int32 or int64) only columns in ``[start, end)``
+    of a row are visible; the rest count as -inf and are not read. Returned columns are
+    ``column_offset`` plus the column in ``rows``.
+    """
+    count, n = rows.shape
+    values = torch.empty(count, width, dtype=rows.dtype, device=rows.device)
+    out = torch.empty(count, width, dtype=torch.int32, device=rows.device)
+    if count == 0 or width == 0:
+        return values, out
+    capacity = capacity_for(width)
+    scratch = torch.empty(count, 2, capacity, dtype=torch.int32, device=rows.device)
+    bounded = starts is not None
+    if bounded:
+        starts = starts.contiguous()
+        ends = ends.contiguous()
+    # The candidates expected above the threshold: midway, in ratio, between k and capacity.
+    target = max(1, int((width * capacity) ** 0.5))
+    filter_select_row[(count,)](
+        rows,
+        rows.stride(0),
+        rows.stride(1),
+        n,
+        starts if bounded else out,
+        ends if bounded else out,
+        column_offset,
+        scratch,
+        out,
+        values,
+        width,
+        target,
+        _negative_infinity_key(rows.dtype),
+        HAS_BOUNDS=bounded,
+        CAPACITY=capacity,
+        SAMPLE_CHUNKS=SAMPLE_CHUNKS,
+        SAMPLE_CHUNK=SAMPLE_CHUNK,
+        BLOCK=FILTER_BLOCK,
+        ROW_BLOCK=ROW_BLOCK,
+        KEY_BITS=KEY_BITS_OF[rows.dtype],
+        FROM_END=prefer_large,
+        SORT_BLOCK=triton.next_power_of_2(width),
+        CONTIGUOUS=rows.stride(1) == 1,
+        num_warps=FILTER_WARPS,
+    )
+    return values, out
+
+
+@triton.jit
+def key32(x, neg_inf_key, KEY_BITS: tl.constexpr):
+    """int32 keys ordering like the floats' bit patterns; NaN gets -inf's key."""
+    if KEY_BITS == 16:
+        bits = x.to(tl.int16, bitcast=True).to(tl.int32)
+    else:
+        bits = x.to(tl.int32, bitcast=True)
+    key = bits ^ ((bits >> (KEY_BITS - 1)) & ((1 << (KEY_BITS - 1)) - 1))
+    nan = (key < neg_inf_key) | (key > -neg_inf_key - 1)
+    return tl.where(nan, neg_inf_key, key)
+
+
+@triton.jit
+def key_to_score(key, dtype: tl.constexpr, KEY_BITS: tl.constexpr):
+    """The score whose key32 is ``key`` (the key transform is an involution on the bits)."""
+    bits = key ^ ((key >> (KEY_BITS - 1)) & ((1 << (KEY_BITS - 1)) - 1))
+    if KEY_BITS == 16:
+        score = bits.to(tl.int16).to(dtype, bitcast=True)
+    else:
+        score = bits.to(dtype, bitcast=True)
+    return score
+
+
+@triton.jit
+def search_key(keys, valid, rank, lo, hi, ITERATIONS: tl.constexpr):
+    """The largest key v in [lo, hi] with #(valid & keys >= v) >= rank, given that lo
+    qualifies: each step splits the interval in four and counts three thresholds in one
+    reduction (16-bit counts packed in an int64). 16 steps cover 32-bit keys; fewer steps
+    return a qualifying lower bound."""
+    lo = lo + tl.zeros((), tl.int64)
+    hi = hi + tl.zeros((), tl.int64)
+    for _ in range(ITERATIONS):
+        span = hi - lo
+        m1 = lo + (span + 3) // 4
+        m2 = lo + (span + 1) // 2
+        m3 = lo + (3 * span + 3) // 4
+        packed = (
+            (valid & (keys >= m1)).to(tl.int64)
+            + ((valid & (keys >= m2)).to(tl.int64) << 16)
+            + ((valid & (keys >= m3)).to(tl.int64) << 32)
+        )
+        counts = tl.sum(packed, axis=0)
+        c1 = counts & 0xFFFF
+        c2 = (counts >> 16) & 0xFFFF
+        c3 = (counts >> 32) & 0xFFFF
+        new_lo = tl.where(c3 >= rank, m3, tl.where(c2 >= rank, m2, tl.where(c1 >= rank, m1, lo)))
+        hi = tl.where(
+            c3 >= rank, hi, tl.where(c2 >= rank, m3 - 1, tl.where(c1 >= rank, m2 - 1, m1 - 1))
+        )
+        lo = new_lo
+    return lo
+
+
+@triton.jit
+def load_segment(seg_ptr, col_stride, start, length, offsets, CONTIGUOUS: tl.constexpr):
+    """Scores at columns start + offsets of the segment (0 past its end), and which exist."""
+    columns = start + offsets
+    inside = columns < length
+    if CONTIGUOUS:
+        x = tl.load(seg_ptr + columns, mask=inside, other=0)
+    else:
+        x = tl.load(seg_ptr + columns.to(tl.int64) * col_stride, mask=inside, other=0)
+    return x
+
+
+@triton.jit
+def sample_threshold(
+    seg_ptr, col_stride, length, target, neg_inf_key,
+    SAMPLE_CHUNKS: tl.constexpr, SAMPLE_CHUNK: tl.constexpr, KEY_BITS: tl.constexpr,
+    CONTIGUOUS: tl.constexpr,
+):  # fmt: skip
+    """A key about ``target`` scores of the segment lie at or above (length > the sample)."""
+    SAMPLE: tl.constexpr = SAMPLE_CHUNKS * SAMPLE_CHUNK
+    i = tl.arange(0, SAMPLE)
+    spacing = (length - SAMPLE_CHUNK) // (SAMPLE_CHUNKS - 1)
+    columns = (i // SAMPLE_CHUNK) * spacing + (i % SAMPLE_CHUNK)
+    x = load_segment(seg_ptr, col_stride, 0, length, columns, CONTIGUOUS)
+    keys = key32(x, neg_inf_key, KEY_BITS)
+    # The sample's rank-th largest key, rank in proportion to target.
+    rank = tl.maximum((target.to(tl.int64) * SAMPLE) // length, 1)
+    everything = keys == keys
+    # 8 steps fix the top 16 key bits: a threshold at most that far below the rank-th key.
+    return search_key(keys, everything, rank, -(1 << (KEY_BITS - 1)), (1 << (KEY_BITS - 1)) - 1, 8)
+
+
+@triton.jit
+def filter_candidates(
+    seg_ptr, col_stride, length, threshold, keys_row, columns_row, neg_inf_key,
+    CAPACITY: tl.constexpr, BLOCK: tl.constexpr, KEY_BITS: tl.constexpr,
+    CONTIGUOUS: tl.constexpr,
+):  # fmt: skip
+    """Append the segment's keys >= threshold and their columns, in column order, to the
+    candidate buffer (the first CAPACITY of them); return how many there are."""
+    offsets = tl.arange(0, BLOCK)
+    found = tl.zeros((), tl.int32)
+    x = load_segment(seg_ptr, col_stride, 0, length, offsets, CONTIGUOUS)
+    for start in range(0, length, BLOCK):
+        next_x = load_segment(seg_ptr, col_stride, start + BLOCK, length, offsets, CONTIGUOUS)
+        columns = start + offsets
+        key = key32(x, neg_inf_key, KEY_BITS)
+        hit = (columns < length) & (key >= threshold)
+        hits = tl.sum(hit.to(tl.int32), axis=0)
+        if hits > 0:
+            slot = found + tl.cumsum(hit.to(tl.int32), axis=0) - 1
+            keep = hit & (slot < CAPACITY)
+            tl.store(keys_row + slot, key, mask=keep)
+            tl.store(columns_row + slot, columns, mask=keep)
+        found += hits
+        x = next_x
+    return found
+
+
+@triton.jit
+def filter_select_row(
+    rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, column_offset, scratch_ptr,
+    out_ptr, out_values_ptr, width, target, neg_inf_key,
+    HAS_BOUNDS: tl.constexpr, CAPACITY: tl.constexpr, SAMPLE_CHUNKS: tl.constexpr,
+    SAMPLE_CHUNK: tl.constexpr, BLOCK: tl.constexpr, ROW_BLOCK: tl.constexpr,
+    KEY_BITS: tl.constexpr, FROM_END: tl.constexpr, SORT_BLOCK: tl.constexpr,
+    CONTIGUOUS: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    if HAS_BOUNDS:
+        first = tl.minimum(tl.maximum(tl.load(starts_ptr + row).to(tl.int64), 0), n)
+        last = tl.minimum(tl.maximum(tl.load(ends_ptr + row).to(tl.int64), first), n)
+    else:
+        first = tl.zeros((), tl.int64)
+        last = tl.zeros((), tl.int64) + n
+    length = (last - first).to(tl.int32)
+    seg_ptr = rows_ptr + row * row_stride + first * col_stride
+    out_row = out_ptr + row * width
+    values_row = out_values_ptr + row * width
+    keys_row = scratch_ptr + row * (2 * CAPACITY)
+    columns_row = keys_row + CAPACITY
+    lowest_real = neg_inf_key + 1  # the key of the lowest finite score
+    threshold = tl.zeros((), tl.int64) + lowest_real
+    if length > CAPACITY:
+        threshold = sample_threshold(
+            seg_ptr, col_stride, length, target, neg_inf_key,
+            SAMPLE_CHUNKS, SAMPLE_CHUNK, KEY_BITS, CONTIGUOUS,
+        )  # fmt: skip
+        threshold = tl.maximum(threshold, lowest_real)
+    found = filter_candidates(
+        seg_ptr, col_stride, length, threshold.to(tl.int32), keys_row, columns_row, neg_inf_key,
+        CAPACITY, BLOCK, KEY_BITS, CONTIGUOUS,
+    )  # fmt: skip
+    every_finite = threshold == lowest_real
+    if (found <= CAPACITY) & ((found >= width) | every_finite):
+        slots = tl.arange(0, CAPACITY)
+        valid = slots < found
+        keys = tl.load(keys_row + slots, mask=valid, other=-(2**31))
+        columns = tl.load(columns_row + slots, mask=valid, other=0)
+        tl.debug_barrier()  # not needed for correctness of loads; keeps the stores ordered
+        if found >= width:
+            kth = search_key(keys, valid, width, threshold, -neg_inf_key - 1, KEY_BITS // 2)
+            greater = valid & (keys > kth)
+            tie = (valid & (keys == kth)).to(tl.int32)
+            need = width - tl.sum(greater.to(tl.int32), axis=0)
+            rank = tl.cumsum(tie, axis=0)
+            if FROM_END:
+                rank = tl.sum(tie, axis=0) - rank + tie
+            chosen = greater | ((tie > 0) & (rank <= need))
+            real = width
+        else:
+            chosen = valid
+            real = found
+        slot = tl.cumsum(chosen.to(tl.int32), axis=0) - 1
+        tl.store(out_row + slot, columns + column_offset + first.to(tl.int32), mask=chosen)
+        score = key_to_score(keys, out_values_ptr.dtype.element_ty, KEY_BITS)
+        tl.store(values_row + slot, score, mask=chosen)
+        padding = (slots >= real) & (slots < width)
+        tl.store(out_row + slots, tl.full((CAPACITY,), -1, tl.int32), mask=padding)
+        negative_infinity = tl.full((CAPACITY,), float("-inf"), out_values_ptr.dtype.element_ty)
+        tl.store(values_row + slots, negative_infinity, mask=padding)
+    else:
+        kth, ties = radix_kth(seg_ptr, col_stride, length, width, neg_inf_key, ROW_BLOCK, KEY_BITS)
+        greater = width - ties
+        collect(
+            seg_ptr, col_stride, length, out_row, kth, greater, ties, neg_inf_key,
+            ROW_BLOCK, KEY_BITS, FROM_END,
+        )  # fmt: skip
+        real = tl.where(kth == neg_inf_key, greater, width)
+        write_ordered(
+            seg_ptr, col_stride, out_row, values_row, width, real, SORT_BLOCK,
+            column_offset + first.to(tl.int32),
+        )  # fmt: skip

@@ -260,6 +260,82 @@ def test_cuda_kernel_logic_is_exact_for_any_layout(tmp_path, reference_topk):
         assert indices == expected.tolist(), case
 
 
+FILTERED_ON_CPU = """
+import json, sys, torch
+from megatron.core.transformer.experimental_attention_variant import dsa_topk_triton as T
+# Tiny buffers and samples, so rows take every branch: the sampled threshold, every finite
+# score (short rows, bounds), and the full radix select when the buffer overflows.
+T.MIN_CAPACITY, T.CAPACITY_FACTOR, T.SAMPLE_CHUNKS, T.SAMPLE_CHUNK = 16, 2, 4, 8
+T.FILTER_BLOCK = T.ROW_BLOCK = 16
+T.FILTER_WARPS = 1
+scores, starts, ends = torch.load(sys.argv[1])
+found = {}
+cases = [(5, False, "contiguous"), (5, True, "transposed"), (12, True, "contiguous"),
+         (300, False, "contiguous"), (5, False, "bounded"), (12, True, "bounded")]
+for dtype in (torch.float32, torch.bfloat16):
+    rows = scores.to(dtype)
+    for width, large, layout in cases:
+        if layout == "bounded":
+            v, i = T.select_rows_filtered(rows, width, large, starts, ends, column_offset=1000)
+        else:
+            view = rows.t().contiguous().t() if layout == "transposed" else rows
+            v, i = T.select_rows_filtered(view, width, large)
+        found[f"{dtype} {width} {large} {layout}"] = (i.tolist(), v.float().tolist())
+print(json.dumps(found))
+"""
+
+
+def test_filtered_cuda_select_is_exact_in_every_branch(tmp_path):
+    """The filtered CUDA select (dsa_topk_triton.select_rows_filtered), run by Triton's
+    interpreter: equal, indices and values, to the exact CPU path on tie-heavy rows (±0.0,
+    NaN, negative ties, plateaus that overflow the candidate buffer, sorted rows, fewer
+    visible keys than k), for both policies, 32- and 16-bit scores, transposed rows, per-row
+    key bounds with a column offset, and k above the row's length (padding)."""
+    pytest.importorskip("triton")
+    generator = torch.Generator().manual_seed(0)
+    n = 200
+    scores = kernel_test_rows().repeat(1, 3)[:, :n]
+    scores = torch.cat([scores, torch.rand(3, n, generator=generator)])
+    scores[9] = torch.arange(n).float()  # sorted: the sample's runs see the whole range
+    scores[10] = 0.0
+    scores[10, 150:] = 1.0  # 50 ties at the k-th score: overflow, full radix select
+    scores[11] = torch.randint(0, 3, (n,), generator=generator).float()
+    starts = torch.randint(0, n, (12,), generator=generator)
+    ends = starts + torch.randint(0, n, (12,), generator=generator)
+    torch.save((scores, starts, ends), tmp_path / "rows.pt")
+    tree = str(Path(dsa_topk.__file__).resolve().parents[4])
+    env = dict(
+        os.environ,
+        TRITON_INTERPRET="1",
+        PYTHONPATH=os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]),
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", FILTERED_ON_CPU, str(tmp_path / "rows.pt")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(found) == 12
+    columns = torch.arange(n)
+    outside = (columns < starts[:, None]) | (columns >= ends[:, None])
+    for case, (indices, values) in found.items():
+        dtype = torch.bfloat16 if "bfloat16" in case else torch.float32
+        width, large, layout = int(case.split()[1]), case.split()[2] == "True", case.split()[3]
+        rows = scores.to(dtype)
+        if layout == "bounded":
+            rows = rows.masked_fill(outside, NEG_INF)
+        expected_values, expected = select_topk(rows, width, backend="torch", tie_break=1 + large)
+        if layout == "bounded":
+            expected = torch.where(expected >= 0, expected + 1000, expected)
+        pad = width - expected.size(-1)
+        expected = torch.nn.functional.pad(expected, (0, pad), value=-1)
+        expected_values = torch.nn.functional.pad(expected_values, (0, pad), value=NEG_INF)
+        assert indices == expected.tolist(), case
+        assert values == expected_values.float().tolist(), case
+
+
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
