@@ -23,6 +23,17 @@ the inputs are bf16; otherwise upstream's ``_compute_index_scores`` runs on the 
 cuDNN's scorer masks causally from the chunk's own first row, so it cannot score an arbitrary
 block under DSAttention's masks; with cuDNN the torch scorer runs. Each layer logs once, at
 INFO, which scorer and selector it uses.
+
+Blocks are sized by the scorer in use (TileLang holds one float32 score per key and row, the
+torch scorer a [heads, sk] product per row) within a budget taken from the device's free
+memory (``block_budget``). When the masks are per-row key bounds over identity key positions
+(causal rows, packed sequences), a block scores only the columns its rows can see (the union
+of their bounds) and hands the bounds to the selection, which reads each row's own range
+once: no masking pass, and no second pass over a [rows, sk] block (``dsa_topk``'s filtered
+Triton select on CUDA). TileLang sees the same rows, bounds and key order as in upstream's
+own call (blocks start on multiples of ``ROW_ALIGN``), so its scores are upstream's bit for
+bit. With TileLang, the sparse indexer loss runs on upstream's fused kernels too (target,
+KL, indexer backward) over exactly the selected indices (``FusedSparseIndexerLoss``).
 """
 
 from __future__ import annotations
@@ -43,8 +54,17 @@ from megatron.core.transformer.experimental_attention_variant import (
 
 _LOGGER = logging.getLogger(__name__)
 
-# Extra memory one block may use (scores, their intermediates, selection scratch).
+# Extra memory one block may use (scores, their intermediates, selection scratch) when the
+# free device memory cannot be read (CPU), and the least a block gets otherwise.
 DEFAULT_BUDGET_BYTES = 2 << 30
+# On CUDA a block may use this share of the free memory (the allocator's cache included).
+FREE_MEMORY_SHARE = 4
+# A block of this many rows keeps the device busy (thousands of programs a launch); larger
+# blocks only hold more memory, so blocks stop here.
+MAX_BLOCK_ROWS = 4096
+# Blocks start on multiples of this: TileLang's indexer kernel scores rows in groups of
+# max(1, 128 // heads), and aligned blocks group them as upstream's own call does.
+ROW_ALIGN = 128
 _FP32 = 4
 # Live float32 copies per scored element: the head-wise product and its ReLU/weighted copy
 # (upstream's scorer), or the autograd graph of the same (three) when a loss block is
@@ -63,9 +83,25 @@ class BlockwisePlan:
     """How a layer scores and selects when a top-k backend is configured."""
 
     policy: dsa_topk.TopkPolicy
-    budget_bytes: int = DEFAULT_BUDGET_BYTES
+    # None: a share of the device's free memory (block_budget).
+    budget_bytes: Optional[int] = None
     use_tilelang: bool = False
     layer: Optional[int] = None
+
+
+def block_budget(budget_bytes: Optional[int], device: torch.device) -> int:
+    """Bytes a block may use: the given budget, else on CUDA a share of the free memory
+    (at least DEFAULT_BUDGET_BYTES), else DEFAULT_BUDGET_BYTES."""
+    if budget_bytes is not None:
+        return budget_bytes
+    if device.type != "cuda":
+        return DEFAULT_BUDGET_BYTES
+    try:
+        free, _ = torch.cuda.mem_get_info(device)
+    except RuntimeError:
+        return DEFAULT_BUDGET_BYTES
+    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return max(DEFAULT_BUDGET_BYTES, (free + cached) // FREE_MEMORY_SHARE)
 
 
 _logged_paths: set = set()
@@ -80,7 +116,7 @@ def plan_from_config(config: Any, layer: Optional[int] = None) -> Optional[Block
     return BlockwisePlan(policy=policy, use_tilelang=use_tilelang, layer=layer)
 
 
-def _log_path_once(plan: BlockwisePlan, scorer: str, rows: int) -> None:
+def _log_path_once(plan: BlockwisePlan, scorer: str, rows: int, budget: int) -> None:
     """Say once per layer which scorer and selector it uses (no silent change of path)."""
     key = (plan.layer, scorer)
     if key in _logged_paths:
@@ -96,13 +132,19 @@ def _log_path_once(plan: BlockwisePlan, scorer: str, rows: int) -> None:
         policy.tie_break,
         policy.deterministic,
         rows,
-        plan.budget_bytes >> 20,
+        budget >> 20,
     )
 
 
 def rows_per_block(bytes_per_row: int, sq: int, budget_bytes: int) -> int:
     """Query rows per block: as many as fit the budget, at least one, at most ``sq``."""
     return max(1, min(sq, budget_bytes // max(1, bytes_per_row)))
+
+
+def _aligned_rows(rows: int) -> int:
+    """At most MAX_BLOCK_ROWS, and a multiple of ROW_ALIGN once that large."""
+    rows = min(rows, MAX_BLOCK_ROWS)
+    return rows - rows % ROW_ALIGN if rows >= ROW_ALIGN else rows
 
 
 def _blocks(sq: int, rows: int) -> Iterator[Tuple[int, int]]:
@@ -123,11 +165,21 @@ def _tilelang_scorer() -> Optional[Callable]:
     return indexer.indexer_fwd_interface if indexer.HAVE_TILELANG_INDEXER_FWD else None
 
 
-def _score_rows_tilelang(fused: Callable, q, weights, k, use_relu: bool) -> torch.Tensor:
-    """[b, rows, sk] float32 from TileLang's fused indexer logits (no selection)."""
-    rows, b, sk = q.size(0), q.size(1), k.size(0)
-    starts = torch.zeros(rows, dtype=torch.int32, device=q.device)
-    ends = torch.full((rows,), sk, dtype=torch.int32, device=q.device)
+@dataclass(frozen=True)
+class Scorer:
+    """How a block is scored: ``score(q_rows, weights_rows, k_window, starts, ends, clean)``
+    gives [b, rows, window] float32 (starts/ends: int32 key bounds in the window's columns;
+    ``clean`` asks for -inf outside them), and the bytes it holds per query row per key."""
+
+    name: str
+    score: Callable
+    bytes_per_key: Callable[[int], int]  # index heads -> bytes per (row, key)
+    fused: bool
+
+
+def _score_rows_tilelang(fused: Callable, q, weights, k, starts, ends, clean: bool, use_relu):
+    """[b, rows, sk] float32 from TileLang's fused indexer logits (no selection). Outside a
+    row's bounds the logits are -inf with ``clean``, unspecified without."""
     return torch.stack(
         [
             fused(
@@ -136,26 +188,33 @@ def _score_rows_tilelang(fused: Callable, q, weights, k, use_relu: bool) -> torc
                 weights[:, bi],
                 starts,
                 ends,
-                clean_logits=True,
+                clean_logits=clean,
                 use_relu=use_relu,
             )
-            for bi in range(b)
+            for bi in range(q.size(1))
         ]
     )
 
 
-def _pick_scorer(plan: BlockwisePlan, q, k) -> Tuple[str, Callable]:
-    """(name, scorer(q_rows, weights_rows, k, use_relu) -> [b, rows, sk] float32)."""
+def _pick_scorer(plan: BlockwisePlan, q, k, use_relu: bool) -> Scorer:
     if plan.use_tilelang and q.dtype == k.dtype == torch.bfloat16:
         fused = _tilelang_scorer()
         if fused is not None:
-            return TILELANG_SCORER, lambda qr, wr, kk, relu: _score_rows_tilelang(
-                fused, qr, wr, kk, relu
+            return Scorer(
+                TILELANG_SCORER,
+                lambda qr, wr, kk, st, en, clean: _score_rows_tilelang(
+                    fused, qr, wr, kk, st, en, clean, use_relu
+                ),
+                lambda heads: _FP32,
+                fused=True,
             )
     from megatron.core.transformer.experimental_attention_variant import dsa  # imports us
 
-    return TORCH_SCORER, lambda qr, wr, kk, relu: dsa._compute_index_scores(
-        qr, wr, kk, use_relu=relu
+    return Scorer(
+        TORCH_SCORER,
+        lambda qr, wr, kk, st, en, clean: dsa._compute_index_scores(qr, wr, kk, use_relu=use_relu),
+        lambda heads: _FP32 * (_SCORE_COPIES * heads + _ROW_COPIES),
+        fused=False,
     )
 
 
@@ -165,12 +224,15 @@ class RowMasks:
 
     Either an additive float mask ([sq, sk] or [b, sq, sk]) or per-row key bounds
     ``[starts, ends)`` over ``key_positions`` (packed/varlen sequences, context parallelism).
+    ``explicit_positions`` says the caller gave key positions; without them a key's position
+    is its column, so a row's visible keys are the columns [start, end).
     """
 
     mask: Optional[torch.Tensor] = None
     starts: Optional[torch.Tensor] = None
     ends: Optional[torch.Tensor] = None
     key_positions: Optional[torch.Tensor] = None
+    explicit_positions: bool = False
 
     @classmethod
     def normalized(
@@ -193,7 +255,19 @@ class RowMasks:
             sk=sk,
             device=device,
         )
-        return cls(mask=mask, starts=starts, ends=ends, key_positions=positions)
+        return cls(
+            mask=mask,
+            starts=starts,
+            ends=ends,
+            key_positions=positions,
+            explicit_positions=key_positions is not None,
+        )
+
+    @property
+    def column_bounds(self) -> bool:
+        """Whether every row sees a contiguous range of columns, given by starts/ends (or,
+        with no mask at all, every column)."""
+        return self.mask is None and not (self.starts is not None and self.explicit_positions)
 
     def additive_rows(self, start: int, end: int) -> torch.Tensor:
         """The additive mask's rows: [1 or b, rows, sk]."""
@@ -210,6 +284,30 @@ class RowMasks:
             assert self.mask.dtype == scores.dtype, "Mask dtype must match index scores dtype"
             return scores + self.additive_rows(start, end)
         return scores
+
+
+def _windows(masks: RowMasks, blocks: list, sk: int) -> list:
+    """Per block, the key columns [first, last) its rows can see (one host sync for all)."""
+    if not masks.column_bounds or masks.starts is None:
+        return [(0, sk)] * len(blocks)
+    firsts = torch.stack([masks.starts[start:end].amin() for start, end in blocks])
+    lasts = torch.stack([masks.ends[start:end].amax() for start, end in blocks])
+    windows = []
+    for first, last in zip(firsts.tolist(), lasts.tolist()):
+        first = min(max(first, 0), sk)
+        windows.append((first, min(max(last, first), sk)))
+    return windows
+
+
+def _window_bounds(masks: RowMasks, start: int, end: int, window: Tuple[int, int], device):
+    """int32 [rows] key bounds of rows [start, end) in the window's columns."""
+    first, last = window
+    if masks.starts is None:
+        starts = torch.zeros(end - start, dtype=torch.int32, device=device)
+        return starts, torch.full_like(starts, last - first)
+    starts = (masks.starts[start:end] - first).clamp(0, last - first)
+    ends = torch.maximum((masks.ends[start:end] - first).clamp(0, last - first), starts)
+    return starts.to(torch.int32).contiguous(), ends.to(torch.int32).contiguous()
 
 
 def select_topk(
@@ -237,6 +335,15 @@ def select_topk(
     return _select_rows(q, k, weights, index_topk, plan, masks, use_relu)
 
 
+@dataclass
+class _Selection:
+    """The blocks one selection ran over, for a loss that follows it."""
+
+    indices: torch.Tensor  # [b, sq, width] int32
+    values: Optional[torch.Tensor]  # [b, sq, width] float32 scores at them (-inf padding)
+    blocks: list
+
+
 def _select_rows(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -247,31 +354,89 @@ def _select_rows(
     use_relu: bool,
 ) -> torch.Tensor:
     """``select_topk`` on masks already normalized."""
+    return _select_blocks(q, k, weights, index_topk, plan, masks, use_relu, False).indices
+
+
+def _select_blocks(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    weights: torch.Tensor,
+    index_topk: int,
+    plan: BlockwisePlan,
+    masks: RowMasks,
+    use_relu: bool,
+    keep_values: bool,
+) -> _Selection:
+    """Score and select block by block; with ``keep_values`` also the selected scores."""
     sq, b, heads = q.size(0), q.size(1), q.size(2)
     sk = k.size(0)
     width = min(index_topk, sk)
     out = torch.empty((b, sq, width), dtype=torch.int32, device=q.device)
+    values = torch.empty((b, sq, width), dtype=torch.float32, device=q.device) if keep_values else None
     if width == 0 or sq == 0:
-        return out
-    scorer_name, scorer = _pick_scorer(plan, q, k)
-    per_row = b * sk * _FP32 * (_SCORE_COPIES * heads + _ROW_COPIES)
-    rows = rows_per_block(per_row, sq, plan.budget_bytes)
-    _log_path_once(plan, scorer_name, rows)
+        return _Selection(out, values, [])
+    scorer = _pick_scorer(plan, q, k, use_relu)
+    budget = block_budget(plan.budget_bytes, q.device)
+    per_row = b * sk * scorer.bytes_per_key(heads)
+    if scorer.fused:  # beside the scores: the selection's candidates and outputs
+        per_row += b * _FP32 * 2 * (dsa_topk.candidate_slots(width) + width)
+    rows = _aligned_rows(rows_per_block(per_row, sq, budget))
+    _log_path_once(plan, scorer.name, rows, budget)
     policy = plan.policy
+    blocks = list(_blocks(sq, rows))
+    windows = _windows(masks, blocks, sk)
+    bounded = masks.column_bounds
+    # The filtered Triton select reads each row's bounds itself; other selectors need the
+    # keys outside them masked (TileLang's clean pass, or a masked fill).
+    selects_in_bounds = bounded and dsa_topk.selects_in_bounds(
+        q.device, torch.float32, width, policy.backend
+    )
     with torch.no_grad():
-        for start, end in _blocks(sq, rows):
-            scores = scorer(q[start:end], weights[start:end], k, use_relu)
-            scores = masks.apply_to_scores(scores, start, end)
-            _, indices = dsa_topk.select_topk(
-                scores,
-                index_topk,
-                backend=policy.backend,
-                deterministic=policy.deterministic,
-                tie_break=policy.tie_break,
+        for (start, end), window in zip(blocks, windows):
+            first, last = window
+            if bounded:
+                starts, ends = _window_bounds(masks, start, end, window, q.device)
+            else:
+                starts = torch.zeros(end - start, dtype=torch.int32, device=q.device)
+                ends = torch.full_like(starts, sk)
+            if last <= first:  # no row of the block sees a key
+                out[:, start:end] = -1
+                if values is not None:
+                    values[:, start:end] = float("-inf")
+                continue
+            scores = scorer.score(
+                q[start:end],
+                weights[start:end],
+                k[first:last],
+                starts,
+                ends,
+                bounded and not selects_in_bounds,
             )
-            out[:, start:end] = indices
-            del scores, indices
-    return out
+            if bounded:
+                block_values, indices = dsa_topk.select_topk_in_bounds(
+                    scores.reshape(b * (end - start), last - first),
+                    width,
+                    starts.repeat(b) if (selects_in_bounds or not scorer.fused) else None,
+                    ends.repeat(b) if (selects_in_bounds or not scorer.fused) else None,
+                    column_offset=first,
+                    backend=policy.backend,
+                    deterministic=policy.deterministic,
+                    tie_break=policy.tie_break,
+                )
+            else:
+                scores = masks.apply_to_scores(scores, start, end)
+                block_values, indices = dsa_topk.select_topk(
+                    scores,
+                    index_topk,
+                    backend=policy.backend,
+                    deterministic=policy.deterministic,
+                    tie_break=policy.tie_break,
+                )
+            out[:, start:end] = indices.view(b, end - start, width)
+            if values is not None:
+                values[:, start:end] = block_values.view(b, end - start, width)
+            del scores, indices, block_values
+    return _Selection(out, values, blocks)
 
 
 # =====================================================================================
@@ -296,7 +461,7 @@ class LossSpec:
     query_valid_rows: Optional[torch.Tensor] = None
     calculate_per_token_loss: bool = False
     use_relu: bool = True
-    budget_bytes: int = DEFAULT_BUDGET_BYTES
+    budget_bytes: Optional[int] = None  # None: block_budget's share of the free memory
 
 
 def _gather_keys(key_b: torch.Tensor, safe: torch.Tensor) -> torch.Tensor:
@@ -420,7 +585,7 @@ def _loss_rows(q, query, key, topk_indices, spec: LossSpec) -> int:
         columns = key.size(0)
         per_column = _SCORE_COPIES_WITH_GRAD * index_heads + 3 * heads
     per_row = b * columns * _FP32 * (per_column + _ROW_COPIES)
-    return rows_per_block(per_row, sq, spec.budget_bytes)
+    return min(rows_per_block(per_row, sq, block_budget(spec.budget_bytes, q.device)), MAX_BLOCK_ROWS)
 
 
 class BlockwiseIndexerLoss(torch.autograd.Function):
@@ -528,6 +693,27 @@ def indexer_topk_and_loss(
     masks = RowMasks.normalized(
         mask, varlen_starts, varlen_ends, key_positions, sk=k.size(0), device=q.device
     )
+    fused = _fused_loss_kernels(plan, q, k, query, key, masks, sparse_loss)
+    if fused is not None:
+        return FusedSparseIndexerLoss.apply(
+            q,
+            weights,
+            k,
+            query,
+            key,
+            FusedLossSpec(
+                softmax_scale=softmax_scale,
+                topk=topk,
+                loss_coeff=loss_coeff,
+                pg_collection=pg_collection,
+                masks=masks,
+                query_valid_rows=query_valid_rows,
+                calculate_per_token_loss=calculate_per_token_loss,
+                use_relu=use_relu,
+                plan=plan,
+                kernels=fused,
+            ),
+        )
     topk_indices = _select_rows(
         q.detach(), k.detach(), weights.detach(), topk, plan, masks, use_relu
     )
@@ -570,3 +756,197 @@ def indexer_loss(
     )
     rows = _loss_rows(q, query, key, topk_indices, spec)
     return BlockwiseIndexerLoss.apply(q, weights, k, query, key, topk_indices, spec, rows)
+
+
+
+# =====================================================================================
+# The sparse indexer loss on upstream's fused TileLang kernels, over the selected indices
+# =====================================================================================
+
+# Query rows per target / KL chunk: upstream's streaming loss uses the same.
+LOSS_CHUNK_ROWS = 512
+
+
+@dataclass(frozen=True)
+class FusedLossKernels:
+    """Upstream's TileLang pieces the fused loss calls (ops.indexer / ops.tilelang_dsa)."""
+
+    indexer_bwd: Callable
+    sparse_target: Optional[Callable]  # (query [s, h, d], key [sk, d], idx [s, K], scale)
+    can_use_sparse_target: Callable
+    target_chunk_sum: Callable  # upstream's torch target over selected keys, head chunks
+    sparse_kl: Optional[Callable]  # (target, logits, valid) -> (kl_sum, grad_logits)
+    can_use_sparse_kl: Callable
+
+
+def _fused_loss_kernels(plan: BlockwisePlan, q, k, query, key, masks: RowMasks, sparse: bool):
+    """Upstream's fused loss kernels when this call can use them, else None (the torch
+    block-wise loss runs): TileLang scoring, the sparse loss, bf16 indexer inputs, a head
+    count the indexer backward supports, key bounds over identity positions (or no mask)."""
+    if not (plan.use_tilelang and sparse and q.dtype == k.dtype == torch.bfloat16):
+        return None
+    if not masks.column_bounds or not q.is_cuda or _tilelang_scorer() is None:
+        return None
+    try:
+        from megatron.core.transformer.experimental_attention_variant.ops import (
+            indexer,
+            tilelang_dsa,
+            tilelang_indexer_bwd,
+        )
+    except (ImportError, OSError):
+        return None
+    needed = ("_can_use_fused_sparse_indexer_target", "_compute_topk_target_chunk_sum")
+    if not indexer.HAVE_TILELANG_INDEXER or not all(hasattr(tilelang_dsa, n) for n in needed):
+        return None
+    if not tilelang_indexer_bwd.is_supported_indexer_bwd_head_count(q.size(2)):
+        return None
+    query, _ = dsa_layout.ensure_sbhd(query, "query")
+    key, _ = dsa_layout.ensure_sbhd(key, "key")
+    if query.size(1) != q.size(1) or key.size(1) != q.size(1) or key.size(-1) != query.size(-1):
+        return None
+    if key.size(2) not in (1, query.size(2)):
+        return None
+    sparse_kl = None
+    if getattr(tilelang_dsa, "SparseIndexerKLLoss", None) is not None:
+        from megatron.core.transformer.experimental_attention_variant.ops import (
+            tilelang_indexer_loss,
+        )
+
+        sparse_kl = tilelang_indexer_loss.sparse_indexer_kl_interface
+    return FusedLossKernels(
+        indexer_bwd=indexer.indexer_bwd_interface,
+        sparse_target=getattr(tilelang_dsa, "sparse_indexer_target_interface", None),
+        can_use_sparse_target=tilelang_dsa._can_use_fused_sparse_indexer_target,
+        target_chunk_sum=tilelang_dsa._compute_topk_target_chunk_sum,
+        sparse_kl=sparse_kl,
+        can_use_sparse_kl=getattr(tilelang_dsa, "_can_use_fused_sparse_indexer_kl", lambda *_: False),
+    )
+
+
+@dataclass(frozen=True)
+class FusedLossSpec:
+    softmax_scale: float
+    topk: int
+    loss_coeff: float
+    pg_collection: Any
+    masks: RowMasks
+    query_valid_rows: Optional[torch.Tensor]
+    calculate_per_token_loss: bool
+    use_relu: bool
+    plan: BlockwisePlan
+    kernels: FusedLossKernels
+
+
+def _kl_and_gradient(kernels: FusedLossKernels, target, logits, valid):
+    """(sum of KL(target || softmax(logits)) over valid slots, its gradient in the logits):
+    upstream's fused KL kernel where it applies, else the same in torch."""
+    if kernels.sparse_kl is not None and kernels.can_use_sparse_kl(target, logits, valid):
+        return kernels.sparse_kl(target.contiguous(), logits.contiguous(), valid.contiguous())
+    target = dsa_indexer_loss.normalize_indexer_target(target.masked_fill(~valid, 0.0))
+    log_probs = dsa_masking.masked_log_softmax(logits, valid, dim=-1)
+    kl = dsa_indexer_loss.indexer_kl_sum(target, log_probs, valid)
+    grad = (log_probs.exp() - target).masked_fill(~valid, 0.0)
+    return kl, grad
+
+
+class FusedSparseIndexerLoss(torch.autograd.Function):
+    """Selection with the plan's backend on TileLang's scores, then the sparse indexer loss on
+    upstream's fused kernels over exactly those indices; the backward runs TileLang's indexer
+    backward on the same indices (it never selects). Returns (indices, loss)."""
+
+    @staticmethod
+    def forward(ctx, q, weights, k, query, key, spec: FusedLossSpec):
+        kernels = spec.kernels
+        query, _ = dsa_layout.ensure_sbhd(query, "query")
+        key, _ = dsa_layout.ensure_sbhd(key, "key")
+        sq, b = q.size(0), q.size(1)
+        sk, heads, dim = key.size(0), query.size(2), query.size(3)
+        selection = _select_blocks(
+            q, k, weights, spec.topk, spec.plan, spec.masks, spec.use_relu, keep_values=True
+        )
+        indices, logits = selection.indices, selection.values
+        width = indices.size(-1)
+        rows_valid = dsa_masking.normalize_query_valid_rows(
+            spec.query_valid_rows, b=b, sq=sq, device=q.device
+        )
+        grad_logits = torch.zeros_like(logits)
+        kl_sum = torch.zeros((), dtype=torch.float32, device=q.device)
+        tp_group = spec.pg_collection.tp
+        tp_reduce = tp_group.size() > 1
+        for bi in range(b):
+            shared = key.size(2) == 1 or key.stride(2) == 0  # one key head (absorbed MLA)
+            key_shared = key[:, bi, 0].contiguous() if shared else None
+            key_per_head = None if shared else key[:, bi].permute(1, 0, 2).contiguous()
+            query_h = None
+            for start in range(0, sq, LOSS_CHUNK_ROWS):
+                end = min(start + LOSS_CHUNK_ROWS, sq)
+                idx = indices[bi, start:end]
+                valid = idx >= 0
+                if rows_valid is not None:
+                    valid &= rows_valid[bi, start:end].unsqueeze(-1)
+                query_chunk = query[start:end, bi].contiguous()
+                loss_idx = idx.masked_fill(~valid, -1).contiguous()
+                if kernels.sparse_target is not None and kernels.can_use_sparse_target(
+                    query_chunk, key_shared, loss_idx
+                ):
+                    target = kernels.sparse_target(
+                        query_chunk, key_shared, loss_idx, spec.softmax_scale
+                    )
+                else:
+                    if query_h is None:
+                        query_h = query[:, bi].permute(1, 0, 2).contiguous()
+                    target = kernels.target_chunk_sum(
+                        query_h=query_h,
+                        key_shared=key_shared,
+                        key_per_head=key_per_head,
+                        s0=start,
+                        s1=end,
+                        idx_seq=idx.clamp(min=0).to(torch.int64),
+                        valid_seq=valid,
+                        softmax_scale=spec.softmax_scale,
+                        head_chunk_size=16,
+                        topk_chunk_size=1024,
+                        sk=sk,
+                        hn=dim,
+                    ).clone()
+                if tp_reduce:  # attention heads are split over TP ranks
+                    torch.distributed.all_reduce(target, group=tp_group)
+                kl, grad = _kl_and_gradient(kernels, target.float(), logits[bi, start:end], valid)
+                kl_sum += kl
+                grad_logits[bi, start:end] = grad
+        loss_spec = LossSpec(
+            softmax_scale=spec.softmax_scale,
+            loss_coeff=spec.loss_coeff,
+            sparse_loss=True,
+            pg_collection=spec.pg_collection,
+            query_valid_rows=rows_valid,
+            calculate_per_token_loss=spec.calculate_per_token_loss,
+        )
+        scale = _loss_scale(loss_spec, sq, b, q.device)
+        ctx.save_for_backward(q, weights, k, indices, grad_logits, scale)
+        ctx.blocks, ctx.use_relu, ctx.kernels = selection.blocks, spec.use_relu, kernels
+        ctx.mark_non_differentiable(indices)
+        return indices, kl_sum * scale
+
+    @staticmethod
+    def backward(ctx, _grad_indices, grad_loss):
+        q, weights, k, indices, grad_logits, scale = ctx.saved_tensors
+        grad_q = torch.empty_like(q)
+        grad_weights = torch.empty_like(weights, dtype=torch.float32)
+        grad_k = torch.zeros_like(k, dtype=torch.float32)
+        factor = grad_loss * scale
+        for bi in range(q.size(1)):
+            k_b = k[:, bi].contiguous()
+            for start, end in ctx.blocks:
+                gq, gw, gk = ctx.kernels.indexer_bwd(
+                    q[start:end, bi].contiguous(),
+                    weights[start:end, bi],
+                    k_b,
+                    indices[bi, start:end].contiguous(),
+                    grad_logits[bi, start:end] * factor,
+                    use_relu=ctx.use_relu,
+                )
+                grad_q[start:end, bi] = gq
+                grad_weights[start:end, bi] = gw
+                grad_k[:, bi] += gk.float()
+        return grad_q, grad_weights.to(weights.dtype), grad_k.to(k.dtype), None, None, None

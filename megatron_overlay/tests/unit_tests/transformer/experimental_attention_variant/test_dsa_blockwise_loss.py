@@ -241,3 +241,99 @@ def test_dsattention_backward_uses_the_forward_selection(
     assert forward_indices.dtype == backward_indices.dtype == torch.int32
     assert torch.equal(forward_indices, backward_indices)
     assert all(p.grad is not None for p in attention.indexer.parameters())
+
+
+def fake_indexer_backward(q, weights, k, indices, grad_scores, use_relu=True):
+    """TileLang's indexer backward in torch: the gradient of the ReLU-weighted head sum at
+    the given keys (-1 slots contribute nothing)."""
+    q, weights, k = (t.detach().float().requires_grad_() for t in (q, weights, k))
+    with torch.enable_grad():  # backward runs without grad mode
+        safe = indices.clamp_min(0).long()
+        logits = torch.einsum("rhd,rkd->rhk", q, k[safe])
+        if use_relu:
+            logits = torch.relu(logits)
+        scores = (logits * weights.unsqueeze(-1)).sum(dim=1).masked_fill(indices < 0, 0.0)
+        return torch.autograd.grad(scores, [q, weights, k], grad_scores)
+
+
+def fused_kernels_in_torch():
+    """The fused loss's kernel set with TileLang's pieces replaced by torch (the target is
+    upstream's own torch target over the selected keys)."""
+    from megatron.core.transformer.experimental_attention_variant.ops import tilelang_dsa
+
+    return dsa_blockwise.FusedLossKernels(
+        indexer_bwd=fake_indexer_backward,
+        sparse_target=None,
+        can_use_sparse_target=lambda *_: False,
+        target_chunk_sum=tilelang_dsa._compute_topk_target_chunk_sum,
+        sparse_kl=None,
+        can_use_sparse_kl=lambda *_: False,
+    )
+
+
+@pytest.mark.parametrize("tie_break", [1, 2])
+@pytest.mark.parametrize("extra", [{}, {"valid_rows": True}, {"per_token": True}])
+def test_fused_sparse_loss_matches_the_blockwise_loss_on_its_selection(
+    tie_break, extra, monkeypatch
+):
+    """The TileLang training path's plumbing (select on each block, target and KL per chunk
+    of rows, the indexer backward over exactly the selected keys, block by block), with the
+    kernels replaced by torch: the loss and gradients equal the block-wise torch loss on the
+    same indices, which the tests above check against upstream's dense reference."""
+    monkeypatch.setattr(dsa_blockwise, "LOSS_CHUNK_ROWS", 4)  # several chunks and blocks
+    inputs, reference_inputs = loss_inputs(), loss_inputs()
+    given = {"varlen_starts": torch.tensor([0] * 4 + [4] * 5), "varlen_ends": torch.arange(SEQ) + 1}
+    masks = dsa_blockwise.RowMasks.normalized(**given, sk=SEQ, device=torch.device("cpu"))
+    valid_rows = None
+    if extra.get("valid_rows"):
+        valid_rows = torch.ones(BATCH, SEQ, dtype=torch.bool)
+        valid_rows[1, 6:] = False
+    plan = dsa_blockwise.BlockwisePlan(
+        dsa_topk.TopkPolicy("torch", tie_break=tie_break), budget_bytes=ONE_ROW
+    )
+    spec = dsa_blockwise.FusedLossSpec(
+        softmax_scale=SCALE,
+        topk=TOPK,
+        loss_coeff=COEFF,
+        pg_collection=single_rank(),
+        masks=masks,
+        query_valid_rows=valid_rows,
+        calculate_per_token_loss=bool(extra.get("per_token")),
+        use_relu=True,
+        plan=plan,
+        kernels=fused_kernels_in_torch(),
+    )
+    tensors = [inputs[name] for name in ("q", "weights", "k", "query", "key")]
+    indices, loss = dsa_blockwise.FusedSparseIndexerLoss.apply(*tensors, spec)
+    expected_indices = dsa_blockwise.select_topk(
+        inputs["q"].detach(), inputs["k"].detach(), inputs["weights"].detach(), TOPK, plan, **given
+    )
+    assert indices.dtype == torch.int32 and torch.equal(indices, expected_indices)
+    reference_spec = dsa_blockwise.LossSpec(
+        softmax_scale=SCALE,
+        loss_coeff=COEFF,
+        sparse_loss=True,
+        pg_collection=single_rank(),
+        masks=masks,
+        query_valid_rows=valid_rows,
+        calculate_per_token_loss=bool(extra.get("per_token")),
+        budget_bytes=ONE_ROW,
+    )
+    reference_tensors = [reference_inputs[n] for n in ("q", "weights", "k", "query", "key")]
+    reference = dsa_blockwise.indexer_loss(*reference_tensors, indices, reference_spec)
+    assert reference.abs() > 1e-3
+    torch.testing.assert_close(loss, reference, rtol=1e-5, atol=1e-6)
+    for ours, theirs in zip(grads(loss, inputs), grads(reference, reference_inputs)):
+        assert theirs.abs().max() > 0
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-6)
+
+
+def test_fused_loss_needs_tilelang_scoring_and_the_sparse_loss():
+    """Without TileLang (this CPU), or for the dense loss, the torch block-wise loss runs."""
+    inputs = loss_inputs()
+    masks = dsa_blockwise.RowMasks.normalized(sk=SEQ, device=torch.device("cpu"))
+    tilelang = dsa_blockwise.BlockwisePlan(dsa_topk.TopkPolicy("torch"), use_tilelang=True)
+    args = [inputs[n] for n in ("q", "k", "query", "key")]
+    assert dsa_blockwise._fused_loss_kernels(tilelang, *args, masks, True) is None
+    plain = dsa_blockwise.BlockwisePlan(dsa_topk.TopkPolicy("torch"))
+    assert dsa_blockwise._fused_loss_kernels(plain, *args, masks, True) is None

@@ -9,7 +9,7 @@ import logging
 import pytest
 import torch
 
-from megatron.core.transformer.experimental_attention_variant import dsa, dsa_blockwise
+from megatron.core.transformer.experimental_attention_variant import dsa, dsa_blockwise, dsa_topk
 from megatron.core.transformer.experimental_attention_variant.dsa_topk import (
     TopkPolicy,
     select_topk,
@@ -37,6 +37,12 @@ def masks(kind, seq=SEQ, batch=BATCH):
         generator = torch.Generator().manual_seed(3)
         hidden = torch.rand(batch, seq, seq, generator=generator) < 0.3
         return {"mask": causal.expand(batch, -1, -1).masked_fill(hidden, float("-inf"))}
+    if kind == "bounds":  # per-row key bounds over key columns: each block scores a window
+        split = seq // 2
+        return {
+            "varlen_starts": torch.tensor([0] * split + [split] * (seq - split)),
+            "varlen_ends": torch.arange(seq) + 1,
+        }
     # Two packed sequences, keys at shifted global positions (as context parallelism gives).
     split = seq // 2
     starts = torch.tensor([0] * split + [split] * (seq - split)) + 100
@@ -54,7 +60,7 @@ def plan(tie_break, budget_bytes=1, backend="torch", layer=None):
     )
 
 
-@pytest.mark.parametrize("kind", ["none", "causal", "batched", "varlen"])
+@pytest.mark.parametrize("kind", ["none", "causal", "batched", "varlen", "bounds"])
 @pytest.mark.parametrize("tie_break", [1, 2])
 @pytest.mark.parametrize("budget_rows", [1, 4, SEQ])
 def test_blocks_select_exactly_what_the_whole_matrix_selects(kind, tie_break, budget_rows):
@@ -146,4 +152,74 @@ def test_plan_comes_from_the_config(make_config):
     config = make_config(dsa_indexer_topk_backend="torch", dsa_indexer_topk_tie_break=2)
     made = dsa_blockwise.plan_from_config(config, layer=3)
     assert made.policy == TopkPolicy("torch", tie_break=2) and made.layer == 3
-    assert made.budget_bytes == dsa_blockwise.DEFAULT_BUDGET_BYTES and not made.use_tilelang
+    assert made.budget_bytes is None and not made.use_tilelang  # None: from free memory
+
+
+def test_the_budget_comes_from_free_device_memory(monkeypatch):
+    """A given budget is kept; on CUDA a share of the free memory (the allocator's cache
+    counted), never below the 2 GiB default; elsewhere the default."""
+    gib = 1 << 30
+    cuda = torch.device("cuda", 0)
+    assert dsa_blockwise.block_budget(123, cuda) == 123
+    assert dsa_blockwise.block_budget(None, torch.device("cpu")) == 2 * gib
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (100 * gib, 140 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 30 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 10 * gib)
+    assert dsa_blockwise.block_budget(None, cuda) == 120 * gib // dsa_blockwise.FREE_MEMORY_SHARE
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (gib, 140 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
+    assert dsa_blockwise.block_budget(None, cuda) == 2 * gib  # the floor
+
+    def no_device(device=None):
+        raise RuntimeError("no CUDA")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", no_device)
+    assert dsa_blockwise.block_budget(None, cuda) == 2 * gib  # the fallback
+
+
+def test_large_blocks_are_aligned_and_capped():
+    """Blocks of at least ROW_ALIGN rows start on its multiples (TileLang groups rows as in
+    upstream's call); none exceeds MAX_BLOCK_ROWS."""
+    align, cap = dsa_blockwise.ROW_ALIGN, dsa_blockwise.MAX_BLOCK_ROWS
+    assert dsa_blockwise._aligned_rows(7) == 7
+    assert dsa_blockwise._aligned_rows(3 * align + 5) == 3 * align
+    assert dsa_blockwise._aligned_rows(10 * cap) == cap and cap % align == 0
+
+
+def test_blocks_score_only_the_keys_their_rows_see(monkeypatch):
+    """Causal key bounds: each block scores the window of key columns its rows can see, the
+    fused scorer gets the rows' bounds inside it, and the keys equal whole-matrix selection.
+    On the CPU the selection masks outside the bounds (TileLang's clean pass); on CUDA the
+    filtered select reads them instead."""
+    seq = 40
+    q, k, weights = tie_heavy(seq=seq)
+    q, k = q.bfloat16(), k.bfloat16()
+    starts = torch.tensor([0] * 10 + [10] * 30)  # two packed sequences
+    ends = torch.arange(seq) + 1
+    calls = []
+
+    def fake_indexer_logits(q_b, k_b, w_b, st, en, clean_logits=True, use_relu=True):
+        calls.append((q_b.size(0), k_b.size(0), st.tolist(), en.tolist(), clean_logits))
+        scores = dsa._compute_index_scores(q_b[:, None], w_b[:, None], k_b[:, None], use_relu)[0]
+        if not clean_logits:
+            return scores
+        columns = torch.arange(k_b.size(0))
+        return scores.masked_fill((columns < st[:, None]) | (columns >= en[:, None]), float("-inf"))
+
+    monkeypatch.setattr(dsa_blockwise, "_tilelang_scorer", lambda: fake_indexer_logits)
+    rows = 8
+    per_row = BATCH * (seq * 4 + 8 * (dsa_topk.candidate_slots(TOPK) + TOPK))
+    fused = dsa_blockwise.BlockwisePlan(
+        TopkPolicy("torch", tie_break=2), budget_bytes=per_row * rows, use_tilelang=True
+    )
+    given = {"varlen_starts": starts, "varlen_ends": ends}
+    indices = dsa_blockwise.select_topk(q, k, weights, TOPK, fused, **given)
+    scores, _ = dsa.fused_qk_topk_naive(q, k, weights, TOPK, **given)
+    _, whole = select_topk(scores, TOPK, backend="torch", tie_break=2)
+    assert torch.equal(indices, whole)
+    # Blocks of 8 rows; block i sees key columns [its first start, its last end).
+    windows = [(count, width) for count, width, *_ in calls[::BATCH]]
+    assert windows == [(8, 8), (8, 16 - 0), (8, 24 - 10), (8, 32 - 10), (8, 40 - 10)]
+    _, _, block_starts, block_ends, clean = calls[2 * BATCH]  # rows 16..23, window from 10
+    assert block_starts == [0] * 8 and block_ends == list(range(7, 15)) and clean
