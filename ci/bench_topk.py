@@ -1,14 +1,20 @@
 """Benchmark (GPU): top-k selection for DSA shapes.
 
-For each shape: torch.topk, the overlay's torch backend per tie policy, FlashInfer's top_k
-per mode (raw) and through the overlay's wrapper. Prints milliseconds (median of CUDA-event
-timings), the ratio to torch.topk, and the ratio to the memory-bandwidth bound: the bytes of
-the score matrix read once over the device's measured copy bandwidth.
+For each shape: torch.topk, the overlay's torch backend per tie policy (its CUDA path: the
+filtered Triton select for k <= 4096), the previous kernel (topk(k+1) candidates, then the
+selection program) for comparison, the filtered kernel under other launch settings, and
+FlashInfer's top_k per mode (raw) and through the overlay's wrapper. Prints milliseconds
+(median of CUDA-event timings), the ratio to torch.topk, and the ratio to the
+memory-bandwidth bound: the bytes of the score matrix read once over the device's measured
+copy bandwidth (read + write counted).
 
-Targets on an H200: torch backend with a tie policy within 1.5x of torch.topk; FlashInfer
-deterministic within 2x of the bandwidth bound.
+Target on an H200: the torch backend at most 3x the bandwidth bound on 4096 x 131072,
+k = 2048, fp32 and bf16.
 
-    python ci/bench_topk.py [--reps 20] [--json FILE]
+    python ci/bench_topk.py [--reps 20] [--json FILE] [--no-variants]
+
+--json writes {"environment": {...}, "bandwidth_tb_s", "records": [{"shape", "dtype",
+"method", "ms", "x_bound", "x_topk"}]}.
 """
 
 from __future__ import annotations
@@ -23,9 +29,16 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "megatron_overlay"))
-from megatron.core.transformer.experimental_attention_variant.dsa_topk import (
+from megatron.core.transformer.experimental_attention_variant import (  # noqa: E402
+    dsa_topk_triton,
+)
+from megatron.core.transformer.experimental_attention_variant.dsa_topk import (  # noqa: E402
     select_topk,
-)  # noqa: E402
+)
+
+# Launch settings of the filtered kernel tried beside the default on the relu shapes:
+# (warps, scores per step, capacity factor).
+VARIANTS = [(16, 8192, 4), (8, 4096, 4), (8, 2048, 2)]
 
 # rows, keys, k, dtype, scores: "relu" (half exact 0.0, a unique k-th score: the usual case)
 # or "plateau" (small integers: ties at the k-th score in every row, the torch backend's worst case)
@@ -69,8 +82,28 @@ def scores_like(rows: int, cols: int, dtype: torch.dtype, kind: str) -> torch.Te
     return torch.randn(rows, cols, device="cuda", generator=generator).relu_().to(dtype)
 
 
+def with_settings(warps: int, block: int, factor: int, fn: Callable[[], object]):
+    """fn with the filtered kernel's launch settings changed for the call."""
+
+    def run():
+        saved = (dsa_topk_triton.FILTER_WARPS, dsa_topk_triton.FILTER_BLOCK)
+        saved += (dsa_topk_triton.CAPACITY_FACTOR,)
+        dsa_topk_triton.FILTER_WARPS, dsa_topk_triton.FILTER_BLOCK = warps, block
+        dsa_topk_triton.CAPACITY_FACTOR = factor
+        try:
+            return fn()
+        finally:
+            (
+                dsa_topk_triton.FILTER_WARPS,
+                dsa_topk_triton.FILTER_BLOCK,
+                dsa_topk_triton.CAPACITY_FACTOR,
+            ) = saved
+
+    return run
+
+
 def bench_shape(
-    rows, cols, k, dtype, kind, *, flashinfer, bandwidth: float, reps: int
+    rows, cols, k, dtype, kind, *, flashinfer, bandwidth: float, reps: int, variants: bool
 ) -> list[dict]:
     """Time every method on one score matrix; print a line per method."""
     scores = scores_like(rows, cols, dtype, kind)
@@ -79,7 +112,20 @@ def bench_shape(
         "torch.topk": lambda: torch.topk(scores, k, dim=-1, sorted=False),
         "torch backend, tie 1": lambda: select_topk(scores, k, backend="torch", tie_break=1),
         "torch backend, tie 2": lambda: select_topk(scores, k, backend="torch", tie_break=2),
+        "previous kernel (topk(k+1) + select), tie 1": lambda: (
+            dsa_topk_triton.select_rows_ordered(scores, k, False)
+        ),
     }
+    if variants and kind == "relu" and rows >= 1024:
+        for warps, block, factor in VARIANTS:
+            methods[f"torch backend, tie 1, {warps} warps, {block}/step, {factor}k slots"] = (
+                with_settings(
+                    warps,
+                    block,
+                    factor,
+                    lambda: dsa_topk_triton.select_rows_filtered(scores, k, False),
+                )
+            )
     if flashinfer is not None:
         for label, det, tie in (
             ("default", False, 0),
@@ -93,32 +139,60 @@ def bench_shape(
         methods["flashinfer via select_topk, det, tie 1"] = lambda: select_topk(
             scores, k, backend="flashinfer", deterministic=True, tie_break=1
         )
-    label = f"{rows}x{cols} {str(dtype).removeprefix('torch.')} {kind} k={k}"
+    dtype_name = str(dtype).removeprefix("torch.")
+    label = f"{rows}x{cols} {kind} k={k}"
     results, reference = [], None
+    expected = select_topk(scores, k, backend="torch", tie_break=1)[1]
     for name, fn in methods.items():
+        if "tie 1" in name and name != "torch backend, tie 1" and "flashinfer" not in name:
+            got = fn()
+            got = got[1] if isinstance(got, tuple) else got
+            assert torch.equal(got, expected), f"{name} selected other keys than the backend"
         ms = time_ms(fn, reps)
         reference = reference or ms
         results.append(
             dict(
                 shape=label,
+                dtype=dtype_name,
                 method=name,
-                ms=round(ms, 3),
-                vs_topk=round(ms / reference, 2),
-                vs_bound=round(ms / bound_ms, 2),
+                ms=round(ms, 4),
+                x_bound=round(ms / bound_ms, 2),
+                x_topk=round(ms / reference, 2),
             )
         )
         print(
-            f"{label:36} {name:40} {ms:9.3f} ms  {ms / reference:5.2f}x topk  "
+            f"{label:30} {dtype_name:8} {name:52} {ms:9.3f} ms  {ms / reference:5.2f}x topk  "
             f"{ms / bound_ms:6.2f}x bound ({bound_ms:.3f} ms)",
             flush=True,
         )
     return results
 
 
+def environment(flashinfer) -> dict:
+    """Driver, torch, Triton, TileLang, tvm-ffi and FlashInfer versions of this run."""
+    import importlib
+    import subprocess
+
+    found = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+    )
+    found["driver"] = smi.stdout.strip() or None
+    for name in ("triton", "tilelang", "tvm_ffi", "flashinfer"):
+        try:
+            found[name] = importlib.import_module(name).__version__
+        except Exception:  # not installed, or fails to import: say so
+            found[name] = None
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--no-variants", dest="variants", action="store_false")
     args = parser.parse_args()
     try:
         import flashinfer
@@ -132,12 +206,25 @@ def main() -> None:
     )
     rows_out = []
     for shape in SHAPES:
-        rows_out += bench_shape(*shape, flashinfer=flashinfer, bandwidth=bandwidth, reps=args.reps)
-        torch.cuda.empty_cache()
-    if args.json:
-        args.json.write_text(
-            json.dumps(dict(device=device, bandwidth_tb_s=bandwidth / 1e9, rows=rows_out), indent=2)
+        rows_out += bench_shape(
+            *shape,
+            flashinfer=flashinfer,
+            bandwidth=bandwidth,
+            reps=args.reps,
+            variants=args.variants,
         )
+        torch.cuda.empty_cache()
+        if args.json:  # after every shape, so a stopped run keeps what it measured
+            args.json.write_text(
+                json.dumps(
+                    dict(
+                        environment=environment(flashinfer),
+                        bandwidth_tb_s=round(bandwidth / 1e9, 3),
+                        records=rows_out,
+                    ),
+                    indent=2,
+                )
+            )
 
 
 if __name__ == "__main__":

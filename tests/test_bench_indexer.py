@@ -43,7 +43,6 @@ def test_cpu_mode_prints_a_peak_bounded_by_the_block_budget(rebaser, tmp_path):
         "32",
         "--budget-mib",
         str(BUDGET_MIB),
-        "--no-against-topk",
         "--json",
         str(results),
     ]
@@ -58,5 +57,8 @@ def test_cpu_mode_prints_a_peak_bounded_by_the_block_budget(rebaser, tmp_path):
     # loss blocks. Dense scoring (upstream's path, or a regression to it) holds 272 MiB.
     assert peaks["select"] < 2 * BUDGET_MIB + 16, done.stdout
     assert peaks["train"] < dense_mib / 3, done.stdout
-    rows = json.loads(results.read_text())
-    assert [(r["backend"], r["phase"]) for r in rows] == [("torch", "select"), ("torch", "train")]
+    rows = json.loads(results.read_text())["records"]
+    assert [(r["backend"], r["scorer"], r["phase"]) for r in rows] == [
+        ("torch", "torch", "select"),
+        ("torch", "torch", "train"),
+    ]
