@@ -36,9 +36,15 @@ from megatron.core.transformer.experimental_attention_variant.dsa_topk import ( 
     select_topk,
 )
 
-# Launch settings of the filtered kernel tried beside the default on the relu shapes:
-# (warps, scores per step, capacity factor).
-VARIANTS = [(16, 8192, 4), (8, 4096, 4), (8, 2048, 2)]
+# Settings of the filtered select tried beside the default on the relu shapes (module
+# attributes of dsa_topk_triton): the one-program-per-row kernel, and other stripe sizes.
+VARIANTS = {
+    "one program a row, 8 warps, 2048/step": dict(STRIPE_SCORES=0, FILTER_BLOCK=2048),
+    "one program a row, 8 warps, 1024/step": dict(STRIPE_SCORES=0, FILTER_BLOCK=1024),
+    "stripes of 8192, 512/step": dict(STRIPE_SCORES=8192),
+    "stripes of 32768, 512/step": dict(STRIPE_SCORES=32768),
+    "stripes of 16384, 256/step": dict(STRIPE_CHUNK=256),
+}
 
 # rows, keys, k, dtype, scores: "relu" (half exact 0.0, a unique k-th score: the usual case)
 # or "plateau" (small integers: ties at the k-th score in every row, the torch backend's worst case)
@@ -82,22 +88,18 @@ def scores_like(rows: int, cols: int, dtype: torch.dtype, kind: str) -> torch.Te
     return torch.randn(rows, cols, device="cuda", generator=generator).relu_().to(dtype)
 
 
-def with_settings(warps: int, block: int, factor: int, fn: Callable[[], object]):
-    """fn with the filtered kernel's launch settings changed for the call."""
+def with_settings(settings: dict, fn: Callable[[], object]):
+    """fn with dsa_topk_triton's module settings changed for the call."""
 
     def run():
-        saved = (dsa_topk_triton.FILTER_WARPS, dsa_topk_triton.FILTER_BLOCK)
-        saved += (dsa_topk_triton.CAPACITY_FACTOR,)
-        dsa_topk_triton.FILTER_WARPS, dsa_topk_triton.FILTER_BLOCK = warps, block
-        dsa_topk_triton.CAPACITY_FACTOR = factor
+        saved = {name: getattr(dsa_topk_triton, name) for name in settings}
+        for name, value in settings.items():
+            setattr(dsa_topk_triton, name, value)
         try:
             return fn()
         finally:
-            (
-                dsa_topk_triton.FILTER_WARPS,
-                dsa_topk_triton.FILTER_BLOCK,
-                dsa_topk_triton.CAPACITY_FACTOR,
-            ) = saved
+            for name, value in saved.items():
+                setattr(dsa_topk_triton, name, value)
 
     return run
 
@@ -116,15 +118,10 @@ def bench_shape(
             dsa_topk_triton.select_rows_ordered(scores, k, False)
         ),
     }
-    if variants and kind == "relu" and rows >= 1024:
-        for warps, block, factor in VARIANTS:
-            methods[f"torch backend, tie 1, {warps} warps, {block}/step, {factor}k slots"] = (
-                with_settings(
-                    warps,
-                    block,
-                    factor,
-                    lambda: dsa_topk_triton.select_rows_filtered(scores, k, False),
-                )
+    if variants and kind == "relu":
+        for label, settings in VARIANTS.items():
+            methods[f"torch backend, tie 1, {label}"] = with_settings(
+                settings, lambda: dsa_topk_triton.select_rows_filtered(scores, k, False)
             )
     if flashinfer is not None:
         for label, det, tie in (

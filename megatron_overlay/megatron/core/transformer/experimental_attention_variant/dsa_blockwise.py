@@ -379,7 +379,7 @@ def _select_blocks(
     budget = block_budget(plan.budget_bytes, q.device)
     per_row = b * sk * scorer.bytes_per_key(heads)
     if scorer.fused:  # beside the scores: the selection's candidates and outputs
-        per_row += b * _FP32 * 2 * (dsa_topk.candidate_slots(width) + width)
+        per_row += b * _FP32 * 2 * (dsa_topk.candidate_slots(width, sk) + width)
     rows = _aligned_rows(rows_per_block(per_row, sq, budget))
     _log_path_once(plan, scorer.name, rows, budget)
     policy = plan.policy

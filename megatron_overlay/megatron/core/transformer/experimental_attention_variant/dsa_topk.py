@@ -217,10 +217,11 @@ def _torch_select_ordered(
     return _finalize(rows, _torch_select(rows, width, prefer_large))
 
 
-def candidate_slots(width: int) -> int:
-    """Candidate-buffer slots per row of the filtered CUDA select (scratch it allocates)."""
+def candidate_slots(width: int, n: int) -> int:
+    """Candidate scratch of the filtered CUDA select per row of n scores, in (int32 key,
+    int32 column) pairs."""
     triton_rows = _triton_rows()
-    return triton_rows.capacity_for(width) if triton_rows is not None else 0
+    return triton_rows.scratch_slots(width, n) if triton_rows is not None else 0
 
 
 def selects_in_bounds(device: torch.device, dtype: torch.dtype, width: int, backend: str) -> bool:

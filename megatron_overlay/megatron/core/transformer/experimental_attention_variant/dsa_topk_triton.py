@@ -412,6 +412,13 @@ SAMPLE_CHUNKS = 32
 SAMPLE_CHUNK = 256
 FILTER_BLOCK = 4096
 FILTER_WARPS = 8
+# The striped filter: a one-warp program per STRIPE_SCORES scores of a row (at most
+# MAX_STRIPES a row), CHUNK scores a step; STRIPE_SCORES = 0 takes one program per row.
+STRIPE_SCORES = 16384
+MAX_STRIPES = 64
+STRIPE_CHUNK = 512
+MIN_STRIPE_SLOTS = 256
+PACK_SLOTS = 512
 
 
 def filters(rows: torch.Tensor, width: int) -> bool:
@@ -421,6 +428,27 @@ def filters(rows: torch.Tensor, width: int) -> bool:
 
 def capacity_for(width: int) -> int:
     return max(MIN_CAPACITY, CAPACITY_FACTOR * triton.next_power_of_2(width))
+
+
+def stripes_for(n: int) -> int:
+    """Programs (one warp each) that filter a row of n scores: about STRIPE_SCORES each, at
+    most MAX_STRIPES; 0 takes the one-program-per-row kernel."""
+    if STRIPE_SCORES <= 0:
+        return 0
+    return max(1, min(MAX_STRIPES, triton.cdiv(n, STRIPE_SCORES)))
+
+
+def scratch_slots(width: int, n: int) -> int:
+    """int32 (key, column) pairs of candidate scratch a row takes."""
+    capacity = capacity_for(width)
+    stripes = stripes_for(n)
+    return capacity if stripes == 0 else stripes * stripe_slots(capacity, stripes)
+
+
+def stripe_slots(capacity: int, stripes: int) -> int:
+    """Slots of one stripe's buffer: twice its even share of the capacity (at least
+    MIN_STRIPE_SLOTS), so a stripe may hold more than its share of the row's candidates."""
+    return max(MIN_STRIPE_SLOTS, triton.next_power_of_2(triton.cdiv(2 * capacity, stripes)))
 
 
 def select_rows_filtered(
@@ -444,39 +472,46 @@ def select_rows_filtered(
     if count == 0 or width == 0:
         return values, out
     capacity = capacity_for(width)
-    scratch = torch.empty(count, 2, capacity, dtype=torch.int32, device=rows.device)
     bounded = starts is not None
     if bounded:
         starts = starts.contiguous()
         ends = ends.contiguous()
     # The candidates expected above the threshold: midway, in ratio, between k and capacity.
     target = max(1, int((width * capacity) ** 0.5))
-    filter_select_row[(count,)](
-        rows,
-        rows.stride(0),
-        rows.stride(1),
-        n,
-        starts if bounded else out,
-        ends if bounded else out,
-        column_offset,
-        scratch,
-        out,
-        values,
-        width,
-        target,
-        _negative_infinity_key(rows.dtype),
-        HAS_BOUNDS=bounded,
-        CAPACITY=capacity,
-        SAMPLE_CHUNKS=SAMPLE_CHUNKS,
-        SAMPLE_CHUNK=SAMPLE_CHUNK,
-        BLOCK=FILTER_BLOCK,
-        ROW_BLOCK=ROW_BLOCK,
-        KEY_BITS=KEY_BITS_OF[rows.dtype],
-        FROM_END=prefer_large,
-        SORT_BLOCK=triton.next_power_of_2(width),
-        CONTIGUOUS=rows.stride(1) == 1,
-        num_warps=FILTER_WARPS,
-    )
+    neg_inf_key = _negative_infinity_key(rows.dtype)
+    row_args = (rows, rows.stride(0), rows.stride(1), n)
+    bound_args = (starts if bounded else out, ends if bounded else out)
+    common = dict(HAS_BOUNDS=bounded, KEY_BITS=KEY_BITS_OF[rows.dtype], CONTIGUOUS=rows.stride(1) == 1)
+    stripes = stripes_for(n)
+    if stripes == 0:
+        scratch = torch.empty(count, 2, capacity, dtype=torch.int32, device=rows.device)
+        filter_select_row[(count,)](
+            *row_args, *bound_args, column_offset, scratch, out, values, width, target,
+            neg_inf_key, CAPACITY=capacity, SAMPLE_CHUNKS=SAMPLE_CHUNKS,
+            SAMPLE_CHUNK=SAMPLE_CHUNK, BLOCK=FILTER_BLOCK, ROW_BLOCK=ROW_BLOCK,
+            FROM_END=prefer_large, SORT_BLOCK=triton.next_power_of_2(width),
+            num_warps=FILTER_WARPS, **common,
+        )  # fmt: skip
+        return values, out
+    slots = stripe_slots(capacity, stripes)
+    thresholds = torch.empty(count, dtype=torch.int32, device=rows.device)
+    found = torch.empty(count, stripes, dtype=torch.int32, device=rows.device)
+    scratch = torch.empty(count, 2, stripes * slots, dtype=torch.int32, device=rows.device)
+    row_thresholds[(count,)](
+        *row_args, *bound_args, thresholds, target, neg_inf_key, CAPACITY=capacity,
+        SAMPLE_CHUNKS=SAMPLE_CHUNKS, SAMPLE_CHUNK=SAMPLE_CHUNK, num_warps=FILTER_WARPS,
+        **common,
+    )  # fmt: skip
+    filter_stripes[(count, stripes)](
+        *row_args, *bound_args, thresholds, found, scratch, neg_inf_key, stripes, slots,
+        CHUNK=STRIPE_CHUNK, num_warps=1, **common,
+    )  # fmt: skip
+    select_from_stripes[(count,)](
+        *row_args, *bound_args, column_offset, thresholds, found, scratch, out, values, width,
+        neg_inf_key, stripes, slots, MAX_STRIPES=triton.next_power_of_2(MAX_STRIPES),
+        PACK=PACK_SLOTS, CAPACITY=capacity, ROW_BLOCK=ROW_BLOCK, FROM_END=prefer_large,
+        SORT_BLOCK=triton.next_power_of_2(width), num_warps=FILTER_WARPS, **common,
+    )  # fmt: skip
     return values, out
 
 
@@ -592,6 +627,94 @@ def filter_candidates(
     return found
 
 
+@triton.jit
+def row_segment(
+    rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, row, HAS_BOUNDS: tl.constexpr
+):  # fmt: skip
+    """The row's visible segment: its first column, length and pointer."""
+    if HAS_BOUNDS:
+        first = tl.minimum(tl.maximum(tl.load(starts_ptr + row).to(tl.int64), 0), n)
+        last = tl.minimum(tl.maximum(tl.load(ends_ptr + row).to(tl.int64), first), n)
+    else:
+        first = tl.zeros((), tl.int64)
+        last = tl.zeros((), tl.int64) + n
+    length = (last - first).to(tl.int32)
+    return first, length, rows_ptr + row * row_stride + first * col_stride
+
+
+@triton.jit
+def threshold_for(
+    seg_ptr, col_stride, length, target, neg_inf_key, CAPACITY: tl.constexpr,
+    SAMPLE_CHUNKS: tl.constexpr, SAMPLE_CHUNK: tl.constexpr, KEY_BITS: tl.constexpr,
+    CONTIGUOUS: tl.constexpr,
+):  # fmt: skip
+    """The candidates' threshold key: sampled on long segments, every finite score on
+    segments of at most CAPACITY."""
+    lowest_real = neg_inf_key + 1  # the key of the lowest finite score
+    threshold = tl.zeros((), tl.int64) + lowest_real
+    if length > CAPACITY:
+        threshold = sample_threshold(
+            seg_ptr, col_stride, length, target, neg_inf_key,
+            SAMPLE_CHUNKS, SAMPLE_CHUNK, KEY_BITS, CONTIGUOUS,
+        )  # fmt: skip
+        threshold = tl.maximum(threshold, lowest_real)
+    return threshold.to(tl.int32)
+
+
+@triton.jit
+def select_candidates(
+    keys_row, columns_row, found, threshold, neg_inf_key, width, out_row, values_row,
+    column_offset, values_dtype: tl.constexpr, CAPACITY: tl.constexpr,
+    KEY_BITS: tl.constexpr, FROM_END: tl.constexpr,
+):  # fmt: skip
+    """The row's answer from its ``found`` candidates (in column order, at most CAPACITY):
+    the exact k-th key, every candidate above it, the policy's ties; written ascending with
+    -1 / -inf padding (every candidate when there are fewer than ``width``)."""
+    slots = tl.arange(0, CAPACITY)
+    valid = slots < found
+    keys = tl.load(keys_row + slots, mask=valid, other=-(2**31))
+    columns = tl.load(columns_row + slots, mask=valid, other=0)
+    if found >= width:
+        kth = search_key(keys, valid, width, threshold, -neg_inf_key - 1, KEY_BITS // 2)
+        greater = valid & (keys > kth)
+        tie = (valid & (keys == kth)).to(tl.int32)
+        need = width - tl.sum(greater.to(tl.int32), axis=0)
+        rank = tl.cumsum(tie, axis=0)
+        if FROM_END:
+            rank = tl.sum(tie, axis=0) - rank + tie
+        chosen = greater | ((tie > 0) & (rank <= need))
+        real = width
+    else:
+        chosen = valid
+        real = found
+    slot = tl.cumsum(chosen.to(tl.int32), axis=0) - 1
+    tl.store(out_row + slot, columns + column_offset, mask=chosen)
+    tl.store(values_row + slot, key_to_score(keys, values_dtype, KEY_BITS), mask=chosen)
+    padding = (slots >= real) & (slots < width)
+    tl.store(out_row + slots, tl.full((CAPACITY,), -1, tl.int32), mask=padding)
+    negative_infinity = tl.full((CAPACITY,), float("-inf"), values_dtype)
+    tl.store(values_row + slots, negative_infinity, mask=padding)
+
+
+@triton.jit
+def select_by_radix(
+    seg_ptr, col_stride, length, width, out_row, values_row, column_offset, neg_inf_key,
+    ROW_BLOCK: tl.constexpr, KEY_BITS: tl.constexpr, FROM_END: tl.constexpr,
+    SORT_BLOCK: tl.constexpr,
+):  # fmt: skip
+    """The row's answer by the exact radix select over the whole segment (length > width)."""
+    kth, ties = radix_kth(seg_ptr, col_stride, length, width, neg_inf_key, ROW_BLOCK, KEY_BITS)
+    greater = width - ties
+    collect(
+        seg_ptr, col_stride, length, out_row, kth, greater, ties, neg_inf_key,
+        ROW_BLOCK, KEY_BITS, FROM_END,
+    )  # fmt: skip
+    real = tl.where(kth == neg_inf_key, greater, width)
+    write_ordered(
+        seg_ptr, col_stride, out_row, values_row, width, real, SORT_BLOCK, column_offset
+    )  # fmt: skip
+
+
 # Row lengths, bounds and widths vary from block to block: one compiled kernel for all.
 @triton.jit(
     do_not_specialize=[
@@ -606,68 +729,164 @@ def filter_select_row(
     KEY_BITS: tl.constexpr, FROM_END: tl.constexpr, SORT_BLOCK: tl.constexpr,
     CONTIGUOUS: tl.constexpr,
 ):  # fmt: skip
+    """One program per row: threshold, filter pass, select (or the full radix select)."""
     row = tl.program_id(0).to(tl.int64)
-    if HAS_BOUNDS:
-        first = tl.minimum(tl.maximum(tl.load(starts_ptr + row).to(tl.int64), 0), n)
-        last = tl.minimum(tl.maximum(tl.load(ends_ptr + row).to(tl.int64), first), n)
-    else:
-        first = tl.zeros((), tl.int64)
-        last = tl.zeros((), tl.int64) + n
-    length = (last - first).to(tl.int32)
-    seg_ptr = rows_ptr + row * row_stride + first * col_stride
+    first, length, seg_ptr = row_segment(
+        rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, row, HAS_BOUNDS
+    )
     out_row = out_ptr + row * width
     values_row = out_values_ptr + row * width
     keys_row = scratch_ptr + row * (2 * CAPACITY)
     columns_row = keys_row + CAPACITY
-    lowest_real = neg_inf_key + 1  # the key of the lowest finite score
-    threshold = tl.zeros((), tl.int64) + lowest_real
-    if length > CAPACITY:
-        threshold = sample_threshold(
-            seg_ptr, col_stride, length, target, neg_inf_key,
-            SAMPLE_CHUNKS, SAMPLE_CHUNK, KEY_BITS, CONTIGUOUS,
-        )  # fmt: skip
-        threshold = tl.maximum(threshold, lowest_real)
+    threshold = threshold_for(
+        seg_ptr, col_stride, length, target, neg_inf_key, CAPACITY, SAMPLE_CHUNKS,
+        SAMPLE_CHUNK, KEY_BITS, CONTIGUOUS,
+    )  # fmt: skip
     found = filter_candidates(
-        seg_ptr, col_stride, length, threshold.to(tl.int32), keys_row, columns_row, neg_inf_key,
+        seg_ptr, col_stride, length, threshold, keys_row, columns_row, neg_inf_key,
         CAPACITY, BLOCK, KEY_BITS, CONTIGUOUS,
     )  # fmt: skip
-    every_finite = threshold == lowest_real
+    offset = column_offset + first.to(tl.int32)
+    every_finite = threshold == neg_inf_key + 1
     if (found <= CAPACITY) & ((found >= width) | every_finite):
-        slots = tl.arange(0, CAPACITY)
-        valid = slots < found
-        keys = tl.load(keys_row + slots, mask=valid, other=-(2**31))
-        columns = tl.load(columns_row + slots, mask=valid, other=0)
-        tl.debug_barrier()  # not needed for correctness of loads; keeps the stores ordered
-        if found >= width:
-            kth = search_key(keys, valid, width, threshold, -neg_inf_key - 1, KEY_BITS // 2)
-            greater = valid & (keys > kth)
-            tie = (valid & (keys == kth)).to(tl.int32)
-            need = width - tl.sum(greater.to(tl.int32), axis=0)
-            rank = tl.cumsum(tie, axis=0)
-            if FROM_END:
-                rank = tl.sum(tie, axis=0) - rank + tie
-            chosen = greater | ((tie > 0) & (rank <= need))
-            real = width
-        else:
-            chosen = valid
-            real = found
-        slot = tl.cumsum(chosen.to(tl.int32), axis=0) - 1
-        tl.store(out_row + slot, columns + column_offset + first.to(tl.int32), mask=chosen)
-        score = key_to_score(keys, out_values_ptr.dtype.element_ty, KEY_BITS)
-        tl.store(values_row + slot, score, mask=chosen)
-        padding = (slots >= real) & (slots < width)
-        tl.store(out_row + slots, tl.full((CAPACITY,), -1, tl.int32), mask=padding)
-        negative_infinity = tl.full((CAPACITY,), float("-inf"), out_values_ptr.dtype.element_ty)
-        tl.store(values_row + slots, negative_infinity, mask=padding)
-    else:
-        kth, ties = radix_kth(seg_ptr, col_stride, length, width, neg_inf_key, ROW_BLOCK, KEY_BITS)
-        greater = width - ties
-        collect(
-            seg_ptr, col_stride, length, out_row, kth, greater, ties, neg_inf_key,
-            ROW_BLOCK, KEY_BITS, FROM_END,
+        select_candidates(
+            keys_row, columns_row, found, threshold, neg_inf_key, width, out_row, values_row,
+            offset, out_values_ptr.dtype.element_ty, CAPACITY, KEY_BITS, FROM_END,
         )  # fmt: skip
-        real = tl.where(kth == neg_inf_key, greater, width)
-        write_ordered(
-            seg_ptr, col_stride, out_row, values_row, width, real, SORT_BLOCK,
-            column_offset + first.to(tl.int32),
+    else:
+        select_by_radix(
+            seg_ptr, col_stride, length, width, out_row, values_row, offset, neg_inf_key,
+            ROW_BLOCK, KEY_BITS, FROM_END, SORT_BLOCK,
+        )  # fmt: skip
+
+
+# The striped select: three launches. row_thresholds (a program per row) samples each row;
+# filter_stripes (a one-warp program per stripe of a row, up to MAX_STRIPES a row) appends its stripe's
+# candidates to the stripe's own buffer with warp-level prefix sums, so the streaming pass has
+# no block-wide barrier; select_from_stripes (a program per row) packs the stripes' buffers
+# in stripe order (hence column order) and selects, or runs the full radix select when a
+# stripe overflowed or the threshold missed.
+
+
+@triton.jit(do_not_specialize=["row_stride", "col_stride", "n", "target", "neg_inf_key"])
+def row_thresholds(
+    rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, thresholds_ptr, target,
+    neg_inf_key, HAS_BOUNDS: tl.constexpr, CAPACITY: tl.constexpr,
+    SAMPLE_CHUNKS: tl.constexpr, SAMPLE_CHUNK: tl.constexpr, KEY_BITS: tl.constexpr,
+    CONTIGUOUS: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    _, length, seg_ptr = row_segment(
+        rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, row, HAS_BOUNDS
+    )
+    threshold = threshold_for(
+        seg_ptr, col_stride, length, target, neg_inf_key, CAPACITY, SAMPLE_CHUNKS,
+        SAMPLE_CHUNK, KEY_BITS, CONTIGUOUS,
+    )  # fmt: skip
+    tl.store(thresholds_ptr + row, threshold)
+
+
+# Stripe counts and buffer sizes follow the row length: runtime values, one compile for all.
+@triton.jit(
+    do_not_specialize=["row_stride", "col_stride", "n", "neg_inf_key", "stripes", "slots"]
+)
+def filter_stripes(
+    rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, thresholds_ptr, found_ptr,
+    scratch_ptr, neg_inf_key, stripes, slots, HAS_BOUNDS: tl.constexpr, CHUNK: tl.constexpr,
+    KEY_BITS: tl.constexpr, CONTIGUOUS: tl.constexpr,
+):  # fmt: skip
+    """Stripe s of a row (the s-th of ``stripes`` equal runs of its segment): append its
+    scores whose key is at or above the row's threshold, with their columns, to the stripe's
+    ``slots`` slots in column order; store how many there are (all of them, also past
+    ``slots``)."""
+    row = tl.program_id(0).to(tl.int64)
+    stripe = tl.program_id(1)
+    _, length, seg_ptr = row_segment(
+        rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, row, HAS_BOUNDS
+    )
+    threshold = tl.load(thresholds_ptr + row)
+    positive_infinity_key = -neg_inf_key - 1  # NaN keys lie beyond ±inf's
+    share = tl.cdiv(length, stripes)
+    begin = stripe * share
+    end = tl.minimum(begin + share, length)
+    keys_row = scratch_ptr + row * (2 * stripes * slots) + stripe * slots
+    columns_row = keys_row + stripes * slots
+    offsets = tl.arange(0, CHUNK)
+    found = tl.zeros((), tl.int32)
+    x = load_segment(seg_ptr, col_stride, begin, end, offsets, CONTIGUOUS)
+    for start in range(begin, end, CHUNK):
+        next_x = load_segment(seg_ptr, col_stride, start + CHUNK, end, offsets, CONTIGUOUS)
+        columns = start + offsets
+        if KEY_BITS == 16:
+            bits = x.to(tl.int16, bitcast=True).to(tl.int32)
+        else:
+            bits = x.to(tl.int32, bitcast=True)
+        key = bits ^ ((bits >> (KEY_BITS - 1)) & ((1 << (KEY_BITS - 1)) - 1))
+        # The threshold is above -inf's key, so -inf and negative NaN never pass; positive
+        # NaN keys lie above +inf's.
+        hit = (columns < end) & (key >= threshold) & (key <= positive_infinity_key)
+        hits = hit.to(tl.int32)
+        slot = found + tl.cumsum(hits, axis=0) - 1
+        keep = hit & (slot < slots)
+        tl.store(keys_row + slot, key, mask=keep)
+        tl.store(columns_row + slot, columns, mask=keep)
+        found += tl.sum(hits, axis=0)
+        x = next_x
+    tl.store(found_ptr + row * stripes + stripe, found)
+
+
+@triton.jit(
+    do_not_specialize=[
+        "row_stride", "col_stride", "n", "column_offset", "width", "neg_inf_key", "stripes",
+        "slots",
+    ]
+)  # fmt: skip
+def select_from_stripes(
+    rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, column_offset, thresholds_ptr,
+    found_ptr, scratch_ptr, out_ptr, out_values_ptr, width, neg_inf_key, stripes, slots,
+    HAS_BOUNDS: tl.constexpr, MAX_STRIPES: tl.constexpr, PACK: tl.constexpr,
+    CAPACITY: tl.constexpr, ROW_BLOCK: tl.constexpr, KEY_BITS: tl.constexpr,
+    FROM_END: tl.constexpr, SORT_BLOCK: tl.constexpr, CONTIGUOUS: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    first, length, seg_ptr = row_segment(
+        rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, row, HAS_BOUNDS
+    )
+    out_row = out_ptr + row * width
+    values_row = out_values_ptr + row * width
+    keys_row = scratch_ptr + row * (2 * stripes * slots)
+    columns_row = keys_row + stripes * slots
+    threshold = tl.load(thresholds_ptr + row)
+    stripe_ids = tl.arange(0, MAX_STRIPES)
+    counts = tl.load(found_ptr + row * stripes + stripe_ids, mask=stripe_ids < stripes, other=0)
+    found = tl.sum(counts, axis=0)
+    overflow = tl.max(counts, axis=0) > slots
+    offset = column_offset + first.to(tl.int32)
+    every_finite = threshold == neg_inf_key + 1
+    if (~overflow) & (found <= CAPACITY) & ((found >= width) | every_finite):
+        # Pack the stripes' candidates to the front, in stripe order: each stripe moves left
+        # (to the count of the stripes before it), never over a stripe not yet moved; PACK
+        # slots at a time, each read by every thread before any is written.
+        pieces = tl.arange(0, PACK)
+        packed = tl.zeros((), tl.int32)
+        for stripe in range(stripes):
+            count = tl.sum(tl.where(stripe_ids == stripe, counts, 0), axis=0)
+            for start in range(0, count, PACK):
+                keep = start + pieces < count
+                source = stripe * slots + start + pieces
+                keys = tl.load(keys_row + source, mask=keep)
+                columns = tl.load(columns_row + source, mask=keep)
+                tl.debug_barrier()
+                tl.store(keys_row + packed + start + pieces, keys, mask=keep)
+                tl.store(columns_row + packed + start + pieces, columns, mask=keep)
+                tl.debug_barrier()
+            packed += count
+        select_candidates(
+            keys_row, columns_row, found, threshold, neg_inf_key, width, out_row, values_row,
+            offset, out_values_ptr.dtype.element_ty, CAPACITY, KEY_BITS, FROM_END,
+        )  # fmt: skip
+    else:
+        select_by_radix(
+            seg_ptr, col_stride, length, width, out_row, values_row, offset, neg_inf_key,
+            ROW_BLOCK, KEY_BITS, FROM_END, SORT_BLOCK,
         )  # fmt: skip

@@ -209,7 +209,7 @@ def test_blocks_score_only_the_keys_their_rows_see(monkeypatch):
 
     monkeypatch.setattr(dsa_blockwise, "_tilelang_scorer", lambda: fake_indexer_logits)
     rows = 8
-    per_row = BATCH * (seq * 4 + 8 * (dsa_topk.candidate_slots(TOPK) + TOPK))
+    per_row = BATCH * (seq * 4 + 8 * (dsa_topk.candidate_slots(TOPK, seq) + TOPK))
     fused = dsa_blockwise.BlockwisePlan(
         TopkPolicy("torch", tie_break=2), budget_bytes=per_row * rows, use_tilelang=True
     )

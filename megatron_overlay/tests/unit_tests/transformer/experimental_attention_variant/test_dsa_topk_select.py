@@ -264,29 +264,32 @@ FILTERED_ON_CPU = """
 import json, sys, torch
 from megatron.core.transformer.experimental_attention_variant import dsa_topk_triton as T
 # Tiny buffers and samples, so rows take every branch: the sampled threshold, every finite
-# score (short rows, bounds), and the full radix select when the buffer overflows.
+# score (short rows, bounds), the full radix select when a buffer (or a stripe's) overflows.
 T.MIN_CAPACITY, T.CAPACITY_FACTOR, T.SAMPLE_CHUNKS, T.SAMPLE_CHUNK = 16, 2, 4, 8
 T.FILTER_BLOCK = T.ROW_BLOCK = 16
 T.FILTER_WARPS = 1
+T.MAX_STRIPES, T.STRIPE_CHUNK, T.MIN_STRIPE_SLOTS, T.PACK_SLOTS = 4, 16, 4, 4
 scores, starts, ends = torch.load(sys.argv[1])
 found = {}
-cases = [(5, False, "contiguous"), (5, True, "transposed"), (12, True, "contiguous"),
-         (300, False, "contiguous"), (5, False, "bounded"), (12, True, "bounded")]
+cases = [(5, False, "contiguous", 0), (12, True, "transposed", 0), (5, False, "bounded", 0),
+         (5, True, "contiguous", 48), (300, False, "contiguous", 48), (12, True, "bounded", 48)]
 for dtype in (torch.float32, torch.bfloat16):
     rows = scores.to(dtype)
-    for width, large, layout in cases:
+    for width, large, layout, stripe_scores in cases:
+        T.STRIPE_SCORES = stripe_scores  # 0: one program a row; else stripes of 48 scores
         if layout == "bounded":
             v, i = T.select_rows_filtered(rows, width, large, starts, ends, column_offset=1000)
         else:
             view = rows.t().contiguous().t() if layout == "transposed" else rows
             v, i = T.select_rows_filtered(view, width, large)
-        found[f"{dtype} {width} {large} {layout}"] = (i.tolist(), v.float().tolist())
+        found[f"{dtype} {width} {large} {layout} {stripe_scores}"] = (i.tolist(), v.float().tolist())
 print(json.dumps(found))
 """
 
 
 def test_filtered_cuda_select_is_exact_in_every_branch(tmp_path):
-    """The filtered CUDA select (dsa_topk_triton.select_rows_filtered), run by Triton's
+    """The filtered CUDA select (dsa_topk_triton.select_rows_filtered, one program a row and
+    striped), run by Triton's
     interpreter: equal, indices and values, to the exact CPU path on tie-heavy rows (±0.0,
     NaN, negative ties, plateaus that overflow the candidate buffer, sorted rows, fewer
     visible keys than k), for both policies, 32- and 16-bit scores, transposed rows, per-row
