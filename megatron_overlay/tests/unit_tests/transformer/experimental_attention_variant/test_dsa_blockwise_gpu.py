@@ -78,6 +78,7 @@ def test_dsattention_at_128k_torch_and_flashinfer_select_the_same_keys(
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
+        budget = dsa_blockwise.block_budget(None, torch.device("cuda")) / GIB
         with torch.no_grad():
             attention(**inputs)
         peaks[backend] = (torch.cuda.max_memory_allocated() - base) / GIB
@@ -89,7 +90,10 @@ def test_dsattention_at_128k_torch_and_flashinfer_select_the_same_keys(
         expected = brute_force_row(q, k, weights, row, tie_break)
         selected = found["torch"][0, row]
         assert sorted(selected[selected >= 0].tolist()) == expected, row
-    assert max(peaks.values()) < 16, peaks  # dense scoring would need terabytes
+    # Blocks take at most their budget (a share of the free memory); beside them only the
+    # [LONG, TOPK] int32 indices (1 GiB) and the indexer's inputs. Dense scoring would
+    # need terabytes.
+    assert max(peaks.values()) < budget + 4, (peaks, budget)
 
 
 @pytest.mark.parametrize("backend", ["torch", "flashinfer"])
