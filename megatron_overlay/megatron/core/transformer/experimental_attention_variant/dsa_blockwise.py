@@ -389,7 +389,7 @@ def _select_blocks(
     # The filtered Triton select reads each row's bounds itself; other selectors need the
     # keys outside them masked (TileLang's clean pass, or a masked fill).
     selects_in_bounds = bounded and dsa_topk.selects_in_bounds(
-        q.device, torch.float32, width, policy.backend
+        q.device, torch.float32, width, policy.backend, sk
     )
     with torch.no_grad():
         for (start, end), window in zip(blocks, windows):

@@ -18,11 +18,12 @@ policy decides the selected set. This module makes the selection explicit:
   - NaN ranks as ``-inf`` on every path: never selected over a real score, and reported as
     padding (``-1``, value ``-inf``) when selected.
 * ``torch`` backend: exact for every policy on CPU and GPU (policy 0 behaves as 1), and
-  deterministic by construction. On CUDA (k up to 4096) one Triton program per row reads the
-  row once: a sampled threshold admits a few thousand candidates, a radix search over
-  their bits finds the exact k-th key and the policy's ties, and the row is written in its
-  final order (``dsa_topk_triton.select_rows_filtered``); larger k select from
-  ``topk(k+1)``'s candidates.
+  deterministic by construction. On CUDA (k up to 4096, rows up to 256K scores) the
+  filtered Triton select reads each row once: a sampled threshold admits a few thousand
+  candidates (one-warp programs filter stripes of the row), a radix search over their bits
+  finds the exact k-th key and the policy's ties, and the row is written in its final order
+  (``dsa_topk_triton.select_rows_filtered``); otherwise one Triton program per row selects
+  from ``topk(k+1)``'s candidates.
   Elsewhere a float ``topk`` of width k+1 settles every row without a
   tie at the k-th score; rows with boundary ties take one ``topk`` over order-preserving
   integer keys to find the k-th value and fill the remaining slots with ties in column
@@ -224,13 +225,19 @@ def candidate_slots(width: int, n: int) -> int:
     return triton_rows.scratch_slots(width, n) if triton_rows is not None else 0
 
 
-def selects_in_bounds(device: torch.device, dtype: torch.dtype, width: int, backend: str) -> bool:
-    """Whether ``select_topk_in_bounds`` reads each row's bounds itself (no masking pass)."""
+def selects_in_bounds(
+    device: torch.device, dtype: torch.dtype, width: int, backend: str, n: int
+) -> bool:
+    """Whether ``select_topk_in_bounds`` reads each row's bounds itself (no masking pass)
+    for rows of n scores."""
     if backend != "torch" or device.type != "cuda":
         return False
     triton_rows = _triton_rows()
-    return triton_rows is not None and dtype in triton_rows.KEY_BITS_OF and (
-        0 < width <= triton_rows.MAX_FILTER_WIDTH
+    return (
+        triton_rows is not None
+        and dtype in triton_rows.KEY_BITS_OF
+        and 0 < width <= triton_rows.MAX_FILTER_WIDTH
+        and n <= triton_rows.MAX_FILTER_ROW
     )
 
 
@@ -249,7 +256,8 @@ def select_topk_in_bounds(
     ``[starts[i], ends[i])`` (the others count as -inf; None: the rows are masked already),
     with ``column_offset`` added to the returned columns and the width ``width`` even past
     ``n`` (-1 / -inf padding): the selection of a window of a wider score row."""
-    if selects_in_bounds(rows.device, rows.dtype, width, backend) and starts is not None:
+    in_bounds = selects_in_bounds(rows.device, rows.dtype, width, backend, rows.size(-1))
+    if in_bounds and starts is not None:
         return _triton_rows().select_rows_filtered(
             rows, width, tie_break == TIE_BREAK_LARGE, starts, ends, column_offset
         )

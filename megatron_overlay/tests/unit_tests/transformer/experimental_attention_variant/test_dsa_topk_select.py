@@ -429,3 +429,22 @@ def test_flashinfer_keywords_are_passed(fake_flashinfer, monkeypatch):
     assert final.tolist() == [[0, 2, 3, -1]]
     with pytest.raises(ValueError, match="k <= 2048"):
         dsa_topk._flashinfer_select(torch.zeros(1, 4096), 2049, deterministic=True, tie_break=1)
+
+
+def test_filtered_select_takes_the_shapes_where_it_wins():
+    """The filtered CUDA select takes k up to MAX_FILTER_WIDTH on rows up to MAX_FILTER_ROW
+    scores (measured on the H200: 4096 x 128K rows 3.4x faster than the topk(k+1) kernel,
+    16 x 1M rows 20x slower); the others keep the topk(k+1) kernel."""
+    triton_rows = pytest.importorskip(
+        "megatron.core.transformer.experimental_attention_variant.dsa_topk_triton"
+    )
+    longest = torch.empty(2, triton_rows.MAX_FILTER_ROW)
+    assert triton_rows.filters(longest, 2048)
+    assert not triton_rows.filters(torch.empty(2, triton_rows.MAX_FILTER_ROW + 1), 2048)
+    assert not triton_rows.filters(longest, triton_rows.MAX_FILTER_WIDTH + 1)
+    assert not triton_rows.filters(longest.double(), 2048)
+    cuda = torch.device("cuda")
+    assert dsa_topk.selects_in_bounds(cuda, torch.float32, 2048, "torch", 131072)
+    assert not dsa_topk.selects_in_bounds(cuda, torch.float32, 2048, "torch", 1 << 20)
+    assert not dsa_topk.selects_in_bounds(cuda, torch.float32, 2048, "flashinfer", 131072)
+    assert not dsa_topk.selects_in_bounds(torch.device("cpu"), torch.float32, 2048, "torch", 8)
