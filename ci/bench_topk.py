@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "megatron_overlay"))
 from megatron.core.transformer.experimental_attention_variant import (  # noqa: E402
@@ -165,6 +166,58 @@ def bench_shape(
     return results
 
 
+def stage_times(rows, cols, dtype, reps: int, bandwidth: float) -> list[dict]:
+    """The striped select's three launches timed apart (and the filter at other stripe
+    sizes and steps), on fp32/bf16 relu scores: where the time goes."""
+    scores = scores_like(rows, cols, dtype, "relu")
+    bound_ms = scores.numel() * scores.element_size() / bandwidth
+    T = dsa_topk_triton
+    k = 2048
+    found = []
+    for stripe_scores, chunk in ((16384, 512), (16384, 256), (16384, 128), (4096, 256)):
+        capacity = T.capacity_for(k)
+        stripes = max(1, min(T.MAX_STRIPES, -(-cols // stripe_scores)))
+        slots = T.stripe_slots(capacity, stripes)
+        target = max(1, int((k * capacity) ** 0.5))
+        key = T._negative_infinity_key(dtype)
+        thresholds = torch.empty(rows, dtype=torch.int32, device="cuda")
+        counts = torch.empty(rows, stripes, dtype=torch.int32, device="cuda")
+        scratch = torch.empty(rows, 2, stripes * slots, dtype=torch.int32, device="cuda")
+        out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
+        values = torch.empty(rows, k, dtype=dtype, device="cuda")
+        row_args = (scores, scores.stride(0), scores.stride(1), cols, out, out)
+        common = dict(HAS_BOUNDS=False, KEY_BITS=T.KEY_BITS_OF[dtype], CONTIGUOUS=True)
+        launches = {
+            "row_thresholds": lambda: T.row_thresholds[(rows,)](
+                *row_args, thresholds, target, key, CAPACITY=capacity,
+                SAMPLE_CHUNKS=T.SAMPLE_CHUNKS, SAMPLE_CHUNK=T.SAMPLE_CHUNK,
+                num_warps=T.FILTER_WARPS, **common,
+            ),
+            "filter_stripes": lambda: T.filter_stripes[(rows, stripes)](
+                *row_args, thresholds, counts, scratch, key, stripes, slots, CHUNK=chunk,
+                num_warps=1, **common,
+            ),
+            "select_from_stripes": lambda: T.select_from_stripes[(rows,)](
+                *row_args, 0, thresholds, counts, scratch, out, values, k, key, stripes, slots,
+                MAX_STRIPES=triton.next_power_of_2(T.MAX_STRIPES), PACK=T.PACK_SLOTS,
+                CAPACITY=capacity, ROW_BLOCK=T.ROW_BLOCK, FROM_END=False, SORT_BLOCK=k,
+                num_warps=T.FILTER_WARPS, **common,
+            ),
+        }  # fmt: skip
+        for name, launch in launches.items():
+            launch()  # in order: each stage's inputs come from the one before
+        torch.cuda.synchronize()
+        assert torch.equal(out, select_topk(scores, k, backend="torch", tie_break=1)[1])
+        for name, launch in launches.items():
+            ms = time_ms(launch, reps)
+            label = f"{name} (stripes of {stripe_scores}, {chunk}/step)"
+            found.append(dict(shape=f"{rows}x{cols} relu k={k}", dtype=str(dtype)[6:],
+                              method=label, ms=round(ms, 4), x_bound=round(ms / bound_ms, 2)))  # fmt: skip
+            print(f"{rows}x{cols} {str(dtype)[6:]:8} {label:52} {ms:8.3f} ms "
+                  f"{ms / bound_ms:6.2f}x bound", flush=True)  # fmt: skip
+    return found
+
+
 def environment(flashinfer) -> dict:
     """Driver, torch, Triton, TileLang, tvm-ffi and FlashInfer versions of this run."""
     import importlib
@@ -190,6 +243,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--no-variants", dest="variants", action="store_false")
+    parser.add_argument("--stages", action="store_true", help="only the stage timings")
     args = parser.parse_args()
     try:
         import flashinfer
@@ -202,6 +256,12 @@ def main() -> None:
         f"flashinfer {getattr(flashinfer, '__version__', 'not installed')}"
     )
     rows_out = []
+    if args.stages:
+        for dtype in (torch.float32, torch.bfloat16):
+            rows_out += stage_times(4096, 131072, dtype, args.reps, bandwidth)
+        if args.json:
+            args.json.write_text(json.dumps(dict(records=rows_out), indent=2))
+        return
     for shape in SHAPES:
         rows_out += bench_shape(
             *shape,
