@@ -307,9 +307,7 @@ def measure(dsa, dsa_blockwise, args, shape, backend, scorer, phase, device):
         result = Result(
             shape.label, backend, scorer, phase, sorted(times)[len(times) // 2], memory.extra_mib()
         )
-        indices = found[-1]
-        del found
-        return result, indices, x
+        return result, found[-1], x
     except torch.OutOfMemoryError as error:
         first = str(error).splitlines()[0][:90]
         return Result(shape.label, backend, scorer, phase, None, None, note=f"OOM: {first}"), None, x

@@ -860,12 +860,11 @@ class FusedSparseIndexerLoss(torch.autograd.Function):
         query, _ = dsa_layout.ensure_sbhd(query, "query")
         key, _ = dsa_layout.ensure_sbhd(key, "key")
         sq, b = q.size(0), q.size(1)
-        sk, heads, dim = key.size(0), query.size(2), query.size(3)
+        sk, dim = key.size(0), query.size(3)
         selection = _select_blocks(
             q, k, weights, spec.topk, spec.plan, spec.masks, spec.use_relu, keep_values=True
         )
         indices, logits = selection.indices, selection.values
-        width = indices.size(-1)
         rows_valid = dsa_masking.normalize_query_valid_rows(
             spec.query_valid_rows, b=b, sq=sq, device=q.device
         )
