@@ -10,6 +10,9 @@
 #                                         into SITE (default /tmp/site), without
 #                                         dependencies; run it once per part, back to back
 #                                         on the same machine (SITE must survive between)
+#   ci/gpu_suite.sh flashinfer-aot OUT    (here, optional: pip, nvcc 13 on PATH, no GPU)
+#                                         build FlashInfer's top-k module for sm_90a into
+#                                         OUT/topk/topk.so, in a scratch virtual environment
 #   ci/gpu_suite.sh aot DIR [SITE]        (there, optional) copy prebuilt FlashInfer modules
 #                                         (DIR/NAME/NAME.so) where FlashInfer loads them
 #                                         without its JIT compile (3-5 minutes for top-k)
@@ -64,6 +67,35 @@ install)
         --target "$site" "${found[@]}"
     echo "gpu_suite: installed ${#found[@]} wheels into $site"
     ;;
+flashinfer-aot)
+    out="${2:?usage: ci/gpu_suite.sh flashinfer-aot OUT}"
+    out="$(mkdir -p "$out" && cd "$out" && pwd)"
+    python="${PYTHON:-python3}"  # any Python with torch (a CPU build will do)
+    work="$(mktemp -d)"
+    "$python" -m pip install -q --no-deps --target "$work/site" flashinfer-python==0.6.18 \
+        apache-tvm-ffi==0.1.12 ninja tabulate einops nvidia-ml-py click tqdm requests \
+        packaging filelock numpy
+    # topk.cu includes curand.h (cu13 headers from the wheel); the module calls no driver
+    # API, so an empty libcuda stub (soname libcuda.so.1) satisfies the link.
+    "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --platform manylinux_2_27_x86_64 -d "$work" 'nvidia-curand>=10.4,<10.5'
+    "$python" -m zipfile -e "$work"/nvidia_curand-*.whl "$work/curand"
+    mkdir -p "$work/stubs"
+    echo 'int forkkit_libcuda_stub;' | cc -shared -x c - -Wl,-soname,libcuda.so.1 \
+        -o "$work/stubs/libcuda.so"
+    PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}" PATH="$work/site/bin:$PATH" \
+        CPATH="$work/curand/nvidia/cu13/include" \
+        LIBRARY_PATH="$work/stubs:${CUDA_HOME:-/usr/local/cuda}/lib64" \
+        FLASHINFER_CUDA_ARCH_LIST=9.0a FLASHINFER_WORKSPACE_BASE="$work" "$python" -c "
+import shutil, sys
+from flashinfer.jit.topk import gen_topk_module
+spec = gen_topk_module()
+spec.build(verbose=False)
+shutil.copy(spec.jit_library_path, sys.argv[1])" "$work/topk.so"
+    mkdir -p "$out/topk" && cp "$work/topk.so" "$out/topk/topk.so"
+    rm -rf "$work"
+    echo "gpu_suite: $out/topk/topk.so"
+    ;;
 aot)
     dir="${2:?usage: ci/gpu_suite.sh aot DIR [SITE]}"
     site="${3:-/tmp/site}"
@@ -116,7 +148,7 @@ bench)
     python3 "$HERE/bench_indexer.py" --tree "$tree" --json "$out/indexer-h200.json"
     ;;
 *)
-    sed -n '2,30p' "$0" >&2
+    sed -n '2,34p' "$0" >&2
     exit 2
     ;;
 esac
