@@ -171,7 +171,10 @@ def resume(repo_hint: Optional[Path], progress: Progress, plan: Plan = standard_
         worktree = recovery.worktree_of(state)
         if state.stopped is None:
             if backup := recovery.restore_last_step(state, worktree):
-                progress(f"redoing the interrupted step; what it had left is kept at {backup}")
+                progress(
+                    "redoing the interrupted step; the worktree as it was (any changes "
+                    f"made there since too) is kept at {backup}"
+                )
         else:
             if state.stopped.phase == StopPhase.APPLY:
                 _take_fix(state, series, steps[state.next_step], worktree)

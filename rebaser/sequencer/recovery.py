@@ -41,7 +41,7 @@ def worktree_of(state: ApplyState) -> Git:
 def _leave_interrupted(worktree: Git) -> None:
     """Back on the branch with every file written, whatever a kill left half done."""
     git_dir = workspace.worktree_git_dir(worktree.path)
-    fastlane.leave_interrupted(worktree, git_dir)
+    fastlane.leave_interrupted(git_dir)
     late_checkout.finish(worktree, git_dir)
 
 

@@ -20,8 +20,8 @@ worktree nor its branch moves until the lane's commits are known; then one check
 the branch to the last one kept. Meanwhile the worktree's files, if none are written yet
 (late_checkout), are written at the lane's start. While the lane runs, a marker in the
 worktree's git dir names the scratch repository; after a kill, leave_interrupted() removes
-it and puts the worktree back on its branch (`rebaser continue` then redoes the lane,
-`abort` drops it).
+it, and the recovery backs up whatever the worktree holds before it goes back to the last
+recorded step (`rebaser continue` then redoes the lane, `abort` drops it).
 """
 
 from __future__ import annotations
@@ -85,10 +85,14 @@ def carry(
             rows = _rows(lane, head, patches[: len(made)], changes)
             back.result()
         writing.result()
-    tip = made[len(rows) - 1] if rows else head
-    worktree.run("checkout", "--quiet", "-B", branch, tip)
+    _move_branch(worktree, branch, made[len(rows) - 1] if rows else head)
     marker.unlink()
     return [StepResult(row, commit) for row, commit in zip(rows, made)]
+
+
+def _move_branch(worktree: Git, branch: str, tip: str) -> None:
+    """The lane's one change to the worktree: its branch moves to the last commit kept."""
+    worktree.run("checkout", "--quiet", "-B", branch, tip)
 
 
 def _sequence(worktree: Git, head: str, commits: list[str]) -> None:
@@ -109,17 +113,16 @@ def _sequence(worktree: Git, head: str, commits: list[str]) -> None:
     )
 
 
-def leave_interrupted(worktree: Git, git_dir: Path) -> bool:
-    """After a kill during a lane: remove its scratch repository and put the worktree back
-    on its branch (a kill in the lane's last checkout may have left it half written).
-    Whether there was a lane to leave."""
+def leave_interrupted(git_dir: Path) -> bool:
+    """After a kill during a lane: remove its scratch repository and its marker. The
+    worktree is left as it is (the user may have worked in it since): the recovery backs
+    it up before anything resets it. Whether there was a lane to leave."""
     marker = git_dir / MARKER
     if not marker.is_file():
         return False
-    branch, *folder = marker.read_text().splitlines()
+    _, *folder = marker.read_text(errors="replace").splitlines()
     if folder:
         scratch.remove(folder[0])
-    worktree.run("checkout", "--quiet", "--force", branch)  # recovery then writes the files
     marker.unlink()
     return True
 
