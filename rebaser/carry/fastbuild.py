@@ -111,7 +111,7 @@ def _blobs_present(repo: Git, shas: set[str]) -> set[str]:
 def _identity(patch: Patch) -> Optional[tuple[str, str]]:
     """The author as fast-import wants it (`Name <email>`, raw date `<epoch> <zone>`), or
     None when the patch's From: or Date: cannot be written so."""
-    name, address = email.utils.parseaddr(patch.author)
+    name, address = patch.person
     parsed = email.utils.parsedate_tz(patch.date) if patch.date else None
     if parsed is None or parsed[9] is None or any(c in name + address for c in "<>\n"):
         return None

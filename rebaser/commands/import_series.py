@@ -181,7 +181,17 @@ def _write_series(git: Git, commits: list[_Commit], folder: Path, name: str, bas
         *patches,
     ]
     series_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    load_series(series_file)  # what import writes, apply must be able to read
+    try:
+        load_series(series_file)  # what import writes, apply must be able to read
+    except RebaserError as error:  # name the commit, not a file in a folder about to go
+        made_from = dict(zip(patches, kept))
+        if (commit := made_from.get(Path(error.where).name)) is None:
+            raise
+        raise RebaserError(
+            f"commit {commit.short} ({commit.subject}) cannot be carried: {error.what}",
+            where=str(git.path),
+            next_step="fix that commit (its message and author must be UTF-8), then import again",
+        ) from None
     return Imported(series_file, base, patches, skipped)
 
 

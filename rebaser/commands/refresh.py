@@ -177,23 +177,27 @@ def _refresh_overlay(
     ).splitlines()
     changes = []
     for path in laid:
-        shown = git.run("show", f"{branch}:{path}", check=False)
-        if not shown.ok:
-            continue
+        if not git.run("cat-file", "-e", f"{branch}:{path}", check=False).ok:
+            continue  # removed on the branch
+        data = git.output_bytes("cat-file", "blob", f"{branch}:{path}")  # bytes as committed
         changes.append(
-            _write(series.overlay_dir / path, shown.stdout, write=write, label=f"overlay/{path}")
+            _write(series.overlay_dir / path, data, write=write, label=f"overlay/{path}")
         )
     return changes
 
 
-def _write(path: Path, text: str, *, write: bool, label: Optional[str] = None) -> ExportedFile:
+def _write(
+    path: Path, data: str | bytes, *, write: bool, label: Optional[str] = None
+) -> ExportedFile:
+    """Write `data` (text as UTF-8), unless the file holds exactly that already."""
     label = label or f"{path.parent.name}/{path.name}"
-    if path.exists() and path.read_text(encoding="utf-8") == text:
+    data = data.encode("utf-8") if isinstance(data, str) else data
+    if path.is_file() and path.read_bytes() == data:
         return ExportedFile(label, "unchanged")
     status = "updated" if path.exists() else "new"
     if write:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        path.write_bytes(data)
     return ExportedFile(label, status)
 
 

@@ -8,14 +8,25 @@ changed one differs only where it changed.
 
 A patch's identity (its file name) travels in a `Forkkit-Patch:` trailer on the commit an
 apply makes; the exported file never carries it (the file name is the identity there).
+
+A series is UTF-8 text, and what it carries is carried byte for byte: a file whose content
+is not UTF-8 (Latin-1 text, say, which git would write raw into the diff) is exported as a
+binary patch, which git applies exactly. What still cannot be written as UTF-8 (a message
+git cannot re-encode, a text diff the repository's own attributes insist on) is refused
+with the commit and file named, never replaced by U+FFFD.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterator
 
+from rebaser.errors import RebaserError
 from rebaser.repo.git import Git, commit_tree
-from rebaser.series.patches import PATCH_TRAILER, strip_identity
+from rebaser.series.patches import PATCH_TRAILER, readable_header, strip_identity, unquote_path
 
 # The diff itself (also how fastbuild compares a commit with its patch)...
 DIFF_FLAGS = (
@@ -44,16 +55,115 @@ EXPORT_CONFIG = ("-c", "format.signOff=false", "-c", "core.quotePath=true")
 
 def export_patch(git: Git, sha: str) -> str:
     """One commit as a stable git-format patch, without its `Forkkit-Patch:` trailer."""
-    message = git.run("log", "-1", "--format=%B", sha).stdout
-    if f"{PATCH_TRAILER}:" in message:
+    raw = git.output_bytes("log", "-1", "--format=%B", sha)
+    if f"{PATCH_TRAILER}:".encode() in raw:
+        message = _utf8(raw, lambda: (f"the message of commit {sha[:12]}", _REWORD))
         sha = _without_identity(git, sha, strip_identity(message))
-    return git.run(*EXPORT_CONFIG, "format-patch", "-1", sha, *_EXPORT_FLAGS).stdout
+    return _format_patch(git, "-1", sha)
 
 
 def export_range(git: Git, base: str, tip: str) -> str:
     """Every non-empty commit of base..tip exported as export_patch would, in one call
     (trailers left in: the caller re-exports the commits that carry one)."""
-    return git.run(*EXPORT_CONFIG, "format-patch", f"{base}..{tip}", *_EXPORT_FLAGS).stdout
+    return _format_patch(git, f"{base}..{tip}")
+
+
+_SECTION_RE = re.compile(rb"^(?=diff --git |From 0{40} )", re.MULTILINE)
+
+
+def _format_patch(git: Git, *revs: str) -> str:
+    """format-patch's output as text; the files that are not UTF-8 as binary patches."""
+    command = (*EXPORT_CONFIG, "format-patch", *revs, *_EXPORT_FLAGS)
+    out = git.output_bytes(*command)
+    sections = _SECTION_RE.split(out)
+    not_utf8 = [_path_of(part) for part in sections if part.startswith(b"diff") and _bad(part)]
+    if not_utf8:
+        with _binary_attributes(not_utf8) as attributes:
+            out = git.output_bytes("-c", f"core.attributesFile={attributes}", *command)
+    return _utf8(out, lambda: _what_is_not_utf8(out))
+
+
+def _bad(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _path_of(section: bytes) -> bytes:
+    """The path a `diff --git a/P b/P` section is about (no renames: both sides name it)."""
+    header = section.split(b"\n", 1)[0][len(b"diff --git ") :].decode("ascii", "replace")
+    if header.startswith('"'):  # git's C quoting (core.quotePath): up to the closing quote
+        end = re.match(r'"(?:[^"\\]|\\.)*"', header)
+        return unquote_path(header[1 : end.end() - 1] if end else header[1:])[2:]
+    return header[2 : 2 + (len(header) - 5) // 2].encode()
+
+
+@contextlib.contextmanager
+def _binary_attributes(paths: list[bytes]) -> Iterator[Path]:
+    """An attributes file that makes git diff these paths as binary (each anchored at the
+    top, glob characters escaped, C-quoted as git reads a quoted pattern)."""
+    lines = b"".join(b'"/' + _quoted(_glob_escaped(path)) + b'" -diff\n' for path in paths)
+    with tempfile.NamedTemporaryFile(prefix="forkkit-attributes-") as handle:
+        handle.write(lines)
+        handle.flush()
+        yield Path(handle.name)
+
+
+def _glob_escaped(path: bytes) -> bytes:
+    return re.sub(rb"([*?\[\\])", rb"\\\1", path)
+
+
+def _quoted(path: bytes) -> bytes:
+    out = bytearray()
+    for byte in path:
+        if byte in b'"\\':
+            out += b"\\" + bytes([byte])
+        elif byte < 0x20 or byte >= 0x7F:
+            out += b"\\%03o" % byte
+        else:
+            out.append(byte)
+    return bytes(out)
+
+
+def _what_is_not_utf8(out: bytes) -> tuple[str, str]:
+    """The part of an export that is not UTF-8 (a file of a patch, or its message), and
+    what to do about it."""
+    subject = "?"
+    for part in _SECTION_RE.split(out):
+        if part.startswith(b"From "):
+            found = re.search(rb"^Subject: (.*(?:\n .*)*)", part, re.MULTILINE)
+            subject = readable_header(found.group(1).decode("ascii", "replace")) if found else "?"
+        if not _bad(part):
+            continue
+        if part.startswith(b"diff"):
+            file = _path_of(part).decode("utf-8", "backslashreplace")
+            return (
+                f"the diff of {file} in the commit {subject!r}",
+                "the repository's attributes force a text diff of that file: drop that "
+                ".gitattributes rule (or mark the file `-diff`), then run again",
+            )
+        return f"the message of the commit {subject!r}", _REWORD
+    return "the export", _REWORD
+
+
+_REWORD = (
+    "reword that commit's message in UTF-8 (git commit --amend, git rebase -i), then run again"
+)
+
+
+def _utf8(data: bytes, what: Callable[[], tuple[str, str]]) -> str:
+    """`data` as text, or a refusal naming what is not UTF-8 (exit 2)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        part, next_step = what()
+        raise RebaserError(
+            f"{part} is not UTF-8; a series is UTF-8 text, and rebaser carries bytes exactly "
+            "or not at all",
+            next_step=next_step,
+        ) from None
 
 
 def split_patches(stream: str) -> list[str]:

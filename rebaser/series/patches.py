@@ -23,9 +23,11 @@ The commit an apply makes for a patch carries `Forkkit-Patch: <file name>`, its 
 
 from __future__ import annotations
 
+import email.errors
+import email.header
 import email.parser
-import email.utils
 import email.policy
+import email.utils
 import os
 import re
 from dataclasses import dataclass, field
@@ -112,7 +114,8 @@ class Patch:
     @property
     def person(self) -> tuple[str, str]:
         """The author as git takes it: name (the address when none is given), email."""
-        name, address = email.utils.parseaddr(self.author)
+        name, _, address = self.author.rpartition(" <")
+        address = address.removesuffix(">")
         return name or address, address
 
     @property
@@ -138,14 +141,11 @@ class Patch:
                 where=where,
                 next_step="export patches with `rebaser refresh` (git format-patch format)",
             )
-        # The message ends at the diffstat separator, or at the diff when there is no stat.
-        message_part = rest[:diff_at].split("\n---\n", 1)[0]
         headers = email.parser.Parser(policy=email.policy.compat32).parsestr(header + "\n")
         if not headers.get("From") or not headers.get("Subject"):
             raise RebaserError("patch has no From: or Subject: header", where=where)
-        subject = _unfold(headers["Subject"])
-        subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", subject)
-        body = message_part.strip("\n")
+        subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", _header(headers["Subject"], where))
+        body = _message_of(rest[:diff_at]).strip("\n")
         try:
             patch_set = unidiff.PatchSet(text)
         except unidiff.UnidiffParseError as exc:
@@ -169,8 +169,8 @@ class Patch:
             path=path,
             subject=subject,
             body=body,
-            author=_unfold(headers["From"]),
-            date=_unfold(headers.get("Date", "")),
+            author=_author(headers["From"], where),
+            date=_header(headers.get("Date", ""), where),
             files=files,
             codemod=codemods[0] if codemods else None,
             symbols=[
@@ -334,21 +334,77 @@ def _folder(file: Path, settings: dict[str, str], key: str) -> Optional[Path]:
     return folder
 
 
-def _unfold(value: str) -> str:
-    return " ".join(str(value).split())
+def _header(value: str, where: str) -> str:
+    """A mail header as git format-patch writes it, as it was in the commit: unfolded (git
+    folds before a space, which stays) and its RFC 2047 encoded words decoded."""
+    unfolded = re.sub(r"\r?\n(?=[ \t])", "", str(value)).strip()
+    try:
+        return "".join(
+            part.decode(charset or "ascii") if isinstance(part, bytes) else part
+            for part, charset in email.header.decode_header(unfolded)
+        )
+    except UnicodeDecodeError as exc:
+        raise RebaserError(
+            f"the patch's header {unfolded[:60]!r} is not {exc.encoding.upper()} once decoded",
+            where=where,
+            next_step="re-export the patch (`rebaser refresh` writes UTF-8)",
+        ) from None
+    except (LookupError, email.errors.HeaderParseError) as exc:
+        raise RebaserError(
+            f"the patch's header {unfolded[:60]!r} cannot be decoded: {exc}",
+            where=where,
+            next_step="re-export the patch (`rebaser refresh` writes UTF-8)",
+        ) from None
+
+
+def readable_header(value: str) -> str:
+    """A header for a message: decoded as far as it can be (U+FFFD for what cannot)."""
+    unfolded = re.sub(r"\r?\n(?=[ \t])", "", value).strip()
+    try:
+        parts = email.header.decode_header(unfolded)
+    except email.errors.HeaderParseError:
+        return unfolded
+    return "".join(
+        part.decode("utf-8", "replace") if isinstance(part, bytes) else part for part, _ in parts
+    )
+
+
+def _author(value: str, where: str) -> str:
+    """`Name <email>` from a From: header (an RFC 822 quoted or RFC 2047 encoded name)."""
+    name, address = email.utils.parseaddr(re.sub(r"\r?\n(?=[ \t])", "", str(value)))
+    if not address:
+        raise RebaserError(f"the patch's From: {value!r} names no address", where=where)
+    return f"{_header(name, where)} <{address}>"
+
+
+# What git format-patch writes between the message and the diff, unless --no-stat (rebaser's
+# exports): a `---` line, then the diffstat.
+_STAT_LINE_RE = re.compile(
+    r"^( .* \| .*| \d+ files? changed.*| (create|delete) mode .*| rename .*| mode change .*"
+    r"| copy .*|)$"
+)
+
+
+def _message_of(part: str) -> str:
+    """The commit message in the text between a patch's headers and its diff: all of it,
+    `---` lines included, unless it ends with a `---` line followed by a diffstat."""
+    head, separator, stat = ("\n" + part).rpartition("\n---\n")
+    if separator and stat.strip() and all(_STAT_LINE_RE.match(line) for line in stat.splitlines()):
+        return head[1:]
+    return part
 
 
 def _strip_prefix(path: str) -> str:
     """A path as a diff header names it, without git's quoting and its a/ or b/ prefix."""
     if len(path) > 1 and path.startswith('"') and path.endswith('"'):
-        path = _unquote(path[1:-1])
+        path = unquote_path(path[1:-1]).decode("utf-8", errors="surrogateescape")
     return path[2:] if path.startswith(("a/", "b/")) else path
 
 
 _ESCAPES = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, "\\": 92, '"': 34}
 
 
-def _unquote(text: str) -> str:
+def unquote_path(text: str) -> bytes:
     """git's C-style quoting undone: `caf\\303\\251.py` is café.py (octal escapes are bytes)."""
     raw = bytearray()
     position = 0
@@ -364,7 +420,7 @@ def _unquote(text: str) -> str:
         else:
             raw += char.encode()
             position += 1
-    return raw.decode("utf-8", errors="surrogateescape")
+    return bytes(raw)
 
 
 def _trailers(body: str, key: str) -> list[str]:
