@@ -66,31 +66,107 @@ def commit_tree(
     return made.stdout.strip()
 
 
-_NEUTRAL_CONFIG = (
-    "-c",
-    "commit.gpgsign=false",
-    "-c",
-    "tag.gpgsign=false",
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
-    "core.autocrlf=false",
-    "-c",
-    "color.ui=false",
-    "-c",
-    "diff.noprefix=false",
-    "-c",
-    "diff.mnemonicPrefix=false",
-    "-c",
-    "diff.renames=false",
-    "-c",
-    "advice.detachedHead=false",
-    "-c",
-    "init.defaultBranch=main",
+# Every git command rebaser runs behaves the same whatever the user's global, system or
+# repository config says (`-c` wins over all three, and over GIT_CONFIG_* in the
+# environment). Each setting below would otherwise change a result: a commit, a patch's
+# bytes, a stop, a recorded resolution, or whether a command runs at all. Settings that
+# describe the machine (core.fileMode, core.symlinks, core.ignoreCase, safe.directory,
+# core.excludesFile: what counts as noise in a worktree) and the repository's own
+# .gitattributes stay the user's: they hold for `git rebase` too.
+NEUTRAL_SETTINGS: dict[str, str] = {
+    # no signing, hooks, daemons or editors: nothing that may fail, wait or print for us
+    "commit.gpgSign": "false",
+    "tag.gpgSign": "false",
+    "merge.verifySignatures": "false",
+    "log.showSignature": "false",
+    "core.hooksPath": "/dev/null",
+    "core.fsmonitor": "false",
+    "user.useConfigOnly": "false",  # rebaser names every identity in the environment
+    "init.templateDir": "",
+    "init.defaultBranch": "main",
+    # bytes stay bytes: no line-ending or filter conversion from the user's attributes
+    "core.autocrlf": "false",
+    "core.safecrlf": "false",
+    "core.attributesFile": "/dev/null",
+    "core.bigFileThreshold": "512m",  # git's default: what counts as a binary diff
+    "core.whitespace": "blank-at-eol,blank-at-eof,space-before-tab",  # `diff --check`
+    "core.quotePath": "true",
+    "core.abbrev": "auto",  # shas in conflict markers
+    "core.commentChar": "#",
+    "core.sparseCheckout": "false",  # late_checkout asks for it where it wants it
+    "core.sparseCheckoutCone": "false",
+    "core.splitIndex": "false",
+    "index.sparse": "false",
+    "i18n.commitEncoding": "UTF-8",
+    "i18n.logOutputEncoding": "UTF-8",
+    # commit messages as given, never cleaned up (`git commit` and git's sequencer)
+    "commit.cleanup": "verbatim",
+    "commit.verbose": "false",
+    # diff output: the stable export's rules (series/export.py), and plain text
+    "diff.noprefix": "false",
+    "diff.mnemonicPrefix": "false",
+    "diff.renames": "false",
+    "diff.algorithm": "myers",
+    "diff.context": "3",
+    "diff.interHunkContext": "0",
+    "diff.indentHeuristic": "true",
+    "diff.suppressBlankEmpty": "false",
+    "diff.relative": "false",
+    "diff.orderFile": "/dev/null",
+    "diff.external": "",
+    "diff.submodule": "short",
+    "diff.colorMoved": "no",
+    "status.renames": "false",
+    "log.mailmap": "false",
+    "color.ui": "false",
+    **{f"color.{kind}": "false" for kind in ("diff", "status", "branch", "decorate", "advice")},
+    "format.coverLetter": "false",
+    "format.signOff": "false",
+    "format.useAutoBase": "false",
+    "format.notes": "false",
+    "format.from": "false",
+    "format.forceInBodyFrom": "false",
+    "format.encodeEmailHeaders": "true",
+    "format.mboxrd": "false",
+    # applying and merging: exactly, as git does by default, with nothing remembered
+    "apply.whitespace": "warn",
+    "apply.ignoreWhitespace": "no",
+    "merge.conflictStyle": "merge",  # the stop's markers, and so the resolutions' ids
+    "merge.renormalize": "false",
+    "rerere.enabled": "false",
+    "rerere.autoUpdate": "false",
+    "submodule.recurse": "false",
+    "fetch.recurseSubmodules": "false",
+    "branch.autoSetupMerge": "false",  # `checkout -B` writes no tracking config
+    "worktree.guessRemote": "false",
+    "add.ignoreErrors": "false",
+    # git's sequencer (the fast lane's `git rebase`) picks the commits and nothing else
+    "rebase.backend": "merge",
+    "rebase.autoSquash": "false",
+    "rebase.autoStash": "false",
+    "rebase.updateRefs": "false",
+    "rebase.missingCommitsCheck": "ignore",
+    "rebase.forkPoint": "false",
+    "rebase.rebaseMerges": "false",
+    "rebase.stat": "false",
+    "advice.detachedHead": "false",
     # No housekeeping started in the middle of an apply (gc may detach and compete with
     # it); the user's next git command runs it.
-    "-c",
-    "maintenance.auto=false",
+    "maintenance.auto": "false",
+    "gc.auto": "0",
+}
+_NEUTRAL_CONFIG = tuple(
+    part for key, value in NEUTRAL_SETTINGS.items() for part in ("-c", f"{key}={value}")
+)
+# Environment variables that change what git writes or shows, as config would.
+_BEHAVIOUR_VARIABLES = frozenset(
+    {
+        "GIT_EXTERNAL_DIFF",
+        "GIT_DIFF_OPTS",
+        "GIT_NOTES_REF",
+        "GIT_NOTES_DISPLAY_REF",
+        "GIT_ATTR_SOURCE",
+    }
 )
 
 
@@ -161,7 +237,9 @@ class Git:
         # Repository-locating variables (set e.g. by `git bisect run` for its command) would
         # redirect every command to that repository; each Git names its own directory.
         full_env = {
-            key: value for key, value in os.environ.items() if key not in _LOCATION_VARIABLES
+            key: value
+            for key, value in os.environ.items()
+            if key not in _LOCATION_VARIABLES and key not in _BEHAVIOUR_VARIABLES
         }
         full_env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **self.env})
         if env:

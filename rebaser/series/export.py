@@ -47,6 +47,11 @@ _EXPORT_FLAGS = (
     "--no-numbered",
     "--no-thread",
     "--encoding=UTF-8",
+    # what format.to/cc/headers/attach add, config cannot take back: the flags do
+    "--no-to",
+    "--no-cc",
+    "--no-add-header",
+    "--no-attach",
     *DIFF_FLAGS,
 )
 _FROM_LINE_RE = re.compile(r"^From 0{40} Mon Sep 17 00:00:00 2001\nFrom: ", re.MULTILINE)

@@ -42,25 +42,9 @@ from rebaser.carry.in_upstream import superseded_in
 
 Texts = dict[str, Optional[bytes]]  # path -> its bytes before the patch (None: no file)
 MARKER = "forkkit-fast-lane"  # in the worktree's git dir while a lane runs: branch, scratch
-# The user's settings must not change what the sequencer does with the commits.
-_SEQUENCER = (
-    "-c",
-    "merge.renames=true",
-    "-c",
-    "merge.directoryRenames=true",
-    "-c",
-    "rebase.backend=merge",
-    "-c",
-    "rebase.autoSquash=false",
-    "-c",
-    "rebase.autoStash=false",
-    "-c",
-    "rebase.updateRefs=false",
-    "-c",
-    "rebase.missingCommitsCheck=ignore",
-    "-c",
-    "rerere.enabled=false",
-)
+# ort follows renames as `git rebase` does (the neutral config turns diff renames off; the
+# rest of the user's settings are neutral already: repo/git.py).
+_SEQUENCER = ("-c", "merge.renames=true", "-c", "merge.directoryRenames=true")
 
 
 def carry(
