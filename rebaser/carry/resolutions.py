@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Optional
 
 from rebaser.repo.git import Git
+from rebaser.series.confinement import RECORDS, read_record, write_record
 from rebaser.series.patches import Patch, Series
 
-FOLDER = "resolutions"
+FOLDER = RECORDS
 _SNAPSHOT = "forkkit-conflicts.json"
 _OURS, _BASE, _THEIRS, _END = "<<<<<<<", "|||||||", "=======", ">>>>>>>"
 
@@ -85,7 +86,7 @@ def replay(worktree: Git, patch: Patch, series: Series) -> Replay:
         if not conflicts:  # e.g. modified on one side, deleted on the other: no text to match
             unknown += 1
             continue
-        found = {c.id: text for c in conflicts if (text := _recorded(records, c)) is not None}
+        found = {c.id: text for c in conflicts if (text := _recorded(series, patch, c)) is not None}
         total += len(conflicts)
         missing = [c for c in conflicts if c.id not in found]
         unknown += len(missing)
@@ -122,7 +123,13 @@ def record(worktree: Git, patch: Patch, series: Series) -> list[str]:
     source = _snapshot_file(worktree)
     if not source.is_file():
         return []
-    files: dict[str, str] = json.loads(source.read_text(encoding="utf-8"))
+    try:
+        files = json.loads(source.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        files = None
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        source.unlink()  # not a snapshot rebaser wrote: nothing to record from it
+        return []
     recorded = []
     for path, marked in files.items():
         shown = worktree.run("show", f"HEAD:{path}", check=False)
@@ -131,10 +138,9 @@ def record(worktree: Git, patch: Patch, series: Series) -> list[str]:
         marked_lines = marked.splitlines(keepends=True)
         resolved_lines = shown.stdout.splitlines(keepends=True)
         for conflict, text in _resolutions(marked_lines, resolved_lines):
-            folder = folder_for(series, patch) / conflict.id
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "preimage").write_text(conflict.preimage, encoding="utf-8")
-            (folder / "postimage").write_text(text, encoding="utf-8")
+            where = (FOLDER, patch.name, conflict.id)
+            write_record(series.patches_dir, (*where, "preimage"), conflict.preimage)
+            write_record(series.patches_dir, (*where, "postimage"), text)
             recorded.append(conflict.id)
     source.unlink()
     return recorded
@@ -187,14 +193,15 @@ def _resolutions(marked: list[str], resolved: list[str]) -> list[tuple[Conflict,
     return pairs
 
 
-def _recorded(records: Path, conflict: Conflict) -> Optional[str]:
-    folder = records / conflict.id
-    try:
-        if (folder / "preimage").read_text(encoding="utf-8") != conflict.preimage:
-            return None  # a hash collision, or an edited record: never replay it
-        return (folder / "postimage").read_text(encoding="utf-8")
-    except FileNotFoundError:
+def _recorded(series: Series, patch: Patch, conflict: Conflict) -> Optional[str]:
+    """The recorded resolution of `conflict`, read without following a link; None when
+    there is none."""
+    where = (FOLDER, patch.name, conflict.id)
+    if not (series.patches_dir.joinpath(*where)).is_dir():
         return None
+    if read_record(series.patches_dir, (*where, "preimage")) != conflict.preimage:
+        return None  # a hash collision, or an edited record: never replay it
+    return read_record(series.patches_dir, (*where, "postimage"))
 
 
 def _substitute(lines: list[str], conflicts: list[Conflict], texts: dict[str, str]) -> str:
@@ -208,6 +215,9 @@ def _substitute(lines: list[str], conflicts: list[Conflict], texts: dict[str, st
 
 
 def _read_lines(path: Path) -> Optional[list[str]]:
+    """A conflicted file's lines; None for a link (never followed) or a file not text."""
+    if path.is_symlink():
+        return None
     try:
         return path.read_text(encoding="utf-8").splitlines(keepends=True)
     except (FileNotFoundError, IsADirectoryError, UnicodeDecodeError):

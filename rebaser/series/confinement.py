@@ -1,15 +1,24 @@
-"""Nothing rebaser writes may land outside its worktree.
+"""Nothing rebaser writes may land outside its worktree, nor anything it reads come from
+outside the series.
 
 The overlay is copied by path into a checkout of upstream. A symlink on the way (upstream's,
 at an overlay path or at one of its folders, or one inside the overlay itself) would send the
 write, or the committed content, somewhere else; an entry named `.git` would be dropped by git
 or redirect later git commands. These checks refuse such inputs, with the path, before
 anything is written (exit 2).
+
+The resolution records beside a series (`resolutions/<patch>/<id>/{preimage,postimage}`)
+are read into commits and written by `continue`: they are plain folders and bounded UTF-8
+files, checked when the series loads (check_records) and opened again without following a
+link at any step (read_confined, write_confined).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import stat
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Sequence
 
@@ -133,3 +142,136 @@ def _under(prefix: str, paths: Sequence[str]) -> list[str]:
 
 def _refused(what: str, path: Path, next_step: str) -> RebaserError:
     return RebaserError(what, where=str(path), next_step=next_step)
+
+
+RECORDS = "resolutions"  # the records' folder beside the series file
+RECORD_FILES = ("preimage", "postimage")
+RECORD_LIMIT = 8 << 20  # bytes in one preimage or postimage: far more than a conflict
+_ID_RE = re.compile(r"^[0-9a-f]{40}$")  # rerere's id of a conflict
+
+
+def check_records(series_dir: Path) -> None:
+    """Refuse (exit 2, naming it) a record that is not plain folders holding a bounded
+    UTF-8 preimage and postimage, before any work: a link is never followed, a malformed
+    record never crashes an apply. Entries whose names start with a dot are ignored."""
+    top = series_dir / RECORDS
+    if not os.path.lexists(top):
+        return
+    _plain_folder(series_dir, top)
+    for patch in _entries(top):
+        _plain_folder(series_dir, patch)
+        for record in _entries(patch):
+            if not _ID_RE.match(record.name):
+                raise _bad_record(series_dir, record, "is not a conflict id (40 hex digits)")
+            _plain_folder(series_dir, record)
+            names = {entry.name for entry in _entries(record)}
+            for name in sorted(names - set(RECORD_FILES)):
+                raise _bad_record(series_dir, record / name, "is not part of a record")
+            for name in RECORD_FILES:
+                parts = record.relative_to(series_dir).parts + (name,)
+                read_record(series_dir, parts)  # missing, linked, large or not UTF-8: refused
+
+
+def read_record(series_dir: Path, parts: Sequence[str]) -> str:
+    """A record file's text, opened step by step from the series folder without following
+    a link; refused (exit 2) when it is not a bounded UTF-8 regular file."""
+    path = series_dir.joinpath(*parts)
+    data = _read_confined(series_dir, parts, path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _bad_record(series_dir, path, f"is not UTF-8 (byte {exc.start})") from None
+
+
+def write_record(series_dir: Path, parts: Sequence[str], text: str) -> None:
+    """Write a record file, making its folders, never through a link at any step."""
+    path = series_dir.joinpath(*parts)
+    folder = os.open(series_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for depth, part in enumerate(parts[:-1], start=1):
+            try:
+                os.mkdir(part, dir_fd=folder)
+            except FileExistsError:
+                pass
+            folder = _step(series_dir, series_dir.joinpath(*parts[:depth]), folder)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            fd = os.open(parts[-1], flags, 0o644, dir_fd=folder)
+        except OSError as exc:
+            raise _confined_error(series_dir, path, exc) from None
+        with os.fdopen(_regular(series_dir, path, fd), "wb") as out:
+            out.write(text.encode("utf-8"))
+    finally:
+        os.close(folder)
+
+
+def _read_confined(series_dir: Path, parts: Sequence[str], path: Path) -> bytes:
+    folder = os.open(series_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for depth in range(1, len(parts)):
+            folder = _step(series_dir, series_dir.joinpath(*parts[:depth]), folder)
+        try:  # O_NONBLOCK: a FIFO there must not hang the open
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+        except OSError as exc:
+            raise _confined_error(series_dir, path, exc) from None
+        with os.fdopen(_regular(series_dir, path, fd), "rb") as handle:
+            data = handle.read(RECORD_LIMIT + 1)
+    finally:
+        os.close(folder)
+    if len(data) > RECORD_LIMIT:
+        raise _bad_record(series_dir, path, f"is larger than {RECORD_LIMIT >> 20} MiB")
+    return data
+
+
+def _regular(series_dir: Path, path: Path, fd: int) -> int:
+    """`fd`, when it is a regular file's (else closed, and refused)."""
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    os.close(fd)
+    raise _bad_record(series_dir, path, "is not a regular file")
+
+
+def _step(series_dir: Path, path: Path, folder: int) -> int:
+    """The folder `path` inside `folder`, opened without following a link; `folder` is
+    closed once it is open (the caller closes it when this fails)."""
+    try:
+        inner = os.open(path.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+    except OSError as exc:
+        raise _confined_error(series_dir, path, exc) from None
+    os.close(folder)
+    return inner
+
+
+def _confined_error(series_dir: Path, where: Path, exc: OSError) -> RebaserError:
+    """What an open on a record's way met at `where`, said of that step."""
+    if exc.errno == errno.ELOOP:
+        return _bad_record(series_dir, where, "is a symlink (records are plain files)")
+    if exc.errno == errno.ENOTDIR:
+        return _bad_record(series_dir, where, "is not a folder")
+    if exc.errno == errno.EISDIR:
+        return _bad_record(series_dir, where, "is not a regular file")
+    if exc.errno == errno.ENOENT:
+        return _bad_record(series_dir, where, "is missing (a record is a preimage and a postimage)")
+    return _bad_record(series_dir, where, f"cannot be used: {exc.strerror}")
+
+
+def _plain_folder(series_dir: Path, path: Path) -> None:
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        raise _bad_record(series_dir, path, "is a symlink (records are plain folders)")
+    if not stat.S_ISDIR(mode):
+        raise _bad_record(series_dir, path, "is not a folder")
+
+
+def _entries(folder: Path) -> list[Path]:
+    return sorted(entry for entry in folder.iterdir() if not entry.name.startswith("."))
+
+
+def _bad_record(series_dir: Path, path: Path, problem: str) -> RebaserError:
+    shown = path.relative_to(series_dir) if path.is_relative_to(series_dir) else path
+    return RebaserError(
+        f"the resolution record {shown} {problem}",
+        where=str(path),
+        next_step=f"remove it (or restore it from git); records under {RECORDS}/ are "
+        "written by `rebaser continue` after a conflict is resolved",
+    )

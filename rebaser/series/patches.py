@@ -38,7 +38,7 @@ from typing import Optional
 import unidiff
 
 from rebaser.codemods import Codemods, load_codemods
-from rebaser.series.confinement import check_inside, overlay_files
+from rebaser.series.confinement import check_inside, check_records, overlay_files
 from rebaser.errors import RebaserError
 from rebaser.upstream import RecordedBase
 
@@ -222,6 +222,7 @@ class Series:
             codemods_dir = (file.parent / "codemods").resolve()
         if overlay_dir is not None:
             overlay_files(overlay_dir)  # refuses symlinks and .git entries before any work
+        check_records(file.parent)  # and resolution records that are not plain files
         return cls(
             file=file.resolve(),
             name=_series_name(listing.settings.get("name", file.parent.name), file),
