@@ -48,3 +48,15 @@ def unwritable(what: str, folder: Path, error: OSError, setting: str) -> Rebaser
         next_step=f"make it writable, or point {setting} at a writable folder",
         code=ExitCode.ENVIRONMENT,
     )
+
+
+def unusable_git_dir(doing: str, path: Path, error: OSError) -> RebaserError:
+    """rebaser cannot write into the repository's git dir (its state, lock, refs): a
+    read-only or full file system, or permissions: exit 5."""
+    return RebaserError(
+        f"cannot {doing} in {path.parent}: {error.strerror or error}",
+        where=str(path),
+        next_step="rebaser keeps its lock, state and refs in the repository's git dir: make "
+        "it writable (or free space there), then run the command again",
+        code=ExitCode.ENVIRONMENT,
+    )

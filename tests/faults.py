@@ -28,6 +28,13 @@ calls = 0
 def fault():
     if how == "kill":
         os._exit(137)  # what kill -9 leaves: no finally, no atexit, no flushing
+    if how == "pause":  # say so, then wait for the test's word: another process acts meanwhile
+        import time
+        with open(os.environ["FORKKIT_PAUSED"], "w") as said:
+            said.write(str(os.getpid()))
+        while not os.path.exists(os.environ["FORKKIT_RESUME"]):
+            time.sleep(0.05)
+        return
     raise KeyboardInterrupt  # what Ctrl-C raises in the main thread
 
 def wrapper(*args, **kwargs):
@@ -58,7 +65,26 @@ class FaultPoint:
 def run_with_fault(
     point: FaultPoint, args: Sequence[object], *, how: Literal["kill", "interrupt"] = "kill"
 ) -> subprocess.CompletedProcess:
-    command = [
+    return subprocess.run(_command(point, args, how), capture_output=True, text=True, timeout=300)
+
+
+def start_paused(
+    point: FaultPoint, args: Sequence[object], paused: Path, resume: Path
+) -> subprocess.Popen:
+    """The CLI in a process that stops at `point`, writes its pid to `paused` and waits until
+    `resume` exists (wait_for_file(paused, ...) is the moment to act)."""
+    env = {**os.environ, "FORKKIT_PAUSED": str(paused), "FORKKIT_RESUME": str(resume)}
+    return subprocess.Popen(
+        _command(point, args, "pause"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _command(point: FaultPoint, args: Sequence[object], how: str) -> list[str]:
+    return [
         sys.executable,
         "-c",
         _DRIVER,
@@ -68,7 +94,6 @@ def run_with_fault(
         how,
         *map(str, args),
     ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
 def run_cli(args: Sequence[object], **popen: object) -> subprocess.Popen:

@@ -4,14 +4,19 @@ the user's is lost after an interrupted lane, and a lane never blocks or harms a
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from faults import FaultPoint, run_with_fault
-from synthetic import git
+from faults import FaultPoint, run_with_fault, start_paused, wait_for_file
+from synthetic import SyntheticUpstream, git
 from test_fast_lane import fork_and_tip
 
 from rebaser.errors import ExitCode
+from rebaser.steps import fastlane
 
 BACKUPS = "refs/forkkit/backups"
 
@@ -73,3 +78,92 @@ def test_edits_after_an_interrupted_lane_are_kept(rebaser, tmp_path, upstream, f
     assert len(holding) == 1, (kept_edit, kept_new)
     said = result.out + result.err
     assert holding[0] in said, said  # the message names where the work is
+
+
+def lane_of(upstream) -> Path:
+    """The scratch repository the apply in progress in `upstream` runs its lane in."""
+    worktree = Path(state_of(upstream)["worktree"])
+    git_dir = Path(git(worktree, "rev-parse", "--absolute-git-dir"))
+    return Path((git_dir / fastlane.MARKER).read_text().splitlines()[1])
+
+
+def steps_of(report: Path) -> list[tuple[str, str]]:
+    return [(s["name"], s["status"]) for s in json.loads(report.read_text())["steps"]]
+
+
+def test_a_lane_in_another_pid_namespace_leaves_a_running_lane_alone(tmp_path, upstream):
+    """Case 14: an apply in another PID namespace sharing /dev/shm (a container run with
+    --ipc=host) took a running lane's scratch repository for an orphan (its pid did not
+    exist there) and deleted it. The lock its process holds says it lives."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare here")
+    series = fork_and_tip(upstream, tmp_path)
+    twin = SyntheticUpstream(tmp_path / "twin")
+    shutil.copytree(upstream.path, twin.path, symlinks=True)
+    paused, resume = tmp_path / "paused", tmp_path / "resume"
+    point = FaultPoint("rebaser.steps.fastlane:_sequence", "before")
+    first = start_paused(
+        point, lane_args(series, upstream, "--json", tmp_path / "a.json"), paused, resume
+    )
+    try:
+        wait_for_file(paused, first)
+        lane = lane_of(upstream)
+        assert lane.is_dir()
+        other = ["unshare", "--pid", "--fork", sys.executable, "-m", "rebaser"]
+        other += map(str, lane_args(series, twin, "--json", tmp_path / "b.json"))
+        second = subprocess.run(other, capture_output=True, text=True, timeout=600)
+        if "unshare failed" in second.stderr or "unshare:" in second.stderr:
+            pytest.skip(f"cannot make a PID namespace here: {second.stderr.strip()}")
+        assert second.returncode == ExitCode.NOT_APPLIED, second.stdout + second.stderr
+        assert lane.is_dir(), "the other namespace's apply removed a running lane"
+    finally:
+        resume.write_text("go")
+        out, err = first.communicate(timeout=600)
+    assert first.returncode == ExitCode.NOT_APPLIED, out + err
+    assert steps_of(tmp_path / "a.json") == steps_of(tmp_path / "b.json")
+    assert not lane.exists()
+
+
+SHM_CASES = {
+    # a few kB: nothing fits (Docker gives 64 MB, which the lane may fill)
+    "tiny": ("size=8k", ""),
+    # full: PyTorch jobs fill it with their tensors
+    "full": ("size=40m", "head -c 41943040 /dev/zero > /dev/shm/filler 2>/dev/null;"),
+    # room by its size, none once the lane starts writing (the floor is lifted to get there)
+    "fills up as the lane starts": ("size=8k", ""),
+}
+
+
+@pytest.mark.parametrize("case", SHM_CASES)
+def test_a_small_or_full_dev_shm_falls_back_to_disk(tmp_path, upstream, case):
+    """Case 13: apply and continue stopped with a raw `No space left on device`; the lane
+    now runs on disk, with the same result."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare here")
+    series = fork_and_tip(upstream, tmp_path)
+    twin = SyntheticUpstream(tmp_path / "twin")
+    shutil.copytree(upstream.path, twin.path, symlinks=True)
+    expected = tmp_path / "expected.json"
+    ordinary = subprocess.run(
+        [sys.executable, "-m", "rebaser", *map(str, lane_args(series, twin, "--json", expected))],
+        capture_output=True,
+        text=True,
+    )
+    assert ordinary.returncode == ExitCode.NOT_APPLIED, ordinary.stderr
+    size, fill = SHM_CASES[case]
+    floor = "import rebaser.repo.scratch as s; s._MEMORY_FLOOR = 0; " if "fills" in case else ""
+    driver = f"import sys; {floor}from rebaser.cli import main; sys.exit(main(sys.argv[1:]))"
+    report = tmp_path / "report.json"
+    cli = " ".join(
+        shlex.quote(str(part))
+        for part in [sys.executable, "-c", driver, *lane_args(series, upstream, "--json", report)]
+    )
+    script = f"mount -t tmpfs -o {size} tmpfs /dev/shm || exit 99; {fill} exec {cli}"
+    done = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True
+    )
+    if done.returncode == 99 or "unshare:" in done.stderr:
+        pytest.skip(f"cannot mount a private /dev/shm here: {done.stderr.strip()}")
+    assert done.returncode == ExitCode.NOT_APPLIED, done.stdout + done.stderr
+    assert "No space left" not in done.stderr
+    assert steps_of(report) == steps_of(expected)

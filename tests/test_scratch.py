@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
+import time
 
 from synthetic import edit, git
 from test_fast_lane import carried, fork_and_tip
 
-from rebaser.repo import scratch
+from rebaser.repo import scratch, tempdirs
 from rebaser.repo import workspace
 from rebaser.errors import ExitCode
 from rebaser.repo.git import Git, commit_tree
@@ -29,7 +29,8 @@ def test_a_scratch_repository_borrows_objects_and_config_and_goes(upstream, tmp_
     head = git(bare, "rev-parse", "v1")
     with scratch.repository(git_dir, head) as lane:
         assert lane.path.parent == scratch.scratch_root()
-        assert [path.name for path in lane.path.iterdir()] == [".git"]  # no file written
+        written = sorted(path.name for path in lane.path.iterdir())
+        assert written == sorted([".git", tempdirs.OWNER])  # no file of the tree
         assert lane.out("status", "--porcelain") == ""
         assert lane.out("rev-parse", "HEAD") == head
         assert lane.out("config", "forkkit.probe") == "from the real repository"
@@ -49,23 +50,30 @@ def test_a_scratch_repository_borrows_objects_and_config_and_goes(upstream, tmp_
 
 
 def test_the_next_lane_removes_what_a_killed_one_left(rebaser, tmp_path, upstream):
-    gone = [sys.executable, "-c", "import os; print(os.getpid())"]
-    dead = subprocess.run(gone, stdout=subprocess.PIPE)
-    orphan = scratch.scratch_root() / f"{scratch.PREFIX}{int(dead.stdout)}-left"
-    living = scratch.scratch_root() / f"{scratch.PREFIX}{os.getpid()}-mine"
-    for folder in (orphan, living):
+    """A folder whose lock no process holds (what a kill leaves) goes; one a living process
+    holds stays, whatever its name says; one without a lock (an older rebaser's, or one
+    being made) only when it is old."""
+    root = scratch.scratch_root()
+    orphan = root / f"{scratch.PREFIX}left-by-a-kill"
+    (orphan / ".git").mkdir(parents=True)
+    (orphan / tempdirs.OWNER).write_text("")  # its holder is gone: nothing holds the lock
+    living = tempdirs.Owned(scratch.PREFIX, root)
+    young, old = root / f"{scratch.PREFIX}123-young", root / f"{scratch.PREFIX}123-old"
+    for folder in (young, old):
         (folder / ".git").mkdir(parents=True)
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
     try:
         series = fork_and_tip(upstream, tmp_path)
         assert carried(rebaser, series, upstream, tmp_path / "r.json").code == ExitCode.NOT_APPLIED
-        assert not orphan.exists()
-        assert living.exists()  # a process that still runs: not touched
+        assert not orphan.exists() and not old.exists()
+        assert living.path.exists() and young.exists()  # held, or being made: not touched
         steps = json.loads((tmp_path / "r.json").read_text())["steps"]
         assert steps[1]["status"] == "clean"
-        left = list(scratch.scratch_root().glob(f"{scratch.PREFIX}{os.getpid()}-*"))
-        assert left == [living]  # the lane's own scratch repository is gone
+        left = sorted(root.glob(f"{scratch.PREFIX}*"))
+        assert living.path in left and young in left
     finally:
-        for folder in (orphan, living):
+        living.release()
+        for folder in (orphan, young, old):
             subprocess.run(["rm", "-rf", str(folder)], check=True)
 
 

@@ -14,15 +14,12 @@ built alone, one for the last of a chain built at once (it keeps the chain).
 from __future__ import annotations
 
 import hashlib
-import shutil
-import tempfile
 import threading
 import weakref
-from pathlib import Path
 from typing import Callable, Optional
 
 from rebaser.errors import RebaserError
-from rebaser.repo import refs
+from rebaser.repo import refs, tempdirs
 from rebaser.repo.git import Git, commit_tree
 from rebaser.series.patches import Patch, Series
 from rebaser.carry.fastbuild import build_commits
@@ -148,9 +145,9 @@ class Replay:
         if self._broken or position <= self._applied:
             return None  # only asked again after the index moved on: not in a normal apply
         if not self._index:  # a private index, made when first needed
-            folder = tempfile.mkdtemp(prefix="forkkit-replay-")
-            weakref.finalize(self, shutil.rmtree, folder, True)
-            self._index = {"GIT_INDEX_FILE": str(Path(folder) / "index")}
+            folder = tempdirs.Owned("forkkit-replay-")  # a kill leaves it: swept next time
+            weakref.finalize(self, folder.release)
+            self._index = {"GIT_INDEX_FILE": str(folder.path / "index")}
             self.repo.run("read-tree", self._index_commit or self.base_sha, env=self._index)
             self._index_commit = self._index_commit or self.base_sha
         gap = self.patches[self._applied + 1 : position]

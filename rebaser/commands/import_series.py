@@ -10,6 +10,7 @@ import leaves nothing behind.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import tempfile
@@ -28,7 +29,9 @@ _LOG_FORMAT = "%x1e%H%x1f%P%x1f%h%x1f%s%x1f%B%x1f"  # records and fields split b
 
 
 def run(args: argparse.Namespace) -> ExitCode:
-    imported = import_range(args.repo, args.range, args.series_dir.resolve(), args.name)
+    # absolute, but not resolved: a link given as --series-dir is refused, not followed
+    series_dir = Path(os.path.abspath(args.series_dir))
+    imported = import_range(args.repo, args.range, series_dir, args.name)
     out = Output()
     for empty in imported.skipped_empty:
         out.say(f"  skipped (changes nothing): {empty}")
@@ -59,7 +62,13 @@ def import_range(
             f"series name {name!r} cannot be part of a branch name",
             next_step="pass --name with letters, digits, '.', '_' or '-'",
         )
-    if series_dir.exists() or series_dir.is_symlink():
+    if series_dir.is_symlink():
+        raise RebaserError(
+            f"{series_dir} is a symlink (to {os.readlink(series_dir)}); import makes a new "
+            "folder and never writes through a link",
+            next_step="pass the folder itself as --series-dir, or a new path",
+        )
+    if series_dir.exists():
         raise RebaserError(
             f"{series_dir} already exists; import never overwrites a series",
             next_step="choose a new --series-dir, or remove that folder yourself",

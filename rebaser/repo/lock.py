@@ -9,15 +9,18 @@ there is never a stale lock to remove by hand.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import json
 import os
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, TextIO
 
-from rebaser.errors import RebaserError
+from rebaser.errors import RebaserError, unusable_git_dir
 from rebaser.repo.git import Git
 from rebaser.repo.workspace import forkkit_dir
 
@@ -30,8 +33,7 @@ def lock_path(repo: Git) -> Path:
 def repository_lock(repo: Git, command: str) -> Iterator[None]:
     """Hold the repository's lock for `rebaser <command>`, or fail naming the holder."""
     path = lock_path(repo)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+", encoding="utf-8") as handle:
+    with _opened(path) as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -41,15 +43,44 @@ def repository_lock(repo: Git, command: str) -> Iterator[None]:
                 where=str(path),
                 next_step="wait for it to finish, then run again (the lock goes with its process)",
             ) from None
-        handle.seek(0)
-        handle.truncate()
         started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-        json.dump({"pid": os.getpid(), "command": command, "started": started}, handle)
-        handle.flush()
+        try:
+            handle.seek(0)
+            handle.truncate()
+            json.dump({"pid": os.getpid(), "command": command, "started": started}, handle)
+            handle.flush()
+        except OSError as exc:
+            raise unusable_git_dir("write rebaser's lock", path, exc) from None
         try:
             yield
         finally:
-            handle.truncate(0)
+            with contextlib.suppress(OSError):  # the lock itself goes with the file
+                handle.truncate(0)
+
+
+def _opened(path: Path) -> TextIO:
+    """The lock file, opened without following a link and never truncated by the open."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _not_a_lock(path, "is a symlink") from None
+        if exc.errno in (errno.EISDIR, errno.ENOTDIR, errno.EEXIST):
+            raise _not_a_lock(path, "is a folder (or on a path through a file)") from None
+        raise unusable_git_dir("make rebaser's lock", path, exc) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _not_a_lock(path, "is not a regular file")
+    return os.fdopen(fd, "r+", encoding="utf-8")
+
+
+def _not_a_lock(path: Path, what: str) -> RebaserError:
+    return RebaserError(
+        f"{path} {what}, where rebaser keeps the file it locks while it changes the repository",
+        where=str(path),
+        next_step="remove it (rebaser makes the file itself), then run again",
+    )
 
 
 def _holder(text: str) -> str:

@@ -8,8 +8,10 @@ where there is none) that borrows the real repository's objects (alternates) and
 (an include), with a sparse index and no file checked out; the objects it made go back to
 the real repository in one pack, and the apply's worktree then moves its branch to them.
 
-A kill leaves the folder behind: the next lane removes the folders of processes that are
-gone, and `continue`/`abort` remove the one their worktree names.
+A kill leaves the folder behind: the next lane removes those no living process holds (a
+lock, repo/tempdirs.py: not a pid, which means nothing in another PID namespace sharing
+/dev/shm), and `continue`/`abort` remove the one their worktree names. Where /dev/shm is
+missing, small or full, the lane runs in the system's temporary folder on disk.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator
 
-from rebaser.repo import late_checkout
+from rebaser.errors import RebaserError
+from rebaser.repo import late_checkout, tempdirs
 from rebaser.repo.git import Git
 
 PREFIX = "forkkit-lane-"
@@ -42,27 +45,43 @@ _OWN_CONFIG = """[core]
 @contextlib.contextmanager
 def repository(real_git_dir: Path, head: str) -> Iterator[Git]:
     """A repository whose HEAD is `head` (detached), reading `real_git_dir`'s objects;
-    removed after the block."""
-    parent = scratch_root()
-    _remove_orphans(parent)
-    root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=parent))
-    try:
-        scratch = Git(root)
-        object_format = "sha256" if len(head) == 64 else "sha1"
-        scratch.run("init", "--quiet", "--template=", f"--object-format={object_format}")
-        git_dir = root / ".git"
-        common = _common_dir(real_git_dir)
-        (git_dir / "objects" / "info").mkdir(parents=True, exist_ok=True)
-        alternates = git_dir / "objects" / "info" / "alternates"
-        alternates.write_text(f"{_quoted(common / 'objects')}\n", encoding="utf-8")
-        with (git_dir / "config").open("a", encoding="utf-8") as config:
-            config.write(f"[include]\n\tpath = {_quoted(common / 'config')}\n")
-            config.write(_OWN_CONFIG.format(root=_quoted(root)))
-        (git_dir / "HEAD").write_text(f"{head}\n")
-        late_checkout.begin(scratch, git_dir)  # the index; no file written
-        yield scratch
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    removed after the block. In memory when there is room, else on disk."""
+    roots = _roots()
+    for number, parent in enumerate(roots, start=1):
+        folder = None
+        try:
+            folder = tempdirs.Owned(PREFIX, parent)
+            scratch = _made(folder.path, real_git_dir, head)
+        except (OSError, RebaserError):  # e.g. no space left in /dev/shm: on disk then
+            if folder is not None:
+                folder.release()
+            if number == len(roots):
+                raise
+            continue
+        try:
+            yield scratch
+        finally:
+            folder.release()
+        return
+
+
+def _made(root: Path, real_git_dir: Path, head: str) -> Git:
+    scratch = Git(root)
+    object_format = "sha256" if len(head) == 64 else "sha1"
+    scratch.run("init", "--quiet", "--template=", f"--object-format={object_format}")
+    git_dir = root / ".git"
+    common = _common_dir(real_git_dir)
+    (git_dir / "info").mkdir(exist_ok=True)
+    (git_dir / "info" / "exclude").write_text(f"/{tempdirs.OWNER}\n")  # its holder's lock
+    (git_dir / "objects" / "info").mkdir(parents=True, exist_ok=True)
+    alternates = git_dir / "objects" / "info" / "alternates"
+    alternates.write_text(f"{_quoted(common / 'objects')}\n", encoding="utf-8")
+    with (git_dir / "config").open("a", encoding="utf-8") as config:
+        config.write(f"[include]\n\tpath = {_quoted(common / 'config')}\n")
+        config.write(_OWN_CONFIG.format(root=_quoted(root)))
+    (git_dir / "HEAD").write_text(f"{head}\n")
+    late_checkout.begin(scratch, git_dir)  # the index; no file written
+    return scratch
 
 
 def bring_back(scratch: Git, real: Git, tip: str, head: str) -> None:
@@ -85,15 +104,32 @@ def bring_back(scratch: Git, real: Git, tip: str, head: str) -> None:
 def remove(folder: str) -> None:
     """Remove a scratch repository a kill left (a marker named it), and nothing else."""
     path = Path(folder)
-    if path.name.startswith(PREFIX) and path.parent == scratch_root():
+    if path.name.startswith(PREFIX) and path.parent in _roots() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
 
 
 def scratch_root() -> Path:
     """tmpfs where Linux has it, else the system's temporary folder."""
+    return _roots()[0]
+
+
+# Below this much free space in /dev/shm the lane starts on disk (a full /dev/shm is common
+# where PyTorch jobs run; Docker's default is 64 MB in all).
+_MEMORY_FLOOR = 32 << 20
+
+
+def _roots() -> list[Path]:
+    """Where a scratch repository may go, in order: /dev/shm when it has room, then the
+    system's temporary folder."""
+    disk = Path(tempfile.gettempdir())
     if _MEMORY.is_dir() and os.access(_MEMORY, os.W_OK | os.X_OK):
-        return _MEMORY
-    return Path(tempfile.gettempdir())
+        try:
+            room = os.statvfs(_MEMORY)
+        except OSError:
+            return [disk]
+        if room.f_bavail * room.f_frsize >= _MEMORY_FLOOR:
+            return [_MEMORY, disk]
+    return [disk]
 
 
 def _quoted(path: Path) -> str:
@@ -109,26 +145,3 @@ def _common_dir(git_dir: Path) -> Path:
     if pointer.is_file():
         return (git_dir / pointer.read_text().strip()).resolve()
     return git_dir.resolve()
-
-
-def _remove_orphans(parent: Path) -> None:
-    """Scratch repositories of processes that no longer run (killed in a lane)."""
-    for folder in parent.glob(f"{PREFIX}*"):
-        pid = _pid_of(folder.name)
-        if pid is not None and pid != os.getpid() and not _alive(pid):
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _pid_of(name: str) -> Optional[int]:
-    head = name[len(PREFIX) :].split("-", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True

@@ -12,6 +12,7 @@ tests is `exported`: no worktree is registered, so even a kill leaves none behin
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import tempfile
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-from rebaser.repo import late_checkout, refs
+from rebaser.repo import late_checkout, refs, tempdirs
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo.git import FORKKIT_AUTHOR, Git
 
@@ -94,15 +95,27 @@ def create(
             where=str(repo.path),
             code=ExitCode.ENVIRONMENT,
         )
+    # Said before the worktree exists (a kill may come before its marker): it is ours.
+    intent = _intent(repo, path)
+    intent.parent.mkdir(parents=True, exist_ok=True)
+    intent.write_text(f"{path}\n")
     try:  # its files are written when a step needs them (late_checkout)
         repo.run("worktree", "add", "--quiet", "--no-checkout", str(path), branch)
     except BaseException:  # a failure or a Ctrl-C: no branch without its worktree
         repo.run("update-ref", "-d", ref, base_sha, check=False)
+        intent.unlink(missing_ok=True)
         raise
     git_dir = worktree_git_dir(path)
     (git_dir / _MARKER).write_text(branch + "\n")
+    intent.unlink()
     late_checkout.begin(Git(path), git_dir)
     return Workspace(branch, path)
+
+
+def _intent(repo: Git, path: Path) -> Path:
+    """Where `create` notes a worktree it is about to add (gone once its marker is in)."""
+    key = hashlib.sha1(str(path).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return forkkit_dir(repo) / "creating" / key
 
 
 def _exists(repo: Git, branch: str) -> RebaserError:
@@ -143,7 +156,7 @@ def remove(repo: Git, branch: str, *, reason: str) -> Optional[str]:
     """
     where = _registered_worktree(repo, branch)
     if where is not None:
-        if not _is_forkkit_worktree(where):
+        if not _is_forkkit_worktree(repo, where):
             raise RebaserError(
                 f"branch {branch} is checked out in {where}, which rebaser did not create",
                 next_step="switch that checkout to another branch first",
@@ -161,6 +174,7 @@ def remove(repo: Git, branch: str, *, reason: str) -> Optional[str]:
             )
         save_uncommitted(Git(where), f"forkkit: ignored files kept by rebaser ({reason})\n")
         repo.run("worktree", "remove", "--force", str(where))
+        _intent(repo, where).unlink(missing_ok=True)
     backup = None
     if repo.ref_exists(f"refs/heads/{branch}"):
         backup = refs.backup(branch, reason)
@@ -175,11 +189,12 @@ def discard(repo: Git, branch: str) -> None:
     """Remove a throwaway branch (verify, bisect) and its worktree, whatever they hold."""
     where = checked_out_at(repo, branch)
     if where is not None:
-        if not _is_forkkit_worktree(where):
+        if not _is_forkkit_worktree(repo, where):
             raise RebaserError(
                 f"branch {branch} is checked out in {where}, which rebaser did not create"
             )
         repo.run("worktree", "remove", "--force", str(where))
+        _intent(repo, where).unlink(missing_ok=True)
     if repo.ref_exists(f"refs/heads/{branch}"):
         repo.run("branch", "--quiet", "-D", branch)
     _forget_beside(repo, branch)
@@ -202,31 +217,43 @@ def throwaway_branch(repo: Git, branch: str, *, keep: bool = False) -> Iterator[
 
 @contextlib.contextmanager
 def detached(repo: Git, sha: str, purpose: str) -> Iterator[Path]:
-    """A detached worktree at `sha` in a temporary folder, removed after the block."""
-    folder = Path(tempfile.mkdtemp(prefix=f"forkkit-{purpose}-"))
-    tree = folder / "tree"
-    repo.run("worktree", "add", "--quiet", "--detach", str(tree), sha)
-    try:
-        yield tree
-    finally:
-        repo.run("worktree", "remove", "--force", str(tree), check=False)
-        shutil.rmtree(folder, ignore_errors=True)
+    """A detached worktree at `sha` in a temporary folder, removed after the block. Those a
+    kill left in this repository (no living process holds their folder) go first."""
+    prefix = f"forkkit-{purpose}-"
+    _remove_orphaned_detached(repo, prefix)
+    with tempdirs.owned(prefix) as folder:
+        tree = folder / "tree"
+        repo.run("worktree", "add", "--quiet", "--detach", str(tree), sha)
+        try:
+            yield tree
+        finally:
+            repo.run("worktree", "remove", "--force", str(tree), check=False)
+
+
+def _remove_orphaned_detached(repo: Git, prefix: str) -> None:
+    """The worktrees registered here in `<tmp>/<prefix>*/tree` whose process is gone."""
+    root = Path(tempfile.gettempdir()).resolve()
+    for line in repo.out("worktree", "list", "--porcelain").splitlines():
+        tree = Path(line[len("worktree ") :]) if line.startswith("worktree ") else None
+        if tree is None or tree.name != "tree" or tree.parent.parent != root:
+            continue
+        if tree.parent.name.startswith(prefix) and not tempdirs.held(tree.parent):
+            repo.run("worktree", "remove", "--force", str(tree), check=False)
+            shutil.rmtree(tree.parent, ignore_errors=True)
+    repo.run("worktree", "prune")  # one whose folder was removed by hand
 
 
 @contextlib.contextmanager
 def exported(repo: Git, sha: str, purpose: str) -> Iterator[Path]:
     """The files of `sha` in a temporary folder, removed after the block. Written with a
     private index, so nothing is registered in the repository: a kill leaves no worktree
-    of rebaser's behind in it."""
-    folder = Path(tempfile.mkdtemp(prefix=f"forkkit-{purpose}-"))
-    tree = folder / "tree"
-    tree.mkdir()
-    try:
+    of rebaser's behind in it, and the next export removes the folder it left."""
+    with tempdirs.owned(f"forkkit-{purpose}-") as folder:
+        tree = folder / "tree"
+        tree.mkdir()
         index = {"GIT_INDEX_FILE": str(folder / "index")}
         repo.run("--work-tree", str(tree), "checkout", sha, "--", ".", env=index)
         yield tree
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def save_uncommitted(git: Git, message: str) -> Optional[SavedFiles]:
@@ -294,7 +321,7 @@ def forkkit_branches(repo: Git) -> list[str]:
         if line.startswith("worktree "):
             current = Path(line[len("worktree ") :])
         elif line.startswith("branch refs/heads/") and current and current.is_dir():
-            if _is_forkkit_worktree(current):
+            if _is_forkkit_worktree(repo, current):
                 branches.append(line[len("branch refs/heads/") :])
     return branches
 
@@ -313,9 +340,10 @@ def _registered_worktree(repo: Git, branch: str) -> Optional[Path]:
     return where
 
 
-def _is_forkkit_worktree(path: Path) -> bool:
-    """Whether rebaser created this worktree (it leaves a marker in the worktree's git dir)."""
-    return (worktree_git_dir(path) / _MARKER).exists()
+def _is_forkkit_worktree(repo: Git, path: Path) -> bool:
+    """Whether rebaser created this worktree: a marker in the worktree's git dir, or (killed
+    before the marker was written) the note `create` left before adding it."""
+    return (worktree_git_dir(path) / _MARKER).exists() or _intent(repo, path).is_file()
 
 
 def _worktree_git_dir(path: Path) -> Path:

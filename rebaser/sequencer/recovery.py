@@ -7,12 +7,11 @@ are refused before anything happens, or saved under refs/forkkit/backups/ first.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
-from rebaser.repo import late_checkout
+from rebaser.repo import late_checkout, tempdirs
 from rebaser.repo import workspace
 from rebaser.errors import RebaserError
 from rebaser.repo import refs
@@ -109,8 +108,8 @@ def restore_last_step(state: ApplyState, worktree: Git) -> Optional[str]:
 def snapshot(git: Git, message: str) -> str:
     """A commit of HEAD plus everything in the worktree (untracked files too), made with a
     private index: the worktree, its index and its branch stay as they are."""
-    with tempfile.TemporaryDirectory(prefix="forkkit-index-") as folder:
-        env = {"GIT_INDEX_FILE": str(Path(folder) / "index")}
+    with tempdirs.owned("forkkit-index-") as folder:
+        env = {"GIT_INDEX_FILE": str(folder / "index")}
         git.run("read-tree", "HEAD", env=env)
         git.run("add", "--all", env=env)
         tree = git.out("write-tree", env=env)

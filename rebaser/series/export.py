@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import re
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
 from rebaser.errors import RebaserError
+from rebaser.repo import tempdirs
 from rebaser.repo.git import Git, commit_tree
 from rebaser.series.patches import PATCH_TRAILER, readable_header, strip_identity, unquote_path
 
@@ -110,10 +110,9 @@ def _binary_attributes(paths: list[bytes]) -> Iterator[Path]:
     """An attributes file that makes git diff these paths as binary (each anchored at the
     top, glob characters escaped, C-quoted as git reads a quoted pattern)."""
     lines = b"".join(b'"/' + _quoted(_glob_escaped(path)) + b'" -diff\n' for path in paths)
-    with tempfile.NamedTemporaryFile(prefix="forkkit-attributes-") as handle:
-        handle.write(lines)
-        handle.flush()
-        yield Path(handle.name)
+    with tempdirs.owned("forkkit-attributes-") as folder:
+        (folder / "attributes").write_bytes(lines)
+        yield folder / "attributes"
 
 
 def _glob_escaped(path: bytes) -> bytes:

@@ -15,14 +15,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from rebaser.repo import workspace
+from rebaser.repo import tempdirs, workspace
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo.git import Git
 from rebaser.series.patches import Series
@@ -157,7 +156,7 @@ def run_pytest(
     extra_args: Sequence[str] = (),
 ) -> SuiteResult:
     """Run pytest on `paths` (relative to `tree`) with the tree first on PYTHONPATH."""
-    with tempfile.TemporaryDirectory(prefix="forkkit-pytest-") as tmp:
+    with tempdirs.owned("forkkit-pytest-") as tmp:  # a kill leaves it: the next run sweeps
         plugin_dir = Path(tmp) / "plugin"
         plugin_dir.mkdir()
         shutil.copyfile(_PLUGIN_SOURCE, plugin_dir / f"{PLUGIN}.py")
