@@ -10,9 +10,9 @@ from typing import Callable, Optional, Sequence
 
 from rebaser import __version__, crash
 from rebaser.commands import apply, bisect, import_series, refresh, verify
-from rebaser.commands.output import Output
+from rebaser.commands.output import Output, check_writable
 from rebaser.config import require_writable_cache
-from rebaser.errors import ExitCode, RebaserError
+from rebaser.errors import MACHINE_ERRNOS, ExitCode, RebaserError, machine_failure
 from rebaser.steps.testrun import TEST_MODES
 
 
@@ -218,9 +218,21 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], ExitCode]] = {
 _CACHE_WRITERS = frozenset({"apply", "continue", "abort", "verify", "bisect"})
 
 
+# The files a command may be asked to write its results to (option attribute, spelling):
+# checked before any work, so that hours of tests are not lost to a typo in a path.
+_OUTPUTS = {
+    "json": "--json",
+    "markdown": "--markdown",
+    "range_diff_markdown": "--range-diff-markdown",
+}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
+        for name, option in _OUTPUTS.items():
+            if (target := getattr(args, name, None)) is not None:
+                check_writable(target, option)
         if args.command in _CACHE_WRITERS:
             require_writable_cache()
         return int(_COMMANDS[args.command](args))
@@ -230,10 +242,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt as interrupted:
         Output().notice(f"interrupted {interrupted}".strip())
         return int(ExitCode.INTERRUPTED)
+    except OSError as error:
+        if error.errno not in MACHINE_ERRNOS:  # a file rebaser did not expect: a bug
+            return _crashed(error, argv)
+        Output().error(machine_failure(error))
+        return int(ExitCode.ENVIRONMENT)
     except Exception as error:  # a bug: one line here, the traceback in a log file
-        log = crash.write_log(error, list(argv if argv is not None else sys.argv[1:]))
-        kept = f"the traceback is in {log}" if log else "no log could be written; traceback:"
-        Output().failure(f"rebaser failed unexpectedly: {crash.summary(error)}; {kept}")
-        if log is None:
-            traceback.print_exception(error, file=sys.stderr)
-        return int(ExitCode.INTERNAL)
+        return _crashed(error, argv)
+
+
+def _crashed(error: BaseException, argv: Optional[Sequence[str]]) -> int:
+    log = crash.write_log(error, list(argv if argv is not None else sys.argv[1:]))
+    kept = f"the traceback is in {log}" if log else "no log could be written; traceback:"
+    Output().failure(f"rebaser failed unexpectedly: {crash.summary(error)}; {kept}")
+    if log is None:
+        traceback.print_exception(error, file=sys.stderr)
+    return int(ExitCode.INTERNAL)

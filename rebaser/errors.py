@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import errno
 from pathlib import Path
 
 
@@ -58,5 +59,35 @@ def unusable_git_dir(doing: str, path: Path, error: OSError) -> RebaserError:
         where=str(path),
         next_step="rebaser keeps its lock, state and refs in the repository's git dir: make "
         "it writable (or free space there), then run the command again",
+        code=ExitCode.ENVIRONMENT,
+    )
+
+
+# What the machine says when it cannot do what rebaser asks of a file: no room, no right to
+# write, a failing disk, too many open files. Any other OSError nobody handled is a bug.
+MACHINE_ERRNOS = frozenset(
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EROFS,
+        errno.EACCES,
+        errno.EPERM,
+        errno.EIO,
+        errno.EMFILE,
+        errno.ENFILE,
+        errno.ENOMEM,
+    }
+)
+
+
+def machine_failure(error: OSError) -> RebaserError:
+    """An OSError of MACHINE_ERRNOS no step turned into its own message: exit 5, naming the
+    file and what the system said."""
+    where = error.filename or "a file rebaser uses"
+    return RebaserError(
+        f"the system refused rebaser a file: {error.strerror or error} ({where})",
+        where=str(where),
+        next_step="free space there or make it writable, then run the command again (an "
+        "apply in progress: `rebaser status` says where it stands)",
         code=ExitCode.ENVIRONMENT,
     )

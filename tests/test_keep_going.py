@@ -155,6 +155,7 @@ def test_refresh_drops_the_resolutions_of_a_patch_it_drops(rebaser, tmp_path, up
     for name in ("0001-change-1.patch", "0002-change-2.patch"):  # one goes, one stays listed
         (records / name / ("0" * 40)).mkdir(parents=True)
         (records / name / ("0" * 40) / "preimage").write_text(f"{name}\n")
+        (records / name / ("0" * 40) / "postimage").write_text(f"{name}\n")
     _, report = apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going")
     refreshed = rebaser("refresh", "--series", series, "--repo", report["worktree"])
     assert refreshed.code == ExitCode.OK, refreshed.err
@@ -162,19 +163,21 @@ def test_refresh_drops_the_resolutions_of_a_patch_it_drops(rebaser, tmp_path, up
     assert sorted(path.name for path in records.iterdir()) == ["0002-change-2.patch"]
 
 
-def test_refresh_drops_a_linked_resolutions_folder_and_keeps_what_it_points_to(
+def test_a_linked_resolutions_folder_is_refused_and_what_it_points_to_kept(
     rebaser, tmp_path, upstream
 ):
+    """Records are plain folders (tests/test_safety_records.py): a linked one is refused by
+    apply and by refresh, which never follow it."""
     series = series_with_a_knock_on(tmp_path, upstream, v2_from=ADD_DOC)  # v2 has 0001
     elsewhere = tmp_path / "shared-records" / ("0" * 40)
     elsewhere.mkdir(parents=True)
     (elsewhere / "preimage").write_text("kept\n")
     (series.parent / "resolutions").mkdir()
     (series.parent / "resolutions" / "0001-change-1.patch").symlink_to(elsewhere.parent)
-    _, report = apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going")
-    refreshed = rebaser("refresh", "--series", series, "--repo", report["worktree"])
-    assert refreshed.code == ExitCode.OK, refreshed.err
-    assert list((series.parent / "resolutions").iterdir()) == []
+    applied = apply(rebaser, series, upstream, "v2", "--keep-going")
+    assert applied.code == ExitCode.USAGE and "is a symlink" in applied.err, applied.err
+    refreshed = rebaser("refresh", "--series", series, "--repo", upstream.path, "--check")
+    assert refreshed.code == ExitCode.USAGE and "is a symlink" in refreshed.err, refreshed.err
     assert (elsewhere / "preimage").read_text() == "kept\n"
 
 

@@ -10,8 +10,8 @@ import leaves nothing behind.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -22,9 +22,8 @@ from rebaser.commands.output import Output
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.series.export import export_patch, export_range, patch_file_name, split_patches
 from rebaser.repo.git import Git, find_repo
-from rebaser.series.patches import PATCH_TRAILER, load_series
+from rebaser.series.patches import PATCH_TRAILER, load_series, valid_series_name
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _LOG_FORMAT = "%x1e%H%x1f%P%x1f%h%x1f%s%x1f%B%x1f"  # records and fields split by ASCII separators
 
 
@@ -56,12 +55,7 @@ def import_range(
     git = _repository(repo)
     base, tip = _parse_range(git, range_spec)
     commits = _commits(git, base, tip, range_spec)
-    name = name or series_dir.name
-    if not _NAME_RE.match(name):
-        raise RebaserError(
-            f"series name {name!r} cannot be part of a branch name",
-            next_step="pass --name with letters, digits, '.', '_' or '-'",
-        )
+    name = valid_series_name(name or series_dir.name, "--name (default: the folder's name)")
     if series_dir.is_symlink():
         raise RebaserError(
             f"{series_dir} is a symlink (to {os.readlink(series_dir)}); import makes a new "
@@ -73,8 +67,22 @@ def import_range(
             f"{series_dir} already exists; import never overwrites a series",
             next_step="choose a new --series-dir, or remove that folder yourself",
         )
-    series_dir.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{series_dir.name}.import-", dir=series_dir.parent))
+    try:
+        series_dir.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(
+            tempfile.mkdtemp(prefix=f".{series_dir.name}.import-", dir=series_dir.parent)
+        )
+    except OSError as exc:
+        raise RebaserError(
+            f"cannot make the series folder {series_dir}: {exc.strerror or exc}",
+            where=str(exc.filename or series_dir.parent),
+            next_step="choose a --series-dir in a folder you can write to",
+            code=(
+                ExitCode.ENVIRONMENT
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+                else ExitCode.USAGE
+            ),
+        ) from None
     try:
         imported = _write_series(git, commits, scratch, name, base)
         scratch.rename(series_dir)

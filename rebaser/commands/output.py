@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence, Union
@@ -17,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rebaser.errors import RebaserError
+from rebaser.errors import ExitCode, RebaserError
 from rebaser.sequencer.machine import Progress
 from rebaser.sequencer.report import Report
 
@@ -100,14 +101,48 @@ def styled(status: str) -> Text:
 
 def write_json(path: Path, data: Any) -> None:
     """Every JSON file rebaser writes: indented, one trailing newline, folders made."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def write_text(path: Path, text: str) -> None:
     """A Markdown summary or another text file a command was asked for; folders made."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:  # checked before the work (check_writable): the disk filled since
+        raise RebaserError(
+            f"cannot write {path}: {exc.strerror or exc}; the work itself is done (above)",
+            where=str(path),
+            next_step="free space there (or choose another file), then run the command again",
+            code=ExitCode.ENVIRONMENT,
+        ) from None
+
+
+def check_writable(path: Path, option: str) -> None:
+    """Refuse, before any work, a file a command was asked to write that it could not
+    (a folder there, a read-only or missing way to it): exit 2. Nothing is created."""
+    problem = ""
+    try:
+        if path.is_dir():
+            problem = "is a folder"
+        elif path.exists() or path.is_symlink():
+            with path.open("a"):
+                pass
+        else:
+            ancestor = next(folder for folder in path.parents if folder.exists())
+            if not ancestor.is_dir():
+                problem = f"cannot be made: {ancestor} is not a folder"
+            else:
+                with tempfile.TemporaryFile(dir=ancestor):
+                    pass
+    except OSError as exc:
+        problem = f"cannot be written: {exc.strerror or exc}"
+    if problem:
+        raise RebaserError(
+            f"{option} {path} {problem}",
+            where=str(path),
+            next_step=f"give {option} a file in a folder you can write to",
+        )
 
 
 def _console(*, stderr: bool) -> Console:

@@ -102,6 +102,12 @@ def refresh(
         branch = git.out("rev-parse", "--abbrev-ref", "HEAD")
         if branch == "HEAD":
             raise RebaserError("no branch is checked out here", next_step="pass --branch NAME")
+    elif git.rev_parse(f"refs/heads/{branch}") is None:
+        raise RebaserError(
+            f"no branch {branch} in {git.path}",
+            next_step="name a branch made by `rebaser apply` (`git branch --list 'forkkit/*'` "
+            "lists them), or pass --repo for the repository that has it",
+        )
     if not write:
         return _export(series, git, branch, write=False)
     with repository_lock(git, "refresh"):

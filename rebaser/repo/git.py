@@ -322,9 +322,10 @@ def _output(name: str, text: str, limit: int = 2000) -> str:
 
 
 def find_repo(path: Path) -> Optional[Git]:
-    """The git repository (worktree) containing `path`, or None."""
+    """The git repository containing `path` (its worktree; a bare repository's git dir,
+    where rebaser works in worktrees of its own), or None."""
     try:
-        top = gitpython.Repo(path, search_parent_directories=True).working_tree_dir
+        found = gitpython.Repo(path, search_parent_directories=True)
     except (gitpython.exc.InvalidGitRepositoryError, gitpython.exc.NoSuchPathError):
         return None
-    return Git(top) if top else None
+    return Git(found.working_tree_dir or found.git_dir)

@@ -129,18 +129,20 @@ def _exists(repo: Git, branch: str) -> RebaserError:
 
 def _check_folder(path: Path) -> None:
     """The worktree's folder: absent or empty, and makeable (its parents are created)."""
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise RebaserError(
-            f"worktree folder {path} exists and is not an empty folder",
-            next_step="choose another --worktree, or remove what is there",
-        )
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
+        in_use = path.exists() and (not path.is_dir() or any(path.iterdir()))
+        if not in_use:
+            path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a name too long, a read-only folder, a file on the way
         raise RebaserError(
             f"cannot make the worktree's folder {path}: {exc.strerror}",
             next_step="choose a --worktree in a folder you can write to",
         ) from None
+    if in_use:
+        raise RebaserError(
+            f"worktree folder {path} exists and is not an empty folder",
+            next_step="choose another --worktree, or remove what is there",
+        )
 
 
 def _forget_beside(repo: Git, branch: str) -> None:

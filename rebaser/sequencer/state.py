@@ -7,6 +7,7 @@ repository has at most one apply in progress. A small registry in the cache fold
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -15,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from rebaser.errors import RebaserError
+from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo.git import Git, find_repo
 from rebaser.steps.records import StepRow, Stop
 from rebaser.config import cache_dir
@@ -58,15 +59,28 @@ class ApplyState:
         return Git(self.repo)
 
     def save(self) -> None:
+        """Write the state (a new file renamed over the old: a failure keeps the last one)."""
         if self.ephemeral:
             return
         path = state_path(self.repo_git)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        tmp.replace(path)
-        _registry_file(self.repo).parent.mkdir(parents=True, exist_ok=True)
-        _registry_file(self.repo).write_text(self.repo + "\n")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+            tmp.replace(path)
+            _registry_file(self.repo).parent.mkdir(parents=True, exist_ok=True)
+            _registry_file(self.repo).write_text(self.repo + "\n")
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise RebaserError(
+                f"cannot save the apply's state: {exc.strerror or exc}",
+                where=str(exc.filename or path),
+                next_step="free space there (or make it writable); the apply stands as after "
+                "an interruption: `rebaser continue` redoes the step under way, `rebaser "
+                "status` says where it stands, `rebaser abort` drops it",
+                code=ExitCode.ENVIRONMENT,
+            ) from None
 
     def clear(self) -> None:
         if self.ephemeral:

@@ -225,7 +225,7 @@ class Series:
         check_records(file.parent)  # and resolution records that are not plain files
         return cls(
             file=file.resolve(),
-            name=_series_name(listing.settings.get("name", file.parent.name), file),
+            name=valid_series_name(listing.settings.get("name", file.parent.name), str(file)),
             base=listing.base,
             overlay_dir=overlay_dir,
             upstream_tests=listing.lists["upstream-test"],
@@ -314,12 +314,25 @@ class _Listing:
         self.names.append(name)
 
 
-def _series_name(name: str, file: Path) -> str:
-    """@name becomes part of a branch name: refuse what git would not take."""
+# A branch name's component, a ref file's name and a worktree folder's name: well under
+# the 255 bytes a file name may have, with room for what rebaser puts around it.
+NAME_LIMIT = 100
+
+
+def valid_series_name(name: str, where: str) -> str:
+    """@name becomes part of a branch name: refuse what git (or the file system) would not
+    take, before anything is made."""
+    if len(name) > NAME_LIMIT:
+        raise RebaserError(
+            f"series name {name[:20]}... is too long ({len(name)} characters; at most "
+            f"{NAME_LIMIT}): it names branches, refs and folders",
+            where=where,
+            next_step="give the series a shorter @name",
+        )
     if not _NAME_RE.match(name) or ".." in name or name.endswith((".", ".lock")):
         raise RebaserError(
             f"series name {name!r} cannot be part of a branch name",
-            where=str(file),
+            where=where,
             next_step="use letters, digits, '-', '_' and single dots in @name",
         )
     return name

@@ -11,6 +11,7 @@ from __future__ import annotations
 import calendar
 import fcntl
 import re
+import stat
 import sys
 import zipfile
 import zlib
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-from rebaser.errors import ExitCode, RebaserError
+from rebaser.errors import ExitCode, RebaserError, unwritable
 from rebaser.repo.git import FORKKIT_AUTHOR, Git
 from rebaser.upstream import pypi_index
 
@@ -89,7 +90,7 @@ class PypiUpstream:
             for cached in sorted(self.wheel_dir.glob(pattern)):
                 if not cached.is_file():
                     raise RebaserError(
-                        f"{cached} is a folder where the cache expects a wheel file",
+                        f"{cached} is {_kind(cached)} where the cache expects a wheel file",
                         next_step="remove it (or point DSA_FORKKIT_WHEELS elsewhere), then run "
                         "again",
                         code=ExitCode.ENVIRONMENT,
@@ -117,8 +118,11 @@ class PypiUpstream:
             f"the cached {wheel.name} is not {listed} (it has {actual}): "
             "removing it and downloading it again"
         )
-        wheel.unlink()
-        record.unlink(missing_ok=True)
+        try:
+            wheel.unlink()
+            record.unlink(missing_ok=True)
+        except OSError as exc:  # a read-only shared wheel folder: never imported, then
+            raise unwritable("the wheel folder", wheel.parent, exc, "DSA_FORKKIT_WHEELS") from None
         return False
 
     def _import_wheel(self, wheel: Path, version: str) -> Release:
@@ -197,6 +201,22 @@ def _record_digest(wheel: Path, sha256: str) -> None:
         _digest_file(wheel).write_text(sha256 + "\n")
     except OSError:
         pass  # a read-only shared wheel folder: the index is asked again next time
+
+
+def _kind(path: Path) -> str:
+    """What is at `path`, in words (`a folder`, `a FIFO`, ...)."""
+    mode = path.lstat().st_mode
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISLNK, "a broken symlink"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def _notice(message: str) -> None:
