@@ -5,6 +5,7 @@ target untouched."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,10 +14,11 @@ from pathlib import Path
 
 import pytest
 from faults import FaultPoint, kill_leftover, run_with_fault, wait_until_gone
-from synthetic import CALC, edit, git, history, two_patch_series
+from synthetic import ADD_DOC, CALC, calc_series, edit, git, history, two_patch_series
 from test_safety_interrupt import start_slow_apply
 
 from rebaser.errors import ExitCode
+from rebaser.upstream import pypi_cache
 
 
 @pytest.fixture
@@ -116,3 +118,53 @@ def test_import_into_a_dangling_symlink_writes_nothing_at_its_target(rebaser, tm
 
 def apply_args(series, upstream) -> list:
     return ["apply", "--series", series, "--repo", upstream.path, "--base", "v1", "--test", "none"]
+
+
+def test_a_fifo_in_the_overlay_is_refused_not_read_forever(tmp_path, upstream):
+    """Found in the sweep: a FIFO in the overlay was read by the overlay step, which waited
+    forever for a writer."""
+    series = two_patch_series(tmp_path, upstream, overlay={"pkg/extra.py": "X = 1\n"})
+    os.mkfifo(series.parent.parent / "overlay" / "pkg" / "pipe")
+    done = subprocess.run(
+        [sys.executable, "-m", "rebaser", *map(str, apply_args(series, upstream))],
+        capture_output=True,
+        text=True,
+        timeout=300,  # a guard: the bug was a hang
+    )
+    assert done.returncode == ExitCode.USAGE, done.stdout + done.stderr
+    assert "pkg/pipe is not a regular file" in done.stderr
+
+
+def test_refresh_replaces_a_linked_patch_file_and_never_writes_through_it(
+    rebaser, tmp_path, upstream
+):
+    """Found in the sweep: refresh wrote a changed patch through a patch file that was a
+    symlink, into the file it points to (outside the series folder)."""
+    series = calc_series(tmp_path, upstream, [("demo: document add", ADD_DOC)])
+    patch = series.parent / "0001-change-1.patch"
+    outside = tmp_path / "outside.patch"
+    outside.write_bytes(patch.read_bytes())
+    patch.unlink()
+    os.symlink(outside, patch)
+    report = tmp_path / "r.json"
+    assert rebaser(*apply_args(series, upstream), "--json", report).code == ExitCode.OK
+    tree = Path(json.loads(report.read_text())["worktree"])
+    (tree / "pkg" / "calc.py").write_text((tree / "pkg" / "calc.py").read_text() + "# more\n")
+    git(tree, "commit", "-q", "-a", "--amend", "--no-edit")
+    before = outside.read_bytes()
+    assert rebaser("refresh", "--series", series, "--repo", tree).code == ExitCode.OK
+    assert outside.read_bytes() == before
+    assert not patch.is_symlink() and "+# more" in patch.read_text()
+
+
+def test_a_link_at_the_cache_lock_is_refused_and_its_target_kept(rebaser, tmp_path, fake_pypi):
+    """Found in the sweep: the release cache's lock file was opened for writing (truncated)
+    through a symlink planted there."""
+    cache = pypi_cache("megatron-core")
+    cache.cache_dir.mkdir(parents=True)
+    precious = tmp_path / "precious.txt"
+    precious.write_text("precious\n")
+    os.symlink(precious, cache.cache_dir / ".lock")
+    result = rebaser("apply", "--upstream", "pypi:megatron-core==9.9.0", "--test", "none")
+    assert result.code == ExitCode.ENVIRONMENT, result.out + result.err
+    assert "is a symlink" in result.err and precious.read_text() == "precious\n"

@@ -10,8 +10,10 @@ the trailer existed) is read by position, as before.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -200,11 +202,24 @@ def _write(
     data = data.encode("utf-8") if isinstance(data, str) else data
     if path.is_file() and path.read_bytes() == data:
         return ExportedFile(label, "unchanged")
-    status = "updated" if path.exists() else "new"
+    status = "updated" if path.exists() or path.is_symlink() else "new"
     if write:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        _replace(path, data)
     return ExportedFile(label, status)
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """`path` holds `data` afterwards: a new file renamed over it, so that a link there is
+    replaced, never written through (and a failure leaves the old file whole)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = path.with_name(f".{path.name}.refresh-{os.getpid()}")
+    try:
+        fresh.write_bytes(data)
+        if path.exists() and not path.is_symlink():
+            fresh.chmod(stat.S_IMODE(path.stat().st_mode))  # a file's mode stays
+        fresh.replace(path)
+    finally:
+        fresh.unlink(missing_ok=True)
 
 
 def _patch_names(series: Series, commits: list[BranchCommit]) -> list[str]:

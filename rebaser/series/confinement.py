@@ -51,6 +51,13 @@ def overlay_files(overlay_dir: Path) -> list[str]:
                     path,
                     "replace the link with the file it points to",
                 )
+            if name in names and not stat.S_ISREG(path.lstat().st_mode):  # a FIFO would hang
+                raise _refused(
+                    f"the overlay entry {relative} is not a regular file (a FIFO, socket or "
+                    "device); rebaser copies only regular files",
+                    path,
+                    "remove it from the overlay",
+                )
         files.extend((Path(folder) / name).relative_to(overlay_dir).as_posix() for name in names)
     return sorted(files)
 

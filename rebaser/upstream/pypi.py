@@ -9,7 +9,9 @@ byte-for-byte reproducible: the same wheel always gives the same commit sha.
 from __future__ import annotations
 
 import calendar
+import errno
 import fcntl
+import os
 import re
 import stat
 import sys
@@ -79,9 +81,22 @@ class PypiUpstream:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.cache_dir / ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        lock = self.cache_dir / ".lock"
+        try:  # never through a link, never truncating: only its flock matters
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.EISDIR):
+                raise
+            raise RebaserError(
+                f"{lock} is {_kind(lock)}, where the cache keeps the file it locks",
+                next_step="remove it (rebaser makes the file itself), then run again",
+                code=ExitCode.ENVIRONMENT,
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
             yield
+        finally:
+            os.close(fd)
 
     def _wheel(self, version: Optional[str]) -> tuple[Path, str]:
         """The release's wheel (the newest release when None), checked against PyPI's sha256."""
@@ -105,7 +120,10 @@ class PypiUpstream:
     def _matches_index(self, wheel: Path, version: str) -> bool:
         """Whether a cached wheel is the file PyPI lists; a wheel that is not is removed."""
         record = _digest_file(wheel)
-        expected = record.read_text().strip() if record.is_file() else None
+        # a damaged record (not ASCII) is no sha256: the wheel does not match it
+        expected = (
+            record.read_bytes().decode(errors="replace").strip() if record.is_file() else None
+        )
         if expected is None:  # cached before digests were recorded, or by another tool
             expected = pypi_index.listed_sha256(self.package, version, wheel.name)
             if expected is not None:
@@ -212,7 +230,7 @@ def _kind(path: Path) -> str:
         (stat.S_ISSOCK, "a socket"),
         (stat.S_ISCHR, "a character device"),
         (stat.S_ISBLK, "a block device"),
-        (stat.S_ISLNK, "a broken symlink"),
+        (stat.S_ISLNK, "a symlink"),
     ):
         if test(mode):
             return name
