@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -242,6 +243,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt as interrupted:
         Output().notice(f"interrupted {interrupted}".strip())
         return int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:  # `rebaser status | head -1`: the reader went away
+        return _reader_gone()
     except OSError as error:
         if error.errno not in MACHINE_ERRNOS:  # a file rebaser did not expect: a bug
             return _crashed(error, argv)
@@ -249,6 +252,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(ExitCode.ENVIRONMENT)
     except Exception as error:  # a bug: one line here, the traceback in a log file
         return _crashed(error, argv)
+
+
+def _reader_gone() -> int:
+    """stdout's reader closed it: nothing more can be said there; stderr says why, and
+    Python's own flush at exit must not fail on it again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    print("rebaser: its output was closed before it ended (broken pipe)", file=sys.stderr)
+    return int(ExitCode.ENVIRONMENT)
 
 
 def _crashed(error: BaseException, argv: Optional[Sequence[str]]) -> int:

@@ -19,7 +19,7 @@ BINARY = bytes(range(256)) * 4
 NAME, EMAIL = "José Núñez", "jose@example.com"
 MESSAGES = [
     "naïve café — subject\n\nA body.\n---\nText after a dashed line.\n# a hash line\n",
-    "latin: change the Latin-1 file\n\nand the binary one\n",
+    "latin: change the Latin-1 file\n\nand the binary one, in a table:\n---\n file | kind\n",
     "calc: a long subject that git folds over several header lines — ünïcode and all, "
     "more words\n\nBody.\n\nCo-authored-by: Zoë <zoe@example.com>\n",
 ]

@@ -294,3 +294,35 @@ def test_apply_onto_a_bare_repository_works(rebaser, tmp_path, upstream):
     assert result.code == ExitCode.OK, result.out + result.err
     assert git(bare, "rev-parse", "--verify", "forkkit/demo/v1")
     assert rebaser("status", "--repo", bare).out.strip() == "no apply in progress"
+
+
+def test_an_output_that_is_a_fifo_nobody_reads_is_refused_not_waited_on(
+    rebaser, tmp_path, upstream
+):
+    """Review: --json naming a FIFO nobody reads would block the write after the work (and
+    the check, had it opened the file the usual way) forever: exit 2 at once."""
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    result = rebaser("status", "--repo", upstream.path, "--json", fifo)
+    assert result.code == ExitCode.USAGE, result.out + result.err
+    assert f"--json {fifo} cannot be written" in result.err, result.err
+
+
+def test_output_closed_early_is_one_line_not_a_crash(tmp_path, upstream):
+    """Review: `rebaser status | head -1` (the reader gone before rebaser writes) crashed as
+    a bug, exit 6 with a log: one line on stderr, exit 5."""
+    reading, writing = os.pipe()
+    os.close(reading)  # nobody will read: every write fails with EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "rebaser", "status", "--repo", str(upstream.path)],
+            stdout=writing,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        os.close(writing)
+    assert done.returncode == ExitCode.ENVIRONMENT, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "rebaser: its output was closed before it ended (broken pipe)"
+    ]

@@ -97,6 +97,7 @@ HOSTILE = """\
 \trenormalize = true
 \trenames = false
 \tdirectoryRenames = false
+\trenameLimit = 1
 \tff = only
 \tverifySignatures = true
 \tautoStash = true

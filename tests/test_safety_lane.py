@@ -16,6 +16,7 @@ from synthetic import SyntheticUpstream, git
 from test_fast_lane import fork_and_tip
 
 from rebaser.errors import ExitCode
+from rebaser.repo import scratch
 from rebaser.steps import fastlane
 
 BACKUPS = "refs/forkkit/backups"
@@ -167,3 +168,23 @@ def test_a_small_or_full_dev_shm_falls_back_to_disk(tmp_path, upstream, case):
     assert done.returncode == ExitCode.NOT_APPLIED, done.stdout + done.stderr
     assert "No space left" not in done.stderr
     assert steps_of(report) == steps_of(expected)
+
+
+def test_continue_removes_a_killed_lane_in_dev_shm_when_it_is_short_of_room_now(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    """Review: the scratch repository a kill left in /dev/shm is removed by `continue` even
+    when /dev/shm has too little room for a new lane now (the new one runs on disk)."""
+    if not scratch._MEMORY.is_dir():
+        pytest.skip("no /dev/shm here")
+    series = fork_and_tip(upstream, tmp_path)
+    died = run_with_fault(
+        FaultPoint("rebaser.steps.fastlane:_sequence", "after"), lane_args(series, upstream)
+    )
+    assert died.returncode == 137, died.stdout + died.stderr
+    lane = lane_of(upstream)
+    assert lane.parent == scratch._MEMORY and lane.is_dir()
+    monkeypatch.setattr(scratch, "_MEMORY_FLOOR", 1 << 62)  # no room now, as a full /dev/shm
+    done = rebaser("continue", "--repo", upstream.path)
+    assert done.code == ExitCode.NOT_APPLIED, done.out + done.err
+    assert not lane.exists()

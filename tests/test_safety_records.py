@@ -144,3 +144,20 @@ def test_a_malformed_record_is_named_and_refused(rebaser, tmp_path, upstream, da
     assert continued.code == ExitCode.USAGE, continued.out + continued.err
     assert said in continued.err, continued.err
     assert rebaser("abort", "--repo", upstream.path).code == ExitCode.OK
+
+
+def test_records_of_a_patch_in_a_subfolder_are_written_and_replayed(rebaser, tmp_path, upstream):
+    """Review: a series may list a patch in a subfolder (`fixes/0002-....patch`); its
+    records go by its file's name (`resolutions/0002-...`), where confinement checks them."""
+    series = two_patch_series(tmp_path, upstream)
+    (series.parent / "fixes").mkdir()
+    (series.parent / PATCH).rename(series.parent / "fixes" / PATCH)
+    series.write_text(series.read_text().replace(PATCH, f"fixes/{PATCH}"))
+    tree = stopped_apply(rebaser, tmp_path, upstream, series)
+    (tree / "pkg/calc.py").write_text(CONFLICT_FIXED)
+    git(tree, "add", "pkg/calc.py")
+    done = rebaser("continue", "--repo", upstream.path)
+    assert done.code == ExitCode.OK, done.out + done.err
+    assert len(list((series.parent / "resolutions" / PATCH).iterdir())) == 1
+    again = apply(rebaser, series, upstream, "v2", "--force")
+    assert again.code == ExitCode.OK and "resolution replayed" in again.out, again.out + again.err

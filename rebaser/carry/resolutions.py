@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from rebaser.repo.git import Git
-from rebaser.series.confinement import RECORDS, read_record, write_record
+from rebaser.series.confinement import RECORDS, read_record, record_parts, write_record
 from rebaser.series.patches import Patch, Series
 
 FOLDER = RECORDS
@@ -138,9 +138,10 @@ def record(worktree: Git, patch: Patch, series: Series) -> list[str]:
         marked_lines = marked.splitlines(keepends=True)
         resolved_lines = shown.stdout.splitlines(keepends=True)
         for conflict, text in _resolutions(marked_lines, resolved_lines):
-            where = (FOLDER, patch.name, conflict.id)
-            write_record(series.patches_dir, (*where, "preimage"), conflict.preimage)
-            write_record(series.patches_dir, (*where, "postimage"), text)
+            for name, content in (("preimage", conflict.preimage), ("postimage", text)):
+                write_record(
+                    series.patches_dir, record_parts(patch.name, conflict.id, name), content
+                )
             recorded.append(conflict.id)
     source.unlink()
     return recorded
@@ -196,12 +197,12 @@ def _resolutions(marked: list[str], resolved: list[str]) -> list[tuple[Conflict,
 def _recorded(series: Series, patch: Patch, conflict: Conflict) -> Optional[str]:
     """The recorded resolution of `conflict`, read without following a link; None when
     there is none."""
-    where = (FOLDER, patch.name, conflict.id)
-    if not (series.patches_dir.joinpath(*where)).is_dir():
+    pre, post = (record_parts(patch.name, conflict.id, name) for name in ("preimage", "postimage"))
+    if not series.patches_dir.joinpath(*pre).parent.is_dir():
         return None
-    if read_record(series.patches_dir, (*where, "preimage")) != conflict.preimage:
+    if read_record(series.patches_dir, pre) != conflict.preimage:
         return None  # a hash collision, or an edited record: never replay it
-    return read_record(series.patches_dir, (*where, "postimage"))
+    return read_record(series.patches_dir, post)
 
 
 def _substitute(lines: list[str], conflicts: list[Conflict], texts: dict[str, str]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -125,9 +126,8 @@ def check_writable(path: Path, option: str) -> None:
     try:
         if path.is_dir():
             problem = "is a folder"
-        elif path.exists() or path.is_symlink():
-            with path.open("a"):
-                pass
+        elif path.exists() or path.is_symlink():  # non-blocking: a FIFO nobody reads
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK))
         else:
             ancestor = next(folder for folder in path.parents if folder.exists())
             if not ancestor.is_dir():
@@ -145,15 +145,24 @@ def check_writable(path: Path, option: str) -> None:
         )
 
 
+class _Console(Console):
+    """rich's console, except that a closed pipe is not rich's to end the process over
+    (its own exit code, 1, means "tests failed" here): cli says it, with exit 5."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError("the output was closed before rebaser ended")
+
+
 def _console(*, stderr: bool) -> Console:
     """Rich on a terminal; in CI logs, wide lines that never wrap paths.
 
     No markup: what rebaser prints quotes code (`Optional[torch.Tensor]`), which rich would
     take for style tags; styles are given as Text styles instead.
     """
-    console = Console(stderr=stderr, highlight=False, markup=False)
+    console = _Console(stderr=stderr, highlight=False, markup=False)
     if not console.is_terminal:
-        console = Console(stderr=stderr, highlight=False, markup=False, width=160, soft_wrap=True)
+        console = _Console(stderr=stderr, highlight=False, markup=False, width=160, soft_wrap=True)
     return console
 
 

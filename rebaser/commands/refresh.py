@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -212,11 +213,13 @@ def _replace(path: Path, data: bytes) -> None:
     """`path` holds `data` afterwards: a new file renamed over it, so that a link there is
     replaced, never written through (and a failure leaves the old file whole)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fresh = path.with_name(f".{path.name}.refresh-{os.getpid()}")
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # a new file
+    fresh = Path(name)
     try:
-        fresh.write_bytes(data)
-        if path.exists() and not path.is_symlink():
-            fresh.chmod(stat.S_IMODE(path.stat().st_mode))  # a file's mode stays
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        mode = path.stat().st_mode if path.exists() and not path.is_symlink() else 0o100644
+        fresh.chmod(stat.S_IMODE(mode))  # a file's mode stays; a new one is rw-r--r--
         fresh.replace(path)
     finally:
         fresh.unlink(missing_ok=True)

@@ -133,6 +133,7 @@ NEUTRAL_SETTINGS: dict[str, str] = {
     "apply.ignoreWhitespace": "no",
     "merge.conflictStyle": "merge",  # the stop's markers, and so the resolutions' ids
     "merge.renormalize": "false",
+    "merge.renameLimit": "7000",  # git's default: which renames ort follows
     "rerere.enabled": "false",
     "rerere.autoUpdate": "false",
     "submodule.recurse": "false",

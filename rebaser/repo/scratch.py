@@ -46,6 +46,8 @@ _OWN_CONFIG = """[core]
 def repository(real_git_dir: Path, head: str) -> Iterator[Git]:
     """A repository whose HEAD is `head` (detached), reading `real_git_dir`'s objects;
     removed after the block. In memory when there is room, else on disk."""
+    for place in _places():  # a kill's leftovers, wherever the lane ran then
+        tempdirs.sweep(place, PREFIX)
     roots = _roots()
     for number, parent in enumerate(roots, start=1):
         folder = None
@@ -104,8 +106,9 @@ def bring_back(scratch: Git, real: Git, tip: str, head: str) -> None:
 def remove(folder: str) -> None:
     """Remove a scratch repository a kill left (a marker named it), and nothing else."""
     path = Path(folder)
-    if path.name.startswith(PREFIX) and path.parent in _roots() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
+    if path.name.startswith(PREFIX) and path.parent in _places() and not path.is_symlink():
+        if not tempdirs.held(path):  # never a lane that still runs
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def scratch_root() -> Path:
@@ -116,6 +119,12 @@ def scratch_root() -> Path:
 # Below this much free space in /dev/shm the lane starts on disk (a full /dev/shm is common
 # where PyTorch jobs run; Docker's default is 64 MB in all).
 _MEMORY_FLOOR = 32 << 20
+
+
+def _places() -> list[Path]:
+    """Every folder a scratch repository may be in, whatever room there is now."""
+    disk = Path(tempfile.gettempdir())
+    return [_MEMORY, disk] if _MEMORY.is_dir() else [disk]
 
 
 def _roots() -> list[Path]:

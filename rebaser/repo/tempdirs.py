@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -64,7 +65,7 @@ def sweep(parent: Path, prefix: str) -> list[Path]:
     """Remove the folders `<parent>/<prefix>*` that no living process holds; which."""
     removed = []
     for folder in parent.glob(f"{prefix}*"):
-        if folder.is_dir() and not folder.is_symlink() and _orphaned(folder):
+        if _ours(folder) and _orphaned(folder):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
@@ -73,6 +74,15 @@ def sweep(parent: Path, prefix: str) -> list[Path]:
 def held(folder: Path) -> bool:
     """Whether a living process holds `folder` (a folder made by `owned`)."""
     return not _orphaned(folder)
+
+
+def _ours(folder: Path) -> bool:
+    """A folder (not a link) of this user's: another user's is never judged nor removed."""
+    try:
+        info = folder.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
 
 
 def _hold(folder: Path) -> int:

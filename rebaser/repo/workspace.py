@@ -234,15 +234,14 @@ def detached(repo: Git, sha: str, purpose: str) -> Iterator[Path]:
 
 def _remove_orphaned_detached(repo: Git, prefix: str) -> None:
     """The worktrees registered here in `<tmp>/<prefix>*/tree` whose process is gone."""
-    root = Path(tempfile.gettempdir()).resolve()
+    root = os.path.realpath(tempfile.gettempdir())
     for line in repo.out("worktree", "list", "--porcelain").splitlines():
         tree = Path(line[len("worktree ") :]) if line.startswith("worktree ") else None
-        if tree is None or tree.name != "tree" or tree.parent.parent != root:
+        if tree is None or tree.name != "tree" or not tree.parent.name.startswith(prefix):
             continue
-        if tree.parent.name.startswith(prefix) and not tempdirs.held(tree.parent):
+        if os.path.realpath(tree.parent.parent) == root and not tempdirs.held(tree.parent):
             repo.run("worktree", "remove", "--force", str(tree), check=False)
             shutil.rmtree(tree.parent, ignore_errors=True)
-    repo.run("worktree", "prune")  # one whose folder was removed by hand
 
 
 @contextlib.contextmanager

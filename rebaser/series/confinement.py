@@ -157,26 +157,36 @@ RECORD_LIMIT = 8 << 20  # bytes in one preimage or postimage: far more than a co
 _ID_RE = re.compile(r"^[0-9a-f]{40}$")  # rerere's id of a conflict
 
 
-def check_records(series_dir: Path) -> None:
-    """Refuse (exit 2, naming it) a record that is not plain folders holding a bounded
-    UTF-8 preimage and postimage, before any work: a link is never followed, a malformed
-    record never crashes an apply. Entries whose names start with a dot are ignored."""
+def check_records(series_dir: Path, patches: Sequence[str]) -> None:
+    """Refuse (exit 2, naming it) a record of one of `patches` (their file names) that is
+    not plain folders holding a bounded UTF-8 preimage and postimage, before any work: a
+    link is never followed, a malformed record never crashes an apply. Records of patches
+    no longer listed are never read (refresh removes them)."""
     top = series_dir / RECORDS
     if not os.path.lexists(top):
         return
     _plain_folder(series_dir, top)
-    for patch in _entries(top):
-        _plain_folder(series_dir, patch)
-        for record in _entries(patch):
-            if not _ID_RE.match(record.name):
-                raise _bad_record(series_dir, record, "is not a conflict id (40 hex digits)")
-            _plain_folder(series_dir, record)
-            names = {entry.name for entry in _entries(record)}
-            for name in sorted(names - set(RECORD_FILES)):
-                raise _bad_record(series_dir, record / name, "is not part of a record")
-            for name in RECORD_FILES:
-                parts = record.relative_to(series_dir).parts + (name,)
-                read_record(series_dir, parts)  # missing, linked, large or not UTF-8: refused
+    for name in patches:
+        folder = top / name
+        if os.path.lexists(folder):
+            _plain_folder(series_dir, folder)
+            for record in _entries(folder):
+                _check_record(series_dir, record)
+
+
+def _check_record(series_dir: Path, record: Path) -> None:
+    if not _ID_RE.match(record.name):
+        raise _bad_record(series_dir, record, "is not a conflict id (40 hex digits)")
+    _plain_folder(series_dir, record)
+    for name in sorted({entry.name for entry in _entries(record)} - set(RECORD_FILES)):
+        raise _bad_record(series_dir, record / name, "is not part of a record")
+    for name in RECORD_FILES:  # missing, linked, large or not UTF-8: refused
+        read_record(series_dir, record.relative_to(series_dir).parts + (name,))
+
+
+def record_parts(patch: str, conflict: str, file: str) -> tuple[str, ...]:
+    """A record file's path in the series folder, as parts (`patch`: its file's name)."""
+    return (RECORDS, patch, conflict, file)
 
 
 def read_record(series_dir: Path, parts: Sequence[str]) -> str:

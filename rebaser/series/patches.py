@@ -222,7 +222,8 @@ class Series:
             codemods_dir = (file.parent / "codemods").resolve()
         if overlay_dir is not None:
             overlay_files(overlay_dir)  # refuses symlinks and .git entries before any work
-        check_records(file.parent)  # and resolution records that are not plain files
+        # and records that are not plain files (a patch's records go by its file's name)
+        check_records(file.parent, [Path(name).name for name in listing.names])
         return cls(
             file=file.resolve(),
             name=valid_series_name(listing.settings.get("name", file.parent.name), str(file)),
@@ -399,11 +400,20 @@ _STAT_LINE_RE = re.compile(
 )
 
 
+_SUMMARY_RE = re.compile(r"^ \d+ files? changed")
+
+
 def _message_of(part: str) -> str:
     """The commit message in the text between a patch's headers and its diff: all of it,
     `---` lines included, unless it ends with a `---` line followed by a diffstat."""
     head, separator, stat = ("\n" + part).rpartition("\n---\n")
-    if separator and stat.strip() and all(_STAT_LINE_RE.match(line) for line in stat.splitlines()):
+    lines = stat.strip("\n").splitlines()
+    if (
+        separator
+        and lines
+        and any(_SUMMARY_RE.match(line) for line in lines)
+        and all(_STAT_LINE_RE.match(line) for line in lines)
+    ):
         return head[1:]
     return part
 
