@@ -41,25 +41,36 @@ class RebaserError(Exception):
         return "\n".join(parts)
 
 
+def machine_refused(what: str, error: OSError, where: object, next_step: str) -> RebaserError:
+    """The system refused rebaser a file (no room, read-only, no right): exit 5, with what
+    rebaser was doing, what the system said, where, and what to do."""
+    return RebaserError(
+        f"{what}: {error.strerror or error}",
+        where=str(where),
+        next_step=next_step,
+        code=ExitCode.ENVIRONMENT,
+    )
+
+
 def unwritable(what: str, folder: Path, error: OSError, setting: str) -> RebaserError:
     """A folder rebaser must write (the cache, the wheel folder) cannot be written: exit 5."""
-    return RebaserError(
-        f"{what} {folder} is not writable: {error.strerror or error}",
-        where=str(folder),
-        next_step=f"make it writable, or point {setting} at a writable folder",
-        code=ExitCode.ENVIRONMENT,
+    return machine_refused(
+        f"{what} {folder} is not writable",
+        error,
+        folder,
+        f"make it writable, or point {setting} at a writable folder",
     )
 
 
 def unusable_git_dir(doing: str, path: Path, error: OSError) -> RebaserError:
     """rebaser cannot write into the repository's git dir (its state, lock, refs): a
     read-only or full file system, or permissions: exit 5."""
-    return RebaserError(
-        f"cannot {doing} in {path.parent}: {error.strerror or error}",
-        where=str(path),
-        next_step="rebaser keeps its lock, state and refs in the repository's git dir: make "
-        "it writable (or free space there), then run the command again",
-        code=ExitCode.ENVIRONMENT,
+    return machine_refused(
+        f"cannot {doing} in {path.parent}",
+        error,
+        path,
+        "rebaser keeps its lock, state and refs in the repository's git dir: make it "
+        "writable (or free space there), then run the command again",
     )
 
 
@@ -84,10 +95,10 @@ def machine_failure(error: OSError) -> RebaserError:
     """An OSError of MACHINE_ERRNOS no step turned into its own message: exit 5, naming the
     file and what the system said."""
     where = error.filename or "a file rebaser uses"
-    return RebaserError(
-        f"the system refused rebaser a file: {error.strerror or error} ({where})",
-        where=str(where),
-        next_step="free space there or make it writable, then run the command again (an "
-        "apply in progress: `rebaser status` says where it stands)",
-        code=ExitCode.ENVIRONMENT,
+    return machine_refused(
+        f"the system refused rebaser a file ({where})",
+        error,
+        where,
+        "free space there or make it writable, then run the command again (an apply in "
+        "progress: `rebaser status` says where it stands)",
     )

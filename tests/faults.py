@@ -3,6 +3,7 @@ call of a chosen function, as a `kill -9` (no cleanup at all) or a Ctrl-C would 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -10,7 +11,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Iterator, Literal, Sequence
+
+import pytest
 
 # Runs in the subprocess: wraps `module:Qualified.name` so that its nth call dies before or
 # after the original runs, then hands the remaining arguments to the CLI.
@@ -142,3 +145,21 @@ def kill_leftover(pid: int) -> None:
     """Clean up after a failing test: never leave a process of ours behind."""
     if process_alive(pid):
         os.kill(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def mounted(folder: Path, *how: str) -> Iterator[Path]:
+    """A real file system on `folder` for the block: `mount <how...> <folder>` (a read-only
+    bind mount, a small tmpfs); the test is skipped where mounting is not allowed."""
+    done = subprocess.run(["mount", *how, str(folder)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount here: {done.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def read_only(folder: Path) -> contextlib.AbstractContextManager[Path]:
+    """`folder` on a real read-only bind mount (root bypasses mode bits)."""
+    return mounted(folder, "--bind", "-o", "ro", str(folder))

@@ -15,6 +15,19 @@ AUTHOR = "Test Author <test@example.com>"
 DATE = "Mon, 2 Nov 2026 10:00:00 +0000"
 
 
+def commit_verbatim(repo: Path, message: str, *, author: str, date: Optional[str] = None) -> str:
+    """Commit the index with exactly `message` (no cleanup), by `author`; the new sha."""
+    dated = [f"--date={date}"] if date else []
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--cleanup=verbatim"]
+        + [f"--author={author}", *dated, "-F", "-"],
+        cwd=repo,
+        input=message.encode(),
+        check=True,
+    )
+    return git(repo, "rev-parse", "HEAD")
+
+
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from synthetic import CALC, edit, git
+from synthetic import CALC, commit_verbatim, edit, git
 
 from rebaser.errors import ExitCode
 
@@ -30,14 +30,7 @@ def commit_as(repo: Path, message: str, files: dict[str, bytes], date: str) -> s
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_bytes(data)
     git(repo, "add", "--all")
-    subprocess.run(
-        ["git", "-c", "user.name=c", "-c", "user.email=c@c", "commit", "-q", "--cleanup=verbatim"]
-        + [f"--author={NAME} <{EMAIL}>", f"--date={date}", "-F", "-"],
-        cwd=repo,
-        input=message.encode(),
-        check=True,
-    )
-    return git(repo, "rev-parse", "HEAD")
+    return commit_verbatim(repo, message, author=f"{NAME} <{EMAIL}>", date=date)
 
 
 @pytest.fixture

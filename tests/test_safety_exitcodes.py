@@ -5,9 +5,9 @@ command, stdout and stderr; a read-only cache is exit 5 before anything is creat
 from __future__ import annotations
 
 import socket
-import subprocess
 
 import pytest
+from faults import read_only
 from synthetic import apply, git, two_patch_series
 
 from rebaser.sequencer import machine
@@ -76,15 +76,8 @@ def test_a_failing_git_command_reports_its_stdout_and_stderr(upstream):
 def read_only_folder(tmp_path):
     folder = tmp_path / "read-only-cache"
     folder.mkdir()
-    mounted = subprocess.run(
-        ["mount", "--bind", "-o", "ro", str(folder), str(folder)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot make a read-only bind mount here: {mounted.stderr.decode().strip()}")
-    try:
+    with read_only(folder):
         yield folder
-    finally:
-        subprocess.run(["umount", str(folder)], check=True)
 
 
 def test_read_only_cache_fails_before_anything_is_created(

@@ -6,7 +6,6 @@ with what to do; exit 6 is left for rebaser's own bugs."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from faults import FaultPoint, run_with_fault
+from faults import FaultPoint, mounted, read_only, run_with_fault
 from synthetic import SyntheticUpstream, apply, git, two_patch_series
 from test_apply_synthetic import stopped_apply
 
@@ -45,20 +44,6 @@ def test_a_kill_between_worktree_add_and_its_marker_is_replaced_by_force(
         "clean",
     ]
     assert len(git(upstream.path, "worktree", "list").splitlines()) == 2  # the new one only
-
-
-@contextlib.contextmanager
-def read_only(folder: Path) -> Iterator[Path]:
-    """`folder` on a real read-only bind mount for the block (root bypasses mode bits)."""
-    mounted = subprocess.run(
-        ["mount", "--bind", "-o", "ro", str(folder), str(folder)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot make a read-only bind mount here: {mounted.stderr.decode().strip()}")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", str(folder)], check=True)
 
 
 @pytest.mark.parametrize("command", ["apply", "continue", "skip", "abort"])
@@ -94,19 +79,12 @@ def test_a_folder_at_the_lock_path_is_named(rebaser, tmp_path, upstream):
 
 
 @pytest.fixture
-def small_disk(tmp_path) -> Path:
+def small_disk(tmp_path) -> Iterator[Path]:
     """A folder on a real 24 MB file system of its own, for a disk that fills up."""
     folder = tmp_path / "small-disk"
     folder.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(folder)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small file system here: {mounted.stderr.decode().strip()}")
-    try:
+    with mounted(folder, "-t", "tmpfs", "-o", "size=24m", "tmpfs"):
         yield folder
-    finally:
-        subprocess.run(["umount", str(folder)], check=True)
 
 
 def fill(folder: Path) -> Path:

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from synthetic import SyntheticUpstream, git
+from synthetic import SyntheticUpstream, commit_verbatim, git
 from test_fast_lane import fork_and_tip
 
 from rebaser.errors import ExitCode
@@ -231,25 +231,7 @@ def fork_with_comments(upstream: SyntheticUpstream, root: Path) -> None:
     (upstream.path / "pkg" / "notes.py").write_text("NOTE = 1\n")
     git(upstream.path, "add", "--all")
     message = "notes: a module  with  spaces\n\n# not a comment\n  indented\n\n\n#end\n"
-    subprocess.run(
-        [
-            "git",
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-q",
-            "--cleanup=verbatim",
-            "--author=Test Author <test@example.com>",
-            "-F",
-            "-",
-        ],
-        cwd=upstream.path,
-        input=message,
-        text=True,
-        check=True,
-    )
+    commit_verbatim(upstream.path, message, author="Test Author <test@example.com>")
     git(upstream.path, "checkout", "-q", "main")
 
 

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rebaser.errors import ExitCode, RebaserError
+from rebaser.errors import RebaserError, machine_refused
 from rebaser.sequencer.machine import Progress
 from rebaser.sequencer.report import Report
 
@@ -111,11 +111,11 @@ def write_text(path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     except OSError as exc:  # checked before the work (check_writable): the disk filled since
-        raise RebaserError(
-            f"cannot write {path}: {exc.strerror or exc}; the work itself is done (above)",
-            where=str(path),
-            next_step="free space there (or choose another file), then run the command again",
-            code=ExitCode.ENVIRONMENT,
+        raise machine_refused(
+            f"cannot write {path} (the work itself is done, above)",
+            exc,
+            path,
+            "free space there (or choose another file), then run the command again",
         ) from None
 
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from rebaser.errors import ExitCode, RebaserError
+from rebaser.errors import RebaserError, machine_refused
 from rebaser.repo.git import Git, find_repo
 from rebaser.steps.records import StepRow, Stop
 from rebaser.config import cache_dir
@@ -73,13 +73,13 @@ class ApplyState:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
-            raise RebaserError(
-                f"cannot save the apply's state: {exc.strerror or exc}",
-                where=str(exc.filename or path),
-                next_step="free space there (or make it writable); the apply stands as after "
-                "an interruption: `rebaser continue` redoes the step under way, `rebaser "
-                "status` says where it stands, `rebaser abort` drops it",
-                code=ExitCode.ENVIRONMENT,
+            raise machine_refused(
+                "cannot save the apply's state",
+                exc,
+                exc.filename or path,
+                "free space there (or make it writable); the apply stands as after an "
+                "interruption: `rebaser continue` redoes the step under way, `rebaser status` "
+                "says where it stands, `rebaser abort` drops it",
             ) from None
 
     def clear(self) -> None:
