@@ -58,7 +58,7 @@ def test_the_next_lane_removes_what_a_killed_one_left(rebaser, tmp_path, upstrea
     (orphan / ".git").mkdir(parents=True)
     (orphan / tempdirs.OWNER).write_text("")  # its holder is gone: nothing holds the lock
     living = tempdirs.Owned(scratch.PREFIX, root)
-    young, old = root / f"{scratch.PREFIX}123-young", root / f"{scratch.PREFIX}123-old"
+    young, old = root / f"{scratch.PREFIX}unlocked-young", root / f"{scratch.PREFIX}unlocked-old"
     for folder in (young, old):
         (folder / ".git").mkdir(parents=True)
     os.utime(old, (time.time() - 7200, time.time() - 7200))

@@ -52,7 +52,8 @@ def repository(real_git_dir: Path, head: str) -> Iterator[Git]:
     for number, parent in enumerate(roots, start=1):
         folder = None
         try:
-            folder = tempdirs.Owned(PREFIX, parent)
+            # "held-": an older rebaser took a name of digits after the prefix for a pid
+            folder = tempdirs.Owned(f"{PREFIX}held-", parent)
             scratch = _made(folder.path, real_git_dir, head)
         except (OSError, RebaserError):  # e.g. no space left in /dev/shm: on disk then
             if folder is not None:
