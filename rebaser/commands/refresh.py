@@ -136,28 +136,28 @@ def _refuse_a_stopped_apply(git: Git, branch: str) -> None:
 def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
     overlay_sha, commits = branch_commits(git, branch)
     changes = _refresh_overlay(series, git, overlay_sha, branch, write=write)
-    names = _patch_names(series, commits)
+    entries = _patch_entries(series, commits)  # paths from the series' folder
     changed = range_diff(
-        git, series, [(c.sha, name) for c, name in zip(commits, names)], overlay_sha
+        git, series, [(c.sha, Path(entry).name) for c, entry in zip(commits, entries)], overlay_sha
     )
-    for name, commit in zip(names, commits):
+    for entry, commit in zip(entries, commits):
         changes.append(
-            _write(series.patches_dir / name, export_patch(git, commit.sha), write=write)
+            _write(series.patches_dir / entry, export_patch(git, commit.sha), write=write)
         )
     kept = refs.read_left_off(git, branch)  # the apply left them off; they still need work
     for name, status in kept.items():
         changes.append(ExportedFile(f"patches/{name}", f"kept ({status} on the branch)"))
-    for stale in [p.name for p in series.patches if p.name not in names and p.name not in kept]:
-        changes.append(ExportedFile(f"patches/{stale}", "removed"))
-        records = series.patches_dir / resolutions.FOLDER / stale  # replayed for it only
+    for stale in [p for p in series.patches if p.entry not in entries and p.name not in kept]:
+        changes.append(ExportedFile(f"patches/{stale.entry}", "removed"))
+        records = series.patches_dir / resolutions.FOLDER / stale.name  # replayed for it only
         if records.is_dir() or records.is_symlink():
-            changes.append(ExportedFile(f"patches/{resolutions.FOLDER}/{stale}/", "removed"))
+            changes.append(ExportedFile(f"patches/{resolutions.FOLDER}/{stale.name}/", "removed"))
         if write:  # the records first: a refresh that fails there lists them again
             _remove_folder(records)
-            (series.patches_dir / stale).unlink()
-    names = _with_left_off(series, names, kept)
-    if [p.name for p in series.patches] != names:
-        changes.append(_write(series.file, _series_text(series, names), write=write))
+            (series.patches_dir / stale.entry).unlink()
+    entries = _with_left_off(series, entries, kept)
+    if [p.entry for p in series.patches] != entries:
+        changes.append(_write(series.file, _series_text(series, entries), write=write))
     return Refreshed(changes, changed)
 
 
@@ -225,51 +225,65 @@ def _replace(path: Path, data: bytes) -> None:
         fresh.unlink(missing_ok=True)
 
 
-def _patch_names(series: Series, commits: list[BranchCommit]) -> list[str]:
-    """The file each commit goes to: its identity; new commits get NNNN-<subject>.patch."""
-    known = [patch.name for patch in series.patches]
+def _patch_entries(series: Series, commits: list[BranchCommit]) -> list[str]:
+    """The file each commit goes to (its path from the series' folder): the listed patch its
+    identity names, or a patch file beside the series that it names; new commits, and those
+    whose trailer names anything else (a path, the series file), get NNNN-<subject>.patch."""
+    listed = {patch.name: patch.entry for patch in series.patches}
     if not any(commit.identity for commit in commits):
         # A branch from before identities: the series' names in order, as it was applied.
-        names = known[: len(commits)]
-        return names + _new_names(commits[len(names) :], taken=names)
-    names: list[Optional[str]] = []
+        entries = [patch.entry for patch in series.patches][: len(commits)]
+        return entries + _new_names(commits[len(entries) :], taken=entries)
+    entries: list[Optional[str]] = []
     for commit in commits:
-        fresh = commit.identity and commit.identity not in names
-        names.append(commit.identity if fresh else None)
-    taken = [name for name in names if name] + known
-    new = iter(_new_names([c for c, n in zip(commits, names) if n is None], taken=taken))
-    return [name or next(new) for name in names]
+        entry = listed.get(commit.identity or "") or _plain_patch_name(commit.identity)
+        entries.append(entry if entry not in entries else None)
+    taken = [entry for entry in entries if entry] + list(listed.values())
+    new = iter(_new_names([c for c, e in zip(commits, entries) if e is None], taken=taken))
+    return [entry or next(new) for entry in entries]
 
 
-def _with_left_off(series: Series, names: list[str], kept: dict[str, str]) -> list[str]:
-    """The branch's patch names with the patches it left off put back where the series had
-    them (after the nearest earlier patch that is still there)."""
-    order = list(names)
+def _plain_patch_name(identity: Optional[str]) -> Optional[str]:
+    """`identity` when it can name a new patch file beside the series: a `.patch` file name,
+    not hidden, no folder (a commit's trailer is text anyone may have written)."""
+    if identity and _PLAIN_PATCH_RE.match(identity):
+        return identity
+    return None
+
+
+_PLAIN_PATCH_RE = re.compile(r"^[^./\\\x00-\x1f][^/\\\x00-\x1f]*\.patch$")
+
+
+def _with_left_off(series: Series, entries: list[str], kept: dict[str, str]) -> list[str]:
+    """The branch's patch entries with the patches it left off put back where the series
+    had them (after the nearest earlier patch that is still there)."""
+    order = list(entries)
     for position, patch in enumerate(series.patches):
-        if patch.name in kept and patch.name not in order:
-            earlier = [p.name for p in series.patches[:position] if p.name in order]
-            order.insert(order.index(earlier[-1]) + 1 if earlier else 0, patch.name)
+        if patch.name in kept and patch.entry not in order:
+            earlier = [p.entry for p in series.patches[:position] if p.entry in order]
+            order.insert(order.index(earlier[-1]) + 1 if earlier else 0, patch.entry)
     return order
 
 
 def _new_names(commits: list[BranchCommit], *, taken: list[str]) -> list[str]:
     """Numbered after every number in use, so a new patch never takes an existing file."""
-    numbers = [int(match[1]) for name in taken if (match := re.match(r"(\d+)-", name))]
+    numbers = [int(m[1]) for name in taken if (m := re.match(r"(\d+)-", Path(name).name))]
     first = max(numbers, default=0) + 1
     return [patch_file_name(first + i, commit.subject) for i, commit in enumerate(commits)]
 
 
-def _series_text(series: Series, names: list[str]) -> str:
+def _series_text(series: Series, entries: list[str]) -> str:
     """The series file with its patch lines replaced, comments and directives kept."""
     kept, inserted = [], False
-    old = {patch.name for patch in series.patches}
+    old = {patch.entry for patch in series.patches}
     for line in series.file.read_text(encoding="utf-8").splitlines():
-        if line.split("#", 1)[0].strip() in old:
+        listed = line.split("#", 1)[0].strip()
+        if listed and not listed.startswith("@") and os.path.normpath(listed) in old:
             if not inserted:
-                kept.extend(names)
+                kept.extend(entries)
                 inserted = True
             continue
         kept.append(line)
     if not inserted:
-        kept.extend(names)
+        kept.extend(entries)
     return "\n".join(kept) + "\n"

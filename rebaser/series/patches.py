@@ -99,6 +99,7 @@ class Patch:
     files: list[FileChange]
     codemod: Optional[str] = None
     symbols: list[SymbolSpec] = field(default_factory=list)
+    entry: str = ""  # its line in the series (a path from the series' folder); else `name`
 
     @property
     def message(self) -> str:
@@ -123,7 +124,7 @@ class Patch:
         return [change.path for change in self.files]
 
     @classmethod
-    def load(cls, path: Path) -> "Patch":
+    def load(cls, path: Path, entry: Optional[str] = None) -> "Patch":
         where = str(path)
         try:
             text = path.read_text(encoding="utf-8")
@@ -176,6 +177,7 @@ class Patch:
             symbols=[
                 SymbolSpec.parse(spec, where=where) for spec in _trailers(body, "Forkkit-Symbol")
             ],
+            entry=entry or path.name,
         )
 
 
@@ -230,7 +232,7 @@ class Series:
             base=listing.base,
             overlay_dir=overlay_dir,
             upstream_tests=listing.lists["upstream-test"],
-            patches=[Patch.load(file.parent / name) for name in listing.names],
+            patches=[Patch.load(file.parent / name, name) for name in listing.names],
             test_requires=listing.lists["test-requires"],
             codemods_dir=codemods_dir,
         )
@@ -306,6 +308,14 @@ class _Listing:
         name = os.path.normpath(line)
         if name in self.names:
             raise RebaserError(f"patch {name} listed twice", where=where)
+        # A patch's file name is its identity (trailers, records, steps): one patch each.
+        if (twin := _same_file_name(self.names, name)) is not None:
+            raise RebaserError(
+                f"patches {twin} and {name} have the same file name; a patch is known by its "
+                "file name (its commit's trailer, its resolution records)",
+                where=where,
+                next_step="rename one of them",
+            )
         if not (self.folder / name).is_file():
             raise RebaserError(
                 f"patch file {name} not found next to the series file",
@@ -313,6 +323,11 @@ class _Listing:
                 next_step="fix the name or add the patch file",
             )
         self.names.append(name)
+
+
+def _same_file_name(names: list[str], name: str) -> Optional[str]:
+    """The listed patch whose file name is `name`'s, if any."""
+    return next((other for other in names if Path(other).name == Path(name).name), None)
 
 
 # A branch name's component, a ref file's name and a worktree folder's name: well under

@@ -1,0 +1,87 @@
+"""Issue 18, reviewed as a hostile user would: what the review found, each through the CLI on
+a real repository (docs/safety.md names the promise beside each test)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from synthetic import apply_args, commit_verbatim, git, two_patch_series
+
+from rebaser.errors import ExitCode
+from rebaser.series.patches import load_series
+
+
+def applied(rebaser, tmp_path: Path, series: Path, upstream) -> Path:
+    """The worktree of a finished apply of `series` onto v1."""
+    report = tmp_path / "applied.json"
+    result = rebaser(*apply_args(series, upstream, "v1", "--test", "none", "--json", report))
+    assert result.code == ExitCode.OK, result.out + result.err
+    return Path(json.loads(report.read_text())["worktree"])
+
+
+def commit_on(worktree: Path, message: str) -> None:
+    """A commit of one more line in pkg/calc.py, with exactly `message`."""
+    calc = worktree / "pkg" / "calc.py"
+    calc.write_text(calc.read_text() + "# one more line\n")
+    git(worktree, "add", "--all")
+    commit_verbatim(worktree, message, author="A U Thor <author@example.com>")
+
+
+def test_refresh_never_writes_where_a_commit_trailer_points(rebaser, tmp_path, upstream):
+    """A commit on the branch whose `Forkkit-Patch:` trailer names a path (absolute, `..`,
+    the series file itself) is a new patch of the series: refresh wrote the patch text over
+    whatever file the trailer named."""
+    series = two_patch_series(tmp_path, upstream)
+    worktree = applied(rebaser, tmp_path, series, upstream)
+    victims = [tmp_path / "absolute.txt", series.parent.parent / "relative.txt"]
+    for victim in victims:
+        victim.write_text("precious\n")
+    for name in [str(victims[0]), "../relative.txt", "series", ".hidden.patch"]:
+        commit_on(worktree, f"more: {name}\n\nForkkit-Patch: {name}\n")
+    result = rebaser("refresh", "--series", series, "--repo", worktree)
+    assert result.code == ExitCode.OK, result.out + result.err
+    assert [victim.read_text() for victim in victims] == ["precious\n", "precious\n"]
+    assert not (series.parent / ".hidden.patch").exists()
+    names = [patch.name for patch in load_series(series).patches]
+    assert names[:2] == ["0001-change-1.patch", "0002-change-2.patch"]
+    assert [name[:5] for name in names[2:]] == ["0003-", "0004-", "0005-", "0006-"]
+
+
+def test_refresh_writes_patches_listed_in_a_subfolder_where_they_are(rebaser, tmp_path, upstream):
+    """A series may list its patches in a subfolder: refresh wrote their new text into new
+    files beside the series file (and --check never passed), so the change never reached
+    the listed patch."""
+    series = two_patch_series(tmp_path, upstream)
+    folder = series.parent
+    (folder / "part").mkdir()
+    for name in ["0001-change-1.patch", "0002-change-2.patch"]:
+        (folder / name).rename(folder / "part" / name)
+        series.write_text(series.read_text().replace(name, f"./part/{name}"))
+    listed = series.read_text()
+    worktree = applied(rebaser, tmp_path, series, upstream)
+    check = rebaser("refresh", "--series", series, "--repo", worktree, "--check")
+    assert check.code == ExitCode.OK, check.out + check.err
+    message = git(worktree, "log", "-1", "--format=%B").replace("\n", ", reworded\n", 1)
+    git(worktree, "commit", "-q", "--amend", "-m", message)
+    result = rebaser("refresh", "--series", series, "--repo", worktree)
+    assert result.code == ExitCode.OK, result.out + result.err
+    assert sorted(path.name for path in folder.iterdir()) == ["part", "series"]
+    assert ", reworded" in (folder / "part" / "0002-change-2.patch").read_text()
+    assert series.read_text() == listed
+
+
+def test_two_patches_of_one_file_name_are_refused(rebaser, tmp_path, upstream):
+    """Records, identities and steps go by a patch's file name: two listed patches with the
+    same file name in different folders would share them."""
+    series = two_patch_series(tmp_path, upstream)
+    folder = series.parent
+    (folder / "part").mkdir()
+    (folder / "part" / "0001-change-1.patch").write_bytes(
+        (folder / "0001-change-1.patch").read_bytes()
+    )
+    series.write_text(series.read_text() + "part/0001-change-1.patch\n")
+    result = rebaser(*apply_args(series, upstream, "v1", "--test", "none"))
+    assert result.code == ExitCode.USAGE, result.out + result.err
+    assert "0001-change-1.patch" in result.err and "file name" in result.err, result.err
+    assert not git(upstream.path, "branch", "--list", "forkkit/*")
