@@ -85,3 +85,28 @@ def test_two_patches_of_one_file_name_are_refused(rebaser, tmp_path, upstream):
     assert result.code == ExitCode.USAGE, result.out + result.err
     assert "0001-change-1.patch" in result.err and "file name" in result.err, result.err
     assert not git(upstream.path, "branch", "--list", "forkkit/*")
+
+
+def test_refresh_carries_overlay_files_whose_names_git_quotes(rebaser, tmp_path, upstream):
+    """Overlay files named with non-ASCII letters, a tab or a quote: git quotes such names,
+    and refresh took the quoted name for a file removed on the branch, so it never wrote
+    them back (and --check said nothing)."""
+    series = two_patch_series(tmp_path, upstream)
+    overlay = series.parent.parent / "overlay"
+    names = ["données.py", "tab\there.py", 'quote"d.py', "plain.py"]
+    for name in names:
+        (overlay / "pkg").mkdir(parents=True, exist_ok=True)
+        (overlay / "pkg" / name).write_text("X = 1\n")
+    series.write_text(series.read_text().replace("@name", "@overlay ../overlay\n@name", 1))
+    worktree = applied(rebaser, tmp_path, series, upstream)
+    for name in names:
+        (worktree / "pkg" / name).write_text("X = 2\n")
+    git(worktree, "commit", "-q", "--all", "-m", "overlay: changed on the branch")
+    check = rebaser("refresh", "--series", series, "--repo", worktree, "--check")
+    assert check.code == ExitCode.VERIFY_FAILED, check.out + check.err
+    assert check.out.count("updated   overlay/pkg/") == len(names), check.out
+    result = rebaser("refresh", "--series", series, "--repo", worktree)
+    assert result.code == ExitCode.OK, result.out + result.err
+    assert {name: (overlay / "pkg" / name).read_text() for name in names} == {
+        name: "X = 2\n" for name in names
+    }

@@ -181,9 +181,11 @@ def _refresh_overlay(
 ) -> list[ExportedFile]:
     if series.overlay_dir is None or overlay_sha is None:
         return []
-    laid = git.out(
-        "diff-tree", "--no-commit-id", "--name-only", "-r", "--root", overlay_sha
-    ).splitlines()
+    # -z: names as they are (git quotes a name with a tab, a quote or a non-ASCII letter)
+    listing = git.output_bytes(
+        "diff-tree", "-z", "--no-commit-id", "--name-only", "-r", "--root", overlay_sha
+    )
+    laid = [os.fsdecode(name) for name in listing.split(b"\0") if name]
     changes = []
     for path in laid:
         if not git.run("cat-file", "-e", f"{branch}:{path}", check=False).ok:
