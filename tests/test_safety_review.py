@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from synthetic import apply_args, commit_verbatim, git, two_patch_series
 
 from rebaser.errors import ExitCode
@@ -110,3 +111,78 @@ def test_refresh_carries_overlay_files_whose_names_git_quotes(rebaser, tmp_path,
     assert {name: (overlay / "pkg" / name).read_text() for name in names} == {
         name: "X = 2\n" for name in names
     }
+
+
+def fork_with_messages(upstream, messages: list[str]) -> None:
+    """Branch `fork` on v1: one commit per message, each adding a module."""
+    git(upstream.path, "checkout", "-q", "-b", "fork", "v1")
+    for number, message in enumerate(messages):
+        (upstream.path / "pkg" / f"more{number}.py").write_text(f"M = {number}\n")
+        git(upstream.path, "add", "--all")
+        commit_verbatim(upstream.path, message, author="A U Thor <author@example.com>")
+    git(upstream.path, "checkout", "-q", "main")
+
+
+PREFIXED = [
+    "[PATCH] calc: a subject like format-patch's prefix\n\nBody.\n",
+    "[PATCH v2 3/7] more\n",
+]
+
+
+def test_a_subject_that_starts_like_a_patch_prefix_is_carried(rebaser, tmp_path, upstream):
+    """`[PATCH...]` at the start of a subject was taken for the prefix format-patch adds
+    without --keep-subject and dropped; rebaser's exports never add one (`git rebase`
+    keeps the subject as it is)."""
+    fork_with_messages(upstream, PREFIXED)
+    target = tmp_path / "imported"
+    args = ["--repo", upstream.path, "--range", "v1..fork", "--series-dir", target]
+    result = rebaser("import", *args)
+    assert result.code == ExitCode.OK, result.out + result.err
+    series = target / "series"
+    patches = {path.name: path.read_bytes() for path in target.glob("*.patch")}
+    worktree = applied(rebaser, tmp_path, series, upstream)
+    messages = git(worktree, "log", "--reverse", "--format=%B%x00", "HEAD~2..HEAD")
+    assert [
+        message.strip("\n").rsplit("\n\nForkkit-Patch: ", 1)[0]
+        for message in messages.split("\0")[:-1]
+    ] == [message.rstrip("\n") for message in PREFIXED]
+    check = rebaser("refresh", "--series", series, "--repo", worktree, "--check")
+    assert check.code == ExitCode.OK, check.out + check.err
+    assert rebaser("refresh", "--series", series, "--repo", worktree).code == ExitCode.OK
+    assert {path.name: path.read_bytes() for path in target.glob("*.patch")} == patches
+
+
+QUOTED_DIFFS = {
+    "git diff": "calc: explain\n\nThe old spelling:\ndiff --git a/pkg/old.py b/pkg/old.py\n"
+    "--- a/pkg/old.py\n+++ b/pkg/old.py\n@@ -1 +1 @@\n-A = 1\n+A = 2\n",
+    "unified diff": "calc: explain\n\n--- a/pkg/old.py\n+++ b/pkg/old.py\n@@ -1 +1 @@\n-A\n+B\n",
+}
+
+
+@pytest.mark.parametrize("quoted", sorted(QUOTED_DIFFS))
+def test_a_message_quoting_a_diff_is_refused_by_name(rebaser, tmp_path, upstream, quoted):
+    """A message that quotes a diff cannot be told from the patch's own diff in a patch
+    file (`git apply` applied the quoted one too, and `git am` cuts the message there):
+    import wrote it anyway, and apply stopped on a patch that applies cleanly. Now import,
+    and refresh of a branch commit reworded so, refuse it naming the commit, exit 2."""
+    fork_with_messages(upstream, ["calc: fine\n", QUOTED_DIFFS[quoted]])
+    target = tmp_path / "imported"
+    args = ["--repo", upstream.path, "--range", "v1..fork", "--series-dir", target]
+    result = rebaser("import", *args)
+    assert result.code == ExitCode.USAGE, result.out + result.err
+    assert "calc: explain" in result.err and "diff" in result.err, result.err
+    assert not target.exists()
+
+    result = rebaser(
+        "import", "--repo", upstream.path, "--range", "v1..fork~1", "--series-dir", target
+    )
+    assert result.code == ExitCode.OK, result.out + result.err
+    series = target / "series"
+    worktree = applied(rebaser, tmp_path, series, upstream)
+    message = QUOTED_DIFFS[quoted] + "\nForkkit-Patch: 0001-fine.patch\n"
+    git(worktree, "commit", "-q", "--amend", "--cleanup=verbatim", "-m", message)
+    before = {path.name: path.read_bytes() for path in target.iterdir()}
+    result = rebaser("refresh", "--series", series, "--repo", worktree)
+    assert result.code == ExitCode.USAGE, result.out + result.err
+    assert "calc: explain" in result.err, result.err
+    assert {path.name: path.read_bytes() for path in target.iterdir()} == before

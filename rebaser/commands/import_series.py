@@ -20,7 +20,13 @@ from typing import Optional
 
 from rebaser.commands.output import Output
 from rebaser.errors import ExitCode, RebaserError
-from rebaser.series.export import export_patch, export_range, patch_file_name, split_patches
+from rebaser.series.export import (
+    check_message,
+    export_patch,
+    export_range,
+    patch_file_name,
+    split_patches,
+)
 from rebaser.repo.git import Git, find_repo
 from rebaser.series.patches import PATCH_TRAILER, load_series, valid_series_name
 
@@ -184,6 +190,8 @@ def _write_series(git: Git, commits: list[_Commit], folder: Path, name: str, bas
     skipped = [f"{commit.short} {commit.subject}" for commit in commits if commit.empty]
     if not kept:
         raise RebaserError("every commit in the range is empty; there is nothing to import")
+    for commit in kept:
+        check_message(commit.message, commit.short)
     texts = _exported(git, base, commits[-1].sha, kept)
     patches = []
     for commit, text in zip(kept, texts):

@@ -61,6 +61,7 @@ EXPORT_CONFIG = ("-c", "format.signOff=false", "-c", "core.quotePath=true")
 def export_patch(git: Git, sha: str) -> str:
     """One commit as a stable git-format patch, without its `Forkkit-Patch:` trailer."""
     raw = git.output_bytes("log", "-1", "--format=%B", sha)
+    check_message(raw.decode("utf-8", "replace"), sha[:12])
     if f"{PATCH_TRAILER}:".encode() in raw:
         message = _utf8(raw, lambda: (f"the message of commit {sha[:12]}", _REWORD))
         sha = _without_identity(git, sha, strip_identity(message))
@@ -71,6 +72,25 @@ def export_range(git: Git, base: str, tip: str) -> str:
     """Every non-empty commit of base..tip exported as export_patch would, in one call
     (trailers left in: the caller re-exports the commits that carry one)."""
     return _format_patch(git, f"{base}..{tip}")
+
+
+# What `git apply` takes for the start of a diff wherever it stands, the message included.
+_DIFF_START_RE = re.compile(r"^(diff --git |--- .*\n\+\+\+ .*\n@@ -)", re.MULTILINE)
+
+
+def check_message(message: str, commit: str) -> None:
+    """Refuse (exit 2, naming the commit) a message that quotes a diff: in a patch file it
+    cannot be told from the patch's own (`git apply` applies the quoted one too, `git am`
+    cuts the message there)."""
+    if (found := _DIFF_START_RE.search(message)) is not None:
+        subject = message.split("\n", 1)[0]
+        raise RebaserError(
+            f"the message of commit {commit} ({subject!r}) quotes a diff (the line "
+            f"{found.group(0).splitlines()[0]!r}), which a patch file cannot hold apart from "
+            "the patch's own diff",
+            next_step="indent the quoted diff in that message (git commit --amend, git rebase "
+            "-i), then run again",
+        )
 
 
 _SECTION_RE = re.compile(rb"^(?=diff --git |From 0{40} )", re.MULTILINE)

@@ -46,6 +46,8 @@ _DIRECTIVES = ("name", "base", "overlay", "codemods", "upstream-test", "test-req
 _LISTS = ("upstream-test", "test-requires")  # directives that may be given several times
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 PATCH_TRAILER = "Forkkit-Patch"
+# How rebaser's exports begin (--zero-commit): their subjects are kept as they are.
+_OWN_EXPORT = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
 _TRAILER_LINE_RE = re.compile(r"^[A-Za-z0-9-]+: ")
 # @name becomes part of a branch name: one path component git accepts.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -145,7 +147,9 @@ class Patch:
         headers = email.parser.Parser(policy=email.policy.compat32).parsestr(header + "\n")
         if not headers.get("From") or not headers.get("Subject"):
             raise RebaserError("patch has no From: or Subject: header", where=where)
-        subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", _header(headers["Subject"], where))
+        subject = _header(headers["Subject"], where)
+        if not header.startswith(_OWN_EXPORT):  # format-patch's prefix, without --keep-subject
+            subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", subject)
         body = _message_of(rest[:diff_at]).strip("\n")
         try:
             patch_set = unidiff.PatchSet(text)
