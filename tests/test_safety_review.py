@@ -178,11 +178,15 @@ def test_a_message_quoting_a_diff_is_refused_by_name(rebaser, tmp_path, upstream
     )
     assert result.code == ExitCode.OK, result.out + result.err
     series = target / "series"
+    (tmp_path / "overlay" / "pkg").mkdir(parents=True)
+    (tmp_path / "overlay" / "pkg" / "extra.py").write_text("E = 1\n")
+    series.write_text(series.read_text().replace("@base", "@overlay ../overlay\n@base"))
     worktree = applied(rebaser, tmp_path, series, upstream)
+    (worktree / "pkg" / "extra.py").write_text("E = 2\n")
     message = QUOTED_DIFFS[quoted] + "\nForkkit-Patch: 0001-fine.patch\n"
-    git(worktree, "commit", "-q", "--amend", "--cleanup=verbatim", "-m", message)
-    before = {path.name: path.read_bytes() for path in target.iterdir()}
+    git(worktree, "commit", "-q", "--all", "--amend", "--cleanup=verbatim", "-m", message)
+    before = {path: path.read_bytes() for path in tmp_path.glob("[io]*/**/*") if path.is_file()}
     result = rebaser("refresh", "--series", series, "--repo", worktree)
     assert result.code == ExitCode.USAGE, result.out + result.err
     assert "calc: explain" in result.err, result.err
-    assert {path.name: path.read_bytes() for path in target.iterdir()} == before
+    assert {path: path.read_bytes() for path in before} == before

@@ -135,15 +135,14 @@ def _refuse_a_stopped_apply(git: Git, branch: str) -> None:
 
 def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
     overlay_sha, commits = branch_commits(git, branch)
+    texts = [export_patch(git, commit.sha) for commit in commits]  # a refusal writes nothing
     changes = _refresh_overlay(series, git, overlay_sha, branch, write=write)
     entries = _patch_entries(series, commits)  # paths from the series' folder
     changed = range_diff(
         git, series, [(c.sha, Path(entry).name) for c, entry in zip(commits, entries)], overlay_sha
     )
-    for entry, commit in zip(entries, commits):
-        changes.append(
-            _write(series.patches_dir / entry, export_patch(git, commit.sha), write=write)
-        )
+    for entry, text in zip(entries, texts):
+        changes.append(_write(series.patches_dir / entry, text, write=write))
     kept = refs.read_left_off(git, branch)  # the apply left them off; they still need work
     for name, status in kept.items():
         changes.append(ExportedFile(f"patches/{name}", f"kept ({status} on the branch)"))
