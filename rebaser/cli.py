@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import traceback
@@ -229,6 +230,7 @@ _OUTPUTS = {
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    _lenient_output()
     try:
         args = build_parser().parse_args(argv)
         for name, option in _OUTPUTS.items():
@@ -252,6 +254,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(ExitCode.ENVIRONMENT)
     except Exception as error:  # a bug: one line here, the traceback in a log file
         return _crashed(error, argv)
+
+
+def _lenient_output() -> None:
+    """A file name that is not UTF-8 (git keeps names as bytes) is held as Python's escapes
+    for its bytes: printed as `\\udce9`, never a crash after the work is done."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
 
 
 def _reader_gone() -> int:

@@ -4,6 +4,7 @@ a real repository (docs/safety.md names the promise beside each test)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,35 @@ def test_a_message_quoting_a_diff_is_refused_by_name(rebaser, tmp_path, upstream
     assert result.code == ExitCode.USAGE, result.out + result.err
     assert "calc: explain" in result.err, result.err
     assert {path: path.read_bytes() for path in before} == before
+
+
+def test_a_file_name_that_is_not_utf8_is_carried_and_shown(rebaser, tmp_path, upstream):
+    """A fork commit adding `café.py` spelled in Latin-1 (a name git keeps as bytes): the
+    apply did its work, then printing its table crashed (exit 6); now the branch has the
+    file under its own name, the table shows it escaped, and refresh round-trips it."""
+    name = os.fsdecode(b"caf\xe9.py")
+    git(upstream.path, "checkout", "-q", "-b", "fork", "v1")
+    (upstream.path / "pkg" / name).write_text("C = 1\n")
+    git(upstream.path, "add", "--all")
+    commit_verbatim(upstream.path, "pkg: a Latin-1 name\n", author="A U Thor <a@example.com>")
+    git(upstream.path, "checkout", "-q", "main")
+    target = tmp_path / "imported"
+    args = ["--repo", upstream.path, "--range", "v1..fork", "--series-dir", target]
+    assert rebaser("import", *args).code == ExitCode.OK
+    series = target / "series"
+    patches = {path.name: path.read_bytes() for path in target.glob("*.patch")}
+    report = tmp_path / "applied.json"
+    result = rebaser(*apply_args(series, upstream, "v1", "--test", "none", "--json", report))
+    assert result.code == ExitCode.OK, result.out + result.err
+    assert "caf\\udce9.py" in result.out, result.out
+    worktree = Path(json.loads(report.read_text())["worktree"])
+    assert (worktree / "pkg" / name).read_bytes() == b"C = 1\n"
+    assert git(worktree, "rev-parse", "HEAD^{tree}") == git(
+        upstream.path, "rev-parse", "fork^{tree}"
+    )
+    status = rebaser("status", "--repo", upstream.path)
+    assert status.code in (ExitCode.OK, ExitCode.USAGE), status.out + status.err
+    check = rebaser("refresh", "--series", series, "--repo", worktree, "--check")
+    assert check.code == ExitCode.OK, check.out + check.err
+    assert rebaser("refresh", "--series", series, "--repo", worktree).code == ExitCode.OK
+    assert {path.name: path.read_bytes() for path in target.glob("*.patch")} == patches
