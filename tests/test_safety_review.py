@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from faults import FaultPoint, kill_leftover, start_paused, wait_for_file
 from synthetic import apply_args, commit_verbatim, git, two_patch_series
 
 from rebaser.errors import ExitCode
@@ -223,3 +224,29 @@ def test_a_file_name_that_is_not_utf8_is_carried_and_shown(rebaser, tmp_path, up
     assert check.code == ExitCode.OK, check.out + check.err
     assert rebaser("refresh", "--series", series, "--repo", worktree).code == ExitCode.OK
     assert {path.name: path.read_bytes() for path in target.glob("*.patch")} == patches
+
+
+def test_a_second_verify_never_removes_a_running_ones_worktree(rebaser, tmp_path, upstream):
+    """verify (and bisect's probes) apply on a throwaway branch named by series and base,
+    removing what an earlier run left of it first: a second verify of the same base removed
+    the first one's worktree while it ran (which then failed, "moved or deleted?"). Now the
+    second says another rebaser is applying onto that branch (exit 2), and the first ends
+    as if alone."""
+    series = two_patch_series(tmp_path, upstream)
+    args = ["verify", "--series", series, "--repo", upstream.path, "--bases", "v1"]
+    paused, resume = tmp_path / "paused", tmp_path / "resume"
+    point = FaultPoint("rebaser.repo.workspace:create", "after")
+    first = start_paused(
+        point, [*args, "--test", "none", "--json", tmp_path / "first.json"], paused, resume
+    )
+    try:
+        wait_for_file(paused, first)
+        second = rebaser(*args, "--test", "none")
+        resume.write_text("go")
+        out, err = first.communicate(timeout=120)
+    finally:
+        kill_leftover(first.pid)
+    assert second.code == ExitCode.USAGE, second.out + second.err
+    assert "another rebaser" in second.out + second.err, second.out + second.err
+    assert first.returncode == ExitCode.OK, out + err
+    assert not git(upstream.path, "branch", "--list", "forkkit-verify/*")

@@ -5,6 +5,10 @@
 says which command holds the lock (it does not wait: a test run can take an hour). The lock
 belongs to the open file, so the kernel releases it when its holder exits, even on kill -9:
 there is never a stale lock to remove by hand.
+
+`verify` and `bisect` apply on throwaway branches, removing first what an earlier run left
+of one; each holds a lock of the same kind on its branch, so that a second run of the same
+base never removes the worktree a running one uses.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import stat
@@ -32,14 +37,34 @@ def lock_path(repo: Git) -> Path:
 @contextmanager
 def repository_lock(repo: Git, command: str) -> Iterator[None]:
     """Hold the repository's lock for `rebaser <command>`, or fail naming the holder."""
-    path = lock_path(repo)
+    with _exclusive(
+        lock_path(repo), command, "another rebaser command is running in this repository: "
+    ):
+        yield
+
+
+@contextmanager
+def throwaway_lock(repo: Git, branch: str, command: str) -> Iterator[None]:
+    """Hold a throwaway branch (verify's, bisect's) for `rebaser <command>`: the run that
+    holds it removes what an earlier one left of it, never what a running one uses."""
+    key = hashlib.sha1(branch.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    path = forkkit_dir(repo) / "throwaway" / key
+    busy = f"another rebaser command is applying onto {branch} in this repository: "
+    with _exclusive(path, command, busy):
+        yield
+
+
+@contextmanager
+def _exclusive(path: Path, command: str, busy: str) -> Iterator[None]:
+    """An exclusive lock on `path` while the block runs, saying who holds it; `busy` starts
+    the refusal when another process does."""
     with _opened(path) as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
             raise RebaserError(
-                f"another rebaser command is running in this repository: {_holder(handle.read())}",
+                f"{busy}{_holder(handle.read())}",
                 where=str(path),
                 next_step="wait for it to finish, then run again (the lock goes with its process)",
             ) from None

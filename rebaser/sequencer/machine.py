@@ -21,7 +21,7 @@ from rebaser.carry.replay import Replay, recorded_base
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo import late_checkout, refs, workspace
 from rebaser.repo.git import Git
-from rebaser.repo.lock import repository_lock
+from rebaser.repo.lock import repository_lock, throwaway_lock
 from rebaser.sequencer import fix, recovery
 from rebaser.sequencer import state as state_store
 from rebaser.sequencer.report import Report, StatusView, outcome_text
@@ -117,8 +117,10 @@ def throwaway_apply(
         branch_prefix=VERIFY_PREFIX,
         keep_going=keep_going,
     )
-    with workspace.throwaway_branch(target.git, branch, keep=keep):
-        return start(target, series, options, progress)
+    # One run per throwaway branch: a second verify of the same base would remove it.
+    with throwaway_lock(target.git, branch, "verify or bisect"):
+        with workspace.throwaway_branch(target.git, branch, keep=keep):
+            return start(target, series, options, progress)
 
 
 def _start(
