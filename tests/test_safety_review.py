@@ -250,3 +250,28 @@ def test_a_second_verify_never_removes_a_running_ones_worktree(rebaser, tmp_path
     assert "another rebaser" in second.out + second.err, second.out + second.err
     assert first.returncode == ExitCode.OK, out + err
     assert not git(upstream.path, "branch", "--list", "forkkit-verify/*")
+
+
+def test_a_commit_dated_before_1973_round_trips(rebaser, tmp_path, upstream):
+    """An author date before 1973-03-03 (under 10^8 seconds since 1970, which git does not
+    read as a timestamp without `@`): import and refresh re-made the commit without its
+    trailer from `--date=raw`, and git refused the date (exit 5, a raw git error)."""
+    git(upstream.path, "checkout", "-q", "-b", "fork", "v1")
+    (upstream.path / "pkg" / "old.py").write_text("OLD = 1\n")
+    git(upstream.path, "add", "--all")
+    message = "pkg: an old module\n\nForkkit-Patch: 0001-an-old-module.patch\n"
+    author = "A U Thor <a@example.com>"
+    commit_verbatim(upstream.path, message, author=author, date="1971-01-01T00:00:00+0100")
+    git(upstream.path, "checkout", "-q", "main")
+    target = tmp_path / "imported"
+    args = ["--repo", upstream.path, "--range", "v1..fork", "--series-dir", target]
+    result = rebaser("import", *args)
+    assert result.code == ExitCode.OK, result.out + result.err
+    series = target / "series"
+    patches = {path.name: path.read_bytes() for path in target.glob("*.patch")}
+    worktree = applied(rebaser, tmp_path, series, upstream)
+    assert git(worktree, "log", "-1", "--format=%ad", "--date=raw") == "31532400 +0100"
+    check = rebaser("refresh", "--series", series, "--repo", worktree, "--check")
+    assert check.code == ExitCode.OK, check.out + check.err
+    assert rebaser("refresh", "--series", series, "--repo", worktree).code == ExitCode.OK
+    assert {path.name: path.read_bytes() for path in target.glob("*.patch")} == patches

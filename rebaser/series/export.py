@@ -208,6 +208,7 @@ def _without_identity(git: Git, sha: str, message: str) -> str:
     """The same commit (tree, parents, author) with `message`."""
     fields = git.out("log", "-1", "--date=raw", "--format=%an%x00%ae%x00%ad%x00%P", sha)
     name, email, date, parents = fields.split("\0")
+    # "@": git reads a raw date under 10^8 seconds (before 1973-03-03) as no date without it
     return commit_tree(
-        git, f"{sha}^{{tree}}", parents.split(), message, author=(name, email), date=date
+        git, f"{sha}^{{tree}}", parents.split(), message, author=(name, email), date=f"@{date}"
     )
