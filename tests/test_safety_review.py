@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from faults import FaultPoint, kill_leftover, start_paused, wait_for_file
+from faults import FaultPoint, kill_leftover, run_with_fault, start_paused, wait_for_file
 from synthetic import apply_args, commit_verbatim, git, two_patch_series
 
 from rebaser.errors import ExitCode
@@ -275,3 +275,25 @@ def test_a_commit_dated_before_1973_round_trips(rebaser, tmp_path, upstream):
     assert check.code == ExitCode.OK, check.out + check.err
     assert rebaser("refresh", "--series", series, "--repo", worktree).code == ExitCode.OK
     assert {path.name: path.read_bytes() for path in target.glob("*.patch")} == patches
+
+
+def test_an_import_killed_midway_leaves_no_folder_behind(rebaser, tmp_path, upstream):
+    """import writes the series into a hidden folder beside the target and renames it into
+    place; a kill -9 left that half-written copy there for good (a `git add -A` in the
+    project would commit it). The next import removes it, as other leftovers are swept."""
+    fork_with_messages(upstream, ["calc: one\n", "calc: two\n"])
+    target = tmp_path / "project" / "imported"
+    args = ["import", "--repo", upstream.path, "--range", "v1..fork", "--series-dir", target]
+    killed = run_with_fault(
+        FaultPoint("rebaser.commands.import_series:load_series", "before"), args
+    )
+    assert killed.returncode == 137, killed.stdout + killed.stderr
+    assert [path.name for path in (tmp_path / "project").iterdir()][0].startswith(".imported.")
+    result = rebaser(*args)
+    assert result.code == ExitCode.OK, result.out + result.err
+    assert sorted(path.name for path in (tmp_path / "project").iterdir()) == ["imported"]
+    assert sorted(path.name for path in target.iterdir()) == [
+        "0001-one.patch",
+        "0002-two.patch",
+        "series",
+    ]

@@ -4,7 +4,7 @@ One stable git-format patch per commit (rebaser/series/export.py, the rules `ref
 series file naming the series and recording BASE as `@base git:<sha>`, so the patches'
 preimages can be found again. The series is written into a temporary folder beside the
 target and renamed into place at the end: an existing folder is never touched, and a failed
-import leaves nothing behind.
+import leaves nothing behind (what a kill leaves, the next import removes: repo/tempdirs.py).
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import errno
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -27,6 +25,7 @@ from rebaser.series.export import (
     patch_file_name,
     split_patches,
 )
+from rebaser.repo import tempdirs
 from rebaser.repo.git import Git, find_repo
 from rebaser.series.patches import PATCH_TRAILER, load_series, valid_series_name
 
@@ -75,9 +74,8 @@ def import_range(
         )
     try:
         series_dir.parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(
-            tempfile.mkdtemp(prefix=f".{series_dir.name}.import-", dir=series_dir.parent)
-        )
+        # held while it is written: what a killed import left beside it goes first
+        scratch = tempdirs.Owned(f".{series_dir.name}.import-", series_dir.parent)
     except OSError as exc:
         raise RebaserError(
             f"cannot make the series folder {series_dir}: {exc.strerror or exc}",
@@ -90,10 +88,11 @@ def import_range(
             ),
         ) from None
     try:
-        imported = _write_series(git, commits, scratch, name, base)
-        scratch.rename(series_dir)
+        imported = _write_series(git, commits, scratch.path, name, base)
+        (scratch.path / tempdirs.OWNER).unlink()  # its lock file is no part of the series
+        scratch.path.rename(series_dir)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.release()
     return Imported(series_dir / "series", base, imported.patches, imported.skipped_empty)
 
 
