@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from faults import FaultPoint, kill_leftover, run_with_fault, start_paused, wait_for_file
 from synthetic import apply_args, commit_verbatim, git, two_patch_series
+from test_apply_synthetic import stopped_apply
 
 from rebaser.errors import ExitCode
 from rebaser.series.patches import load_series
@@ -297,3 +298,25 @@ def test_an_import_killed_midway_leaves_no_folder_behind(rebaser, tmp_path, upst
         "0002-two.patch",
         "series",
     ]
+
+
+def test_skip_never_resets_a_branch_the_user_switched_to(rebaser, tmp_path, upstream):
+    """At a stop the user switched the worktree to a branch of their own and committed
+    there; `skip` reset that branch to where the apply stopped (and went on committing
+    the next patches onto it). Now it refuses, as `continue` and `abort` do, and the
+    user's branch keeps its commit."""
+    worktree = stopped_apply(rebaser, tmp_path, upstream)
+    git(worktree, "checkout", "-q", "--theirs", "--", "pkg/calc.py")
+    git(worktree, "switch", "-q", "-c", "mine")
+    git(worktree, "commit", "-q", "--all", "-m", "my own work")
+    mine = git(worktree, "rev-parse", "mine")
+    stopped_at = git(worktree, "rev-parse", "forkkit/demo/v2")
+    result = rebaser("skip", "--repo", upstream.path)
+    assert result.code == ExitCode.USAGE, result.out + result.err
+    assert "git switch forkkit/demo/v2" in result.err, result.err
+    assert git(worktree, "rev-parse", "mine") == mine
+    assert git(worktree, "rev-parse", "forkkit/demo/v2") == stopped_at
+    git(worktree, "switch", "-q", "forkkit/demo/v2")
+    result = rebaser("skip", "--repo", upstream.path)
+    assert result.code == ExitCode.NOT_APPLIED, result.out + result.err
+    assert git(worktree, "rev-parse", "mine") == mine

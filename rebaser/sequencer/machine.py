@@ -200,7 +200,7 @@ def skip(repo_hint: Optional[Path], progress: Progress, plan: Plan = standard_pl
                 where=state.worktree,
                 next_step="`rebaser continue` after fixing it, or `rebaser abort`",
             )
-        worktree = Git(state.worktree)
+        worktree = recovery.worktree_of(state)  # refuses a branch the user switched to
         kept = fix.set_aside(worktree, state.branch, step.patch, state.stopped_head)
         detail = "skipped by `rebaser skip`" + (
             f"; the work on it is kept at {kept}" if kept else ""
