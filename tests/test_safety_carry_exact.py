@@ -19,7 +19,9 @@ BINARY = bytes(range(256)) * 4
 NAME, EMAIL = "José Núñez", "jose@example.com"
 MESSAGES = [
     "naïve café — subject\n\nA body.\n---\nText after a dashed line.\n# a hash line\n",
-    "latin: change the Latin-1 file\n\nand the binary one, in a table:\n---\n file | kind\n",
+    # Ends like format-patch's diffstat: text rebaser's own exports (--no-stat) still keep.
+    "latin: change the Latin-1 file\n\nand the binary one, in a table:\n---\n file | kind\n"
+    " 2 files changed, as the log said\n",
     "calc: a long subject that git folds over several header lines — ünïcode and all, "
     "more words\n\nBody.\n\nCo-authored-by: Zoë <zoe@example.com>\n",
 ]
@@ -154,3 +156,4 @@ def test_refresh_keeps_an_overlay_file_that_is_not_utf8(rebaser, tmp_path, fork)
     assert rebaser("refresh", "--series", series, "--repo", worktree).code == ExitCode.OK
     assert (overlay / "pkg" / "legacy.txt").read_bytes() == LATIN_1_AFTER
     assert (overlay / "pkg" / "table.bin").read_bytes() == BINARY
+

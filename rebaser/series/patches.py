@@ -46,7 +46,8 @@ _DIRECTIVES = ("name", "base", "overlay", "codemods", "upstream-test", "test-req
 _LISTS = ("upstream-test", "test-requires")  # directives that may be given several times
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 PATCH_TRAILER = "Forkkit-Patch"
-# How rebaser's exports begin (--zero-commit): their subjects are kept as they are.
+# How rebaser's exports begin (--zero-commit): their subjects and messages are kept as they
+# are (they have no [PATCH] prefix and no diffstat, --keep-subject --no-stat).
 _OWN_EXPORT = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
 _TRAILER_LINE_RE = re.compile(r"^[A-Za-z0-9-]+: ")
 # @name becomes part of a branch name: one path component git accepts.
@@ -148,9 +149,11 @@ class Patch:
         if not headers.get("From") or not headers.get("Subject"):
             raise RebaserError("patch has no From: or Subject: header", where=where)
         subject = _header(headers["Subject"], where)
-        if not header.startswith(_OWN_EXPORT):  # format-patch's prefix, without --keep-subject
+        body = rest[:diff_at]
+        if not header.startswith(_OWN_EXPORT):  # format-patch's prefix and diffstat
             subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", subject)
-        body = _message_of(rest[:diff_at]).strip("\n")
+            body = _message_of(body)
+        body = body.strip("\n")
         try:
             patch_set = unidiff.PatchSet(text)
         except unidiff.UnidiffParseError as exc:
