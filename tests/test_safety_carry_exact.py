@@ -157,3 +157,19 @@ def test_refresh_keeps_an_overlay_file_that_is_not_utf8(rebaser, tmp_path, fork)
     assert (overlay / "pkg" / "legacy.txt").read_bytes() == LATIN_1_AFTER
     assert (overlay / "pkg" / "table.bin").read_bytes() == BINARY
 
+
+def test_a_file_with_crlf_line_ends_is_carried_and_verified(rebaser, tmp_path, upstream):
+    """A fork file with Windows line ends (a .bat, say) is carried byte for byte; the
+    `git diff --check` verification does not call its CRs trailing whitespace (exit 4)."""
+    git(upstream.path, "checkout", "-q", "-b", "fork", "v1")
+    windows = b"@echo off\r\nrem carried as is\r\n"
+    commit_as(
+        upstream.path,
+        "tools: a Windows script\n",
+        {"tools/run.bat": windows},
+        "2026-11-02T10:00:00+0130",
+    )
+    git(upstream.path, "checkout", "-q", "main")
+    series = imported(rebaser, tmp_path, upstream)
+    worktree = applied_worktree(rebaser, tmp_path, upstream, series)
+    assert (worktree / "tools/run.bat").read_bytes() == windows

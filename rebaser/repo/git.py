@@ -89,7 +89,8 @@ NEUTRAL_SETTINGS: dict[str, str] = {
     "core.safecrlf": "false",
     "core.attributesFile": "/dev/null",
     "core.bigFileThreshold": "512m",  # git's default: what counts as a binary diff
-    "core.whitespace": "blank-at-eol,blank-at-eof,space-before-tab",  # `diff --check`
+    # `diff --check`: git's defaults, but a CR before a line end is a line end (CRLF files)
+    "core.whitespace": "blank-at-eol,blank-at-eof,space-before-tab,cr-at-eol",
     "core.quotePath": "true",
     "core.abbrev": "auto",  # shas in conflict markers
     "core.commentChar": "#",
