@@ -450,7 +450,8 @@ class LossSpec:
 
     ``masks`` as ``RowMasks.normalized`` makes them (the ones selection used);
     ``query_valid_rows`` as upstream takes it ([b, sq], [sq] or [t] bool), normalized to
-    [b, sq] by ``indexer_loss``.
+    [b, sq] by ``indexer_loss``; ``non_compressed_lse`` ([b, heads, sq] float32, detached) is
+    attention mass from keys left out of ``key``, as upstream's ``dev`` takes it.
     """
 
     softmax_scale: float
@@ -462,6 +463,7 @@ class LossSpec:
     calculate_per_token_loss: bool = False
     use_relu: bool = True
     budget_bytes: Optional[int] = None  # None: block_budget's share of the free memory
+    non_compressed_lse: Optional[torch.Tensor] = None
 
 
 def _gather_keys(key_b: torch.Tensor, safe: torch.Tensor) -> torch.Tensor:
@@ -550,6 +552,23 @@ def _dense_logits(q, weights, k, query, key, start: int, spec: LossSpec):
     return index, attention, torch.isfinite(additive).expand(b, rows, sk)
 
 
+_TINY = torch.finfo(torch.float32).tiny
+
+
+def _teacher_probabilities(
+    attention: torch.Tensor, valid: torch.Tensor, outside: Optional[torch.Tensor]
+) -> torch.Tensor:
+    """Per-head attention probabilities [b, heads, rows, keys] over the row's valid keys;
+    with ``outside`` ([b, heads, rows] log-sum-exp of keys not in ``key``) that mass joins
+    the softmax denominator, so the probabilities sum to less than one."""
+    valid = valid.unsqueeze(1).expand_as(attention)
+    if outside is None:
+        return dsa_masking.masked_softmax(attention, valid, dim=-1)
+    logits = attention.masked_fill(~valid, float("-inf"))
+    total = torch.logaddexp(outside.float(), torch.logsumexp(logits, dim=-1))
+    return torch.where(valid, torch.exp(logits - total.unsqueeze(-1)), 0.0)
+
+
 def _block_kl_sum(q, weights, k, query, key, idx, start: int, spec: LossSpec) -> torch.Tensor:
     """Sum over the block's valid rows of KL(attention target || indexer distribution)."""
     if spec.sparse_loss:
@@ -557,15 +576,18 @@ def _block_kl_sum(q, weights, k, query, key, idx, start: int, spec: LossSpec) ->
         valid = _sparse_valid(idx, start, spec)
     else:
         index, attention, valid = _dense_logits(q, weights, k, query, key, start, spec)
-    heads = attention.size(1)
+    outside = spec.non_compressed_lse
+    if outside is not None:
+        outside = outside[:, :, start : start + idx.size(1)]
     with torch.no_grad():  # the target depends on query/key only, which are detached
-        target = dsa_masking.masked_softmax(
-            attention, valid.unsqueeze(1).expand(-1, heads, -1, -1), dim=-1
-        ).sum(dim=1)
+        target = _teacher_probabilities(attention, valid, outside).sum(dim=1)
         del attention
         if spec.pg_collection.tp.size() > 1:  # attention heads are split over TP ranks
             torch.distributed.all_reduce(target, group=spec.pg_collection.tp)
-        target = dsa_indexer_loss.normalize_indexer_target(target)
+        if outside is None:
+            target = dsa_indexer_loss.normalize_indexer_target(target)
+        else:  # upstream's dev normalizes this case with the float32 tiny, not its epsilon
+            target = target / target.sum(dim=-1, keepdim=True).clamp_min(_TINY)
     log_probs = dsa_masking.masked_log_softmax(index, valid, dim=-1)
     kl_per_row = dsa_indexer_loss.indexer_kl_per_row(target, log_probs)
     if spec.query_valid_rows is not None:
@@ -684,16 +706,22 @@ def indexer_topk_and_loss(
     query_valid_rows: Optional[torch.Tensor] = None,
     calculate_per_token_loss: bool = False,
     use_relu: bool = True,
+    non_compressed_lse: Optional[torch.Tensor] = None,
     *,
     plan: BlockwisePlan,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """``FusedDSAIndexerLoss.apply``'s inputs and result, memory-bounded: the plan's backend
     selects block by block, then the loss (and its backward) runs on exactly those indices.
+
+    The inputs are the union of every upstream generation's, in upstream's order: 0.17-0.18
+    pass the first 11, 0.19 the first 17, NVIDIA ``dev`` all 18 (``non_compressed_lse``).
     """
     masks = RowMasks.normalized(
         mask, varlen_starts, varlen_ends, key_positions, sk=k.size(0), device=q.device
     )
-    fused = _fused_loss_kernels(plan, q, k, query, key, masks, sparse_loss)
+    fused = None
+    if non_compressed_lse is None:  # upstream's fused target has no mass from outside `key`
+        fused = _fused_loss_kernels(plan, q, k, query, key, masks, sparse_loss)
     if fused is not None:
         return FusedSparseIndexerLoss.apply(
             q,
@@ -727,6 +755,7 @@ def indexer_topk_and_loss(
         calculate_per_token_loss=calculate_per_token_loss,
         use_relu=use_relu,
         budget_bytes=plan.budget_bytes,
+        non_compressed_lse=non_compressed_lse,
     )
     return topk_indices, indexer_loss(q, weights, k, query, key, topk_indices, spec)
 
@@ -754,9 +783,24 @@ def indexer_loss(
             spec.query_valid_rows, b=b, sq=sq, device=q.device
         ),
     )
+    _check_outside_mass(spec.non_compressed_lse, (b, query.size(2), sq), q.device)
     rows = _loss_rows(q, query, key, topk_indices, spec)
     return BlockwiseIndexerLoss.apply(q, weights, k, query, key, topk_indices, spec, rows)
 
+
+def _check_outside_mass(outside: Optional[torch.Tensor], shape, device) -> None:
+    """``non_compressed_lse`` as upstream's dev accepts it: [b, heads, sq], detached."""
+    if outside is None:
+        return
+    if tuple(outside.shape) != shape:
+        raise ValueError(
+            "non_compressed_lse must have shape [batch, heads, seqlen_q], "
+            f"got {tuple(outside.shape)}, expected {shape}"
+        )
+    if outside.device != device:
+        raise ValueError(f"non_compressed_lse is on {outside.device}, the inputs on {device}")
+    if outside.requires_grad:
+        raise ValueError("non_compressed_lse must be detached")
 
 
 # =====================================================================================

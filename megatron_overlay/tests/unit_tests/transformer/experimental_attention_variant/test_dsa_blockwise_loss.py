@@ -184,6 +184,67 @@ def test_gradients_follow_the_selection():
     assert not torch.allclose(grads(loss, inputs)[0], grads(other_loss, other)[0])
 
 
+def outside_mass_reference(inputs, indices, sparse, outside):
+    """The indexer KL, densely and by definition, when keys outside ``key`` hold attention
+    mass (log-sum-exp ``outside`` [b, heads, sq]): it joins each head's softmax denominator."""
+    seen = visible("causal")
+    if sparse:
+        chosen = torch.zeros_like(seen)
+        for b, row, slot in (indices >= 0).nonzero().tolist():
+            chosen[b, row, indices[b, row, slot]] = True
+        seen = seen & chosen
+    index = dsa._compute_index_scores(inputs["q"], inputs["weights"], inputs["k"])
+    logits = torch.einsum("sbhd,tbhd->bhst", inputs["query"], inputs["key"]) * SCALE
+    logits = logits.masked_fill(~seen.unsqueeze(1), float("-inf"))
+    total = torch.logaddexp(outside, logits.logsumexp(dim=-1)).unsqueeze(-1)
+    target = torch.where(seen.unsqueeze(1), (logits - total).exp(), 0.0).sum(dim=1)
+    target = target / target.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
+    log_probs = index.masked_fill(~seen, float("-inf")).log_softmax(dim=-1)
+    terms = target * (target.clamp_min(1e-10).log() - log_probs)
+    return terms.masked_fill(~seen, 0.0).sum(dim=-1).mean() * COEFF
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_mass_outside_the_keys_joins_the_teacher_softmax(sparse):
+    """NVIDIA dev's 18th input, non_compressed_lse: against the definition, and against
+    upstream's own loss where the base takes it."""
+    chosen = chosen_indices()
+    outside = torch.randn(BATCH, HEADS, SEQ, generator=torch.Generator().manual_seed(8))
+    inputs, reference_inputs = loss_inputs(), loss_inputs()
+    loss = blockwise_loss(inputs, chosen, sparse, "causal", non_compressed_lse=outside)
+    references = [
+        (outside_mass_reference(reference_inputs, chosen, sparse, outside), reference_inputs)
+    ]
+    if "non_compressed_lse" in inspect.signature(dsa.compute_dsa_indexer_loss).parameters:
+        upstream_inputs = loss_inputs()
+        upstream = dense_reference_loss(
+            upstream_inputs, chosen, sparse, "causal", non_compressed_lse=outside
+        )
+        references.append((upstream, upstream_inputs))
+    ours = grads(loss, inputs)
+    for reference, their_inputs in references:
+        torch.testing.assert_close(loss, reference, rtol=1e-5, atol=1e-6)
+        for mine, theirs in zip(ours, grads(reference, their_inputs)):
+            torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-6)
+    # No mass outside is the loss without the input; real mass changes it.
+    nothing = torch.full_like(outside, float("-inf"))
+    without = blockwise_loss(loss_inputs(), chosen, sparse, "causal")
+    torch.testing.assert_close(
+        blockwise_loss(loss_inputs(), chosen, sparse, "causal", non_compressed_lse=nothing),
+        without,
+    )
+    assert not torch.allclose(loss, without)
+
+
+def test_mass_outside_the_keys_is_checked_as_upstream_checks_it():
+    chosen = chosen_indices()
+    with pytest.raises(ValueError, match=r"shape \[batch, heads, seqlen_q\]"):
+        blockwise_loss(loss_inputs(), chosen, True, "causal", non_compressed_lse=torch.zeros(3))
+    attached = torch.zeros(BATCH, HEADS, SEQ, requires_grad=True)
+    with pytest.raises(ValueError, match="must be detached"):
+        blockwise_loss(loss_inputs(), chosen, True, "causal", non_compressed_lse=attached)
+
+
 def test_backward_uses_the_forward_indices_and_never_selects(monkeypatch):
     chosen = chosen_indices()
     inputs = loss_inputs()
@@ -202,13 +263,6 @@ def test_backward_uses_the_forward_indices_and_never_selects(monkeypatch):
     assert [start for start, _ in seen] == list(range(SEQ))  # one row per block
     assert torch.equal(torch.cat([idx for _, idx in seen], dim=1), chosen)
     assert inputs["q"].grad is not None
-
-
-def test_loss_function_takes_fused_indexer_loss_inputs_in_order():
-    """The DSAttention hook swaps FusedDSAIndexerLoss.apply for it, positionally."""
-    params = list(inspect.signature(dsa_blockwise.indexer_topk_and_loss).parameters)
-    names = list(dsa._FUSED_DSA_INDEXER_LOSS_INPUT_NAMES)
-    assert params[: len(names)] == names and params[len(names) :] == ["plan"]
 
 
 def test_dsattention_backward_uses_the_forward_selection(
