@@ -8,10 +8,13 @@
 #
 # Latest upstream: each --ref (default HEAD) of a Megatron-LM clone given with --repo, else
 # the newest megatron-core release on PyPI. `rebaser verify` goes on past a patch that does not
-# apply, so the report holds every patch's outcome on every base. Where a patch applied only
-# by a fallback (3-way or cherry-pick merge, codemod, replayed resolution), the series
-# refreshed from that base's branch is written to DIR/refreshed-series/<base>/ with its
-# range-diff, which also goes to the job summary: a maintainer can take the fix as it is.
+# apply, so the report holds every patch's outcome on every base. Where a patch applied to a
+# latest base only by a fallback (3-way or cherry-pick merge, codemod, replayed resolution)
+# and that base is green (applied, verified, tests passed), the series refreshed from its
+# branch is written to DIR/refreshed-series/<base>/ with its range-diff, which also goes to
+# the job summary: a maintainer can take the fix as it is. Never from a base whose tests
+# failed (the fix is not one), nor from the --releases matrix (older generations the series
+# serves through its codemods: a series refreshed from one would take that older shape).
 # Exit code: rebaser verify's (0 all green; see README).
 set -uo pipefail
 
@@ -57,6 +60,7 @@ if [ -n "$repo" ]; then
 else
     bases+=("pypi:megatron-core")  # the newest release on PyPI
 fi
+latest=${#bases[@]}  # the bases so far are the latest upstream; the rest, the releases matrix
 for release in $releases; do
     bases+=("pypi:megatron-core==$release")
 done
@@ -67,23 +71,32 @@ $rebaser verify --series "$series" "${repo_args[@]}" --bases "${bases[@]}" --kee
     --test "$test_mode" --json "$out/report.json" --markdown "$out/summary.md"
 status=$?
 
-# One line per base: its label, whether a patch needed a fallback, its branch and worktree.
-python3 - "$out/report.json" > "$out/branches.tsv" <<'PY' || true
+# One line per base: its label, whether to refresh the series from it (yes), or why not
+# (no: nothing to take; red: a patch needed a fallback but the base is not green), its
+# branch and worktree.
+python3 - "$out/report.json" "$latest" > "$out/branches.tsv" <<'PY' || true
 import json, re, sys
 
 FALLBACKS = {"3-way", "cherry-pick", "codemod", "resolution replayed"}
-for row in json.load(open(sys.argv[1]))["bases"]:
+for number, row in enumerate(json.load(open(sys.argv[1]))["bases"]):
     report = row["report"]
     if report and report["branch"]:
-        fallback = not report["stop"] and any(s["status"] in FALLBACKS for s in report["steps"])
+        fallback = number < int(sys.argv[2]) and any(
+            s["status"] in FALLBACKS for s in report["steps"]
+        )
+        refresh = "no" if not fallback else "yes" if row["exit_code"] == 0 else "red"
         label = re.sub(r"[^A-Za-z0-9._=-]+", "-", row["base"])
-        print("\t".join([label, "yes" if fallback else "no", report["branch"], report["worktree"]]))
+        print("\t".join([label, refresh, report["branch"], report["worktree"]]))
 PY
 
 series_dir="$(dirname "$series")"
 overlay="$(sed -n 's/^@overlay[[:space:]]*\([^#[:space:]]*\).*/\1/p' "$series")"
-while IFS=$'\t' read -r label fallback branch worktree; do
-    if [ "$fallback" = "yes" ]; then
+while IFS=$'\t' read -r label refresh branch worktree; do
+    if [ "$refresh" = "red" ]; then
+        note="no refreshed series for \`$label\`: a patch needed a fallback there, but the base is not green (exit code in the table above)"
+        echo "$note"
+        printf '\n%s\n' "$note" >> "$out/summary.md"
+    elif [ "$refresh" = "yes" ]; then
         # A copy of the series (and its overlay, at the same relative place) to refresh.
         dest="$out/refreshed-series/$label"
         copy="$dest/$(basename "$series_dir")"

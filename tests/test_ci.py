@@ -128,11 +128,10 @@ def test_script_verifies_a_clone(tmp_path, release_clone):
 # -- offline: a synthetic upstream with a `main` and a `dev` branch ---------------------------
 
 
-def fork_upstream(tmp_path, upstream):
+def fork_upstream(tmp_path, upstream, overlay_tests=None):
     """A series of one patch on v1; `dev` drifts inside the patch's context, `main` does not."""
-    series = calc_series(
-        tmp_path, upstream, [("demo: document add", ADD_DOC)], overlay={"pkg/extra.py": "X = 1\n"}
-    )
+    overlay = {"pkg/extra.py": "X = 1\n", **(overlay_tests or {})}
+    series = calc_series(tmp_path, upstream, [("demo: document add", ADD_DOC)], overlay=overlay)
     git(upstream.path, "checkout", "-q", "-b", "dev")
     drifted = edit(
         CALC, '"""A tiny upstream module."""\n\n', '"""A tiny upstream module."""\n# dev\n'
@@ -180,3 +179,32 @@ def test_script_hands_back_the_refreshed_series_with_its_range_diff(tmp_path, up
     assert f"refreshed series for `{dev}` (artifact: refreshed-series/{dev})" in summary
     assert summary.count("### Patch series changes") == 1
     assert (refreshed / "range-diff.md").read_text() in summary
+
+
+def test_script_offers_no_refreshed_series_from_a_base_whose_tests_failed(tmp_path, upstream):
+    """dev needs a merge to carry the patch and the series' test fails there: the merged
+    series is no fix to take."""
+    no_dev_marker = """\
+        import inspect
+
+        import pkg.calc
+
+
+        def test_no_dev_marker():
+            assert "# dev" not in inspect.getsource(pkg.calc)
+        """
+    series = fork_upstream(tmp_path, upstream, {"tests/test_calc_marker.py": no_dev_marker})
+    result = run_script(
+        tmp_path, "--repo", str(upstream.path), "--ref", "main", "--ref", "dev",
+        "--releases", "", "--series", str(series), "--test", "cpu",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    main_row, dev_row = json.loads((tmp_path / "out" / "report.json").read_text())["bases"]
+    assert (main_row["exit_code"], dev_row["exit_code"]) == (0, 1)
+    assert dev_row["report"]["steps"][1]["status"] in ("3-way", "cherry-pick")
+    assert not (tmp_path / "out" / "refreshed-series").exists()
+    dev = git(upstream.path, "rev-parse", "dev")
+    summary = (tmp_path / "summary").read_text()
+    assert f"no refreshed series for `{dev}`: a patch needed a fallback there, but" in summary
+    assert "### Patch series changes" not in summary
+    assert "forkkit" not in git(upstream.path, "branch", "--list")
