@@ -274,6 +274,8 @@ def test_missing_promised_symbol_fails_verification(rebaser, tmp_path, upstream)
             "pkg/calc.py::add(c)",
             "pkg/calc.py::power",
             "pkg/calc.py::neg->abs",
+            "pkg/calc.py::neg(b) | pkg/calc.py::add->abs",
+            "pkg/calc.py::neg(b) | pkg/calc.py::add(b)",  # one shape of two is enough
         ],
     )
     series = build_series(tmp_path / "p", upstream, "v1", [change])
@@ -284,6 +286,7 @@ def test_missing_promised_symbol_fails_verification(rebaser, tmp_path, upstream)
         "pkg/calc.py::add(c): no parameter 'c'",
         "pkg/calc.py::power: no 'power'",
         "pkg/calc.py::neg->abs: does not call abs",
+        "pkg/calc.py::neg(b) | pkg/calc.py::add->abs: no parameter 'b'; does not call abs",
     ]
 
 

@@ -16,6 +16,7 @@ Each patch is `git format-patch` output. Its message may carry trailers:
     Forkkit-Symbol: path::Qual.name         a symbol that must exist after the series
     Forkkit-Symbol: path::func(param)       ... a function that must take `param`
     Forkkit-Symbol: path::Qual.func->callee ... a function that must call `callee`
+    Forkkit-Symbol: A | B                   ... one of several shapes (upstream generations)
 
 The commit an apply makes for a patch carries `Forkkit-Patch: <file name>`, its identity:
 `refresh` writes each commit back to the file it came from, whatever was skipped or dropped.
@@ -30,7 +31,7 @@ import email.policy
 import email.utils
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Optional
@@ -60,25 +61,42 @@ _SYMBOL_RE = re.compile(
 
 @dataclass(frozen=True)
 class SymbolSpec:
-    """A symbol a patch promises: a name, a parameter of a function, or a call it makes."""
+    """A symbol a patch promises: a name, a parameter of a function, or a call it makes.
+
+    `A | B`: the symbol takes one of several shapes, one per upstream generation the series
+    serves (a hook that sits in different functions); one of them must exist.
+    """
 
     path: str
     qualname: str
     param: Optional[str] = None
     calls: Optional[str] = None
+    alternatives: tuple["SymbolSpec", ...] = ()
 
     @classmethod
     def parse(cls, text: str, *, where: str) -> "SymbolSpec":
+        first, *others = [cls._parse_shape(part, where) for part in text.split("|")]
+        return replace(first, alternatives=tuple(others))
+
+    @classmethod
+    def _parse_shape(cls, text: str, where: str) -> "SymbolSpec":
         match = _SYMBOL_RE.match(text.strip())
         if not match:
             raise RebaserError(
                 f"malformed Forkkit-Symbol {text.strip()!r}",
                 where=where,
-                next_step="write it as path::Qual.name, path::func(param) or path::func->callee",
+                next_step="write it as path::Qual.name, path::func(param) or path::func->callee"
+                " (alternatives separated by ' | ')",
             )
         return cls(**match.groupdict())
 
+    @property
+    def shapes(self) -> tuple["SymbolSpec", ...]:
+        return (replace(self, alternatives=()), *self.alternatives)
+
     def __str__(self) -> str:
+        if self.alternatives:
+            return " | ".join(str(shape) for shape in self.shapes)
         tail = f"({self.param})" if self.param else f"->{self.calls}" if self.calls else ""
         return f"{self.path}::{self.qualname}{tail}"
 
