@@ -102,14 +102,18 @@ def validate_config(config: Any) -> None:
     if backend is None and not deterministic and tie_break == TIE_BREAK_UNSET:
         return
     variant = config.experimental_attention_variant
-    if variant != "dsa":
+    # DeepSeek-V4 / CSA select keys with their own compressed indexer: upstream dev's
+    # 'dsv4_hybrid', and on the fork's v1 branch 'dsv4' or dsv4_mode on a 'dsa' config.
+    dsv4 = variant in ("dsv4_hybrid", "dsv4") or getattr(config, "dsv4_mode", False) is True
+    if variant != "dsa" or dsv4:
         hint = ""
-        if variant == "dsv4_hybrid":
+        if dsv4:
             hint = " (the CSA / DeepSeek-V4 variant selects keys with its own compressed indexer)"
         raise ValueError(
             "dsa_indexer_topk_backend, dsa_indexer_topk_deterministic and "
             "dsa_indexer_topk_tie_break apply only to experimental_attention_variant='dsa'; "
-            f"got experimental_attention_variant={variant!r}{hint}."
+            f"got experimental_attention_variant={variant!r}"
+            f"{', dsv4_mode=True' if variant == 'dsa' else ''}{hint}."
         )
     if backend is None:
         raise ValueError(

@@ -104,16 +104,25 @@ def test_options_are_rejected_outside_dsa(make_config):
         make_config(experimental_attention_variant=None, dsa_indexer_topk_backend="torch")
 
 
-def test_csa_deepseek_v4_variant_is_rejected():
-    """Upstream's dev branch has experimental_attention_variant='dsv4_hybrid' (CSA)."""
+@pytest.mark.parametrize(
+    "variant, extra, match",
+    [
+        ("dsv4_hybrid", {}, "'dsv4_hybrid' .*CSA / DeepSeek-V4"),  # upstream dev (CSA)
+        ("dsv4", {}, "'dsv4' .*CSA / DeepSeek-V4"),  # the fork's v1 branch, miles-main
+        ("dsa", {"dsv4_mode": True}, "'dsa', dsv4_mode=True .*CSA / DeepSeek-V4"),
+    ],
+)
+def test_csa_deepseek_v4_variants_are_rejected(variant, extra, match):
+    """DeepSeek-V4's compressed indexer selects its own keys (and replays them)."""
     config = SimpleNamespace(
-        experimental_attention_variant="dsv4_hybrid",
+        experimental_attention_variant=variant,
         dsa_indexer_topk_backend="flashinfer",
         dsa_indexer_topk_deterministic=True,
         dsa_indexer_topk_tie_break=1,
         dsa_indexer_topk=2048,
+        **extra,
     )
-    with pytest.raises(ValueError, match="dsv4_hybrid.*CSA / DeepSeek-V4"):
+    with pytest.raises(ValueError, match=match):
         dsa_topk.validate_config(config)
 
 
