@@ -45,12 +45,12 @@ from typing import Any, Callable, Iterator, Optional, Tuple
 
 import torch
 
-from megatron.core.transformer.experimental_attention_variant import (
-    dsa_indexer_loss,
-    dsa_layout,
-    dsa_masking,
-    dsa_topk,
-)
+from megatron.core.transformer.experimental_attention_variant import dsa_topk, dsa_upstream
+
+# Upstream's helpers on 0.19+, the same definitions on the v1 DSA of 0.16-0.18.
+dsa_indexer_loss = dsa_upstream.dsa_indexer_loss
+dsa_layout = dsa_upstream.dsa_layout
+dsa_masking = dsa_upstream.dsa_masking
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -208,11 +208,9 @@ def _pick_scorer(plan: BlockwisePlan, q, k, use_relu: bool) -> Scorer:
                 lambda heads: _FP32,
                 fused=True,
             )
-    from megatron.core.transformer.experimental_attention_variant import dsa  # imports us
-
     return Scorer(
         TORCH_SCORER,
-        lambda qr, wr, kk, st, en, clean: dsa._compute_index_scores(qr, wr, kk, use_relu=use_relu),
+        lambda qr, wr, kk, st, en, clean: dsa_upstream.index_scores(qr, wr, kk, use_relu),
         lambda heads: _FP32 * (_SCORE_COPIES * heads + _ROW_COPIES),
         fused=False,
     )
@@ -519,12 +517,10 @@ def _sparse_valid(idx: torch.Tensor, start: int, spec: LossSpec) -> torch.Tensor
 
 def _dense_logits(q, weights, k, query, key, start: int, spec: LossSpec):
     """Index [b, rows, sk] and attention [b, np, rows, sk] logits, masked, with validity."""
-    from megatron.core.transformer.experimental_attention_variant import dsa  # imports us
-
     masks = spec.masks
     rows, b, heads, dim = query.shape
     sk = key.size(0)
-    index = dsa._compute_index_scores(q, weights, k, use_relu=spec.use_relu)
+    index = dsa_upstream.index_scores(q, weights, k, use_relu=spec.use_relu)
     query_r = query.permute(1, 2, 0, 3).reshape(b * heads, rows, dim)
     key_r = key.permute(1, 2, 3, 0).reshape(b * heads, dim, sk)
     attention = (torch.bmm(query_r.float(), key_r.float()) * spec.softmax_scale).view(
@@ -993,3 +989,85 @@ class FusedSparseIndexerLoss(torch.autograd.Function):
                 grad_weights[start:end, bi] = gw
                 grad_k[:, bi] += gk.float()
         return grad_q, grad_weights.to(weights.dtype), grad_k.to(k.dtype), None, None, None
+
+
+# =====================================================================================
+# Hooks for the v1 DSA of megatron-core 0.16-0.18
+# =====================================================================================
+
+
+@dataclass(frozen=True)
+class IndexerInputs:
+    """What the indexer scored with, handed on where 0.16's DSAIndexer.forward_with_scores
+    returns its dense scores: with a backend the scores are never materialised, and the
+    block-wise loss (``preselected_loss_function``) scores again from these, block by block.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    weights: torch.Tensor
+    mask: Optional[torch.Tensor] = None
+
+
+def preselected_loss_function(plan: BlockwisePlan) -> Callable[..., torch.Tensor]:
+    """A drop-in for ``compute_dsa_indexer_loss`` where 0.16's DSAttention calls it with the
+    indexer's scores: given ``IndexerInputs`` instead, the loss runs in blocks of rows on
+    exactly the indices the plan's backend selected."""
+    return functools.partial(preselected_indexer_loss, plan=plan)
+
+
+def preselected_indexer_loss(
+    index_scores: IndexerInputs,
+    topk_indices: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    softmax_scale: float,
+    loss_coeff: float,
+    sparse_loss: bool,
+    pg_collection: Any,
+    mask: Optional[torch.Tensor] = None,
+    varlen_starts: Optional[torch.Tensor] = None,
+    varlen_ends: Optional[torch.Tensor] = None,
+    key_positions: Optional[torch.Tensor] = None,
+    query_valid_rows: Optional[torch.Tensor] = None,
+    calculate_per_token_loss: bool = False,
+    non_compressed_lse: Optional[torch.Tensor] = None,
+    *,
+    plan: BlockwisePlan,
+) -> torch.Tensor:
+    """``compute_dsa_indexer_loss``'s inputs (every generation's, in upstream's order) and
+    result; the mask defaults to the one the indexer selected under."""
+    inputs = index_scores
+    spec = LossSpec(
+        softmax_scale=softmax_scale,
+        loss_coeff=loss_coeff,
+        sparse_loss=sparse_loss,
+        pg_collection=pg_collection,
+        masks=RowMasks.normalized(
+            inputs.mask if mask is None else mask,
+            varlen_starts,
+            varlen_ends,
+            key_positions,
+            sk=inputs.k.size(0),
+            device=inputs.q.device,
+        ),
+        query_valid_rows=query_valid_rows,
+        calculate_per_token_loss=calculate_per_token_loss,
+        budget_bytes=plan.budget_bytes,
+        non_compressed_lse=non_compressed_lse,
+    )
+    return indexer_loss(inputs.q, inputs.weights, inputs.k, query, key, topk_indices, spec)
+
+
+def scatter_ready(topk_indices: torch.Tensor) -> torch.Tensor:
+    """Indices as v1's ``unfused_dsa_fn`` scatters them: int64, no -1 slot.
+
+    The explicit backends give int32 with -1 in empty slots (0.19's sparse attention takes
+    that as it is). Here an empty slot repeats its row's first index, so the set of keys is
+    unchanged; a row with no key at all gets key 0, which v1's causal mask always shows.
+    Upstream's own int64 indices come back untouched, the very same tensor.
+    """
+    if topk_indices.dtype == torch.int64:
+        return topk_indices
+    first = topk_indices[..., :1].clamp_min(0)
+    return torch.where(topk_indices < 0, first, topk_indices).long()
