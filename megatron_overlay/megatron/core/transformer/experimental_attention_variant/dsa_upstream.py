@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Optional, Tuple
 
 import torch
@@ -106,35 +106,45 @@ def _indexer_kl_sum(target, predict_log_probs, valid_mask=None) -> torch.Tensor:
     return _indexer_kl_terms(target, predict_log_probs, valid_mask).sum()
 
 
-def _helpers(module: str, **definitions) -> SimpleNamespace:
-    """Upstream's module's functions where the base has them, these definitions elsewhere."""
+# The helpers the overlay uses, by upstream module, with the definition for bases without.
+DEFINITIONS = {
+    "dsa_masking": dict(
+        normalize_varlen_bounds=_normalize_varlen_bounds,
+        build_valid_mask_from_starts_ends=_valid_from_bounds,
+        apply_starts_ends_mask_to_scores=_mask_scores_to_bounds,
+        masked_softmax=_masked_softmax,
+        masked_log_softmax=_masked_log_softmax,
+        normalize_query_valid_rows=_normalize_query_valid_rows,
+    ),
+    "dsa_indexer_loss": dict(
+        normalize_indexer_target=_normalize_indexer_target,
+        indexer_kl_per_row=_indexer_kl_per_row,
+        indexer_kl_sum=_indexer_kl_sum,
+    ),
+    "dsa_layout": dict(ensure_sbhd=_ensure_sbhd),
+}
+
+
+def upstream_module(module: str) -> Optional[ModuleType]:
+    """The base's ``experimental_attention_variant.<module>``, or None where it has none."""
     try:
-        upstream = importlib.import_module(f"{__package__}.{module}")
+        return importlib.import_module(f"{__package__}.{module}")
     except ModuleNotFoundError as missing:
         if missing.name != f"{__package__}.{module}":
             raise  # the module exists but cannot import: that is upstream's error to show
-        upstream = None
-    return SimpleNamespace(
-        **{name: getattr(upstream, name, own) for name, own in definitions.items()}
-    )
+        return None
 
 
-dsa_masking = _helpers(
-    "dsa_masking",
-    normalize_varlen_bounds=_normalize_varlen_bounds,
-    build_valid_mask_from_starts_ends=_valid_from_bounds,
-    apply_starts_ends_mask_to_scores=_mask_scores_to_bounds,
-    masked_softmax=_masked_softmax,
-    masked_log_softmax=_masked_log_softmax,
-    normalize_query_valid_rows=_normalize_query_valid_rows,
-)
-dsa_indexer_loss = _helpers(
-    "dsa_indexer_loss",
-    normalize_indexer_target=_normalize_indexer_target,
-    indexer_kl_per_row=_indexer_kl_per_row,
-    indexer_kl_sum=_indexer_kl_sum,
-)
-dsa_layout = _helpers("dsa_layout", ensure_sbhd=_ensure_sbhd)
+def _helpers(module: str) -> SimpleNamespace:
+    """Upstream's functions where the base has them, the definitions above elsewhere."""
+    upstream = upstream_module(module)
+    own = DEFINITIONS[module]
+    return SimpleNamespace(**{name: getattr(upstream, name, own[name]) for name in own})
+
+
+dsa_masking = _helpers("dsa_masking")
+dsa_indexer_loss = _helpers("dsa_indexer_loss")
+dsa_layout = _helpers("dsa_layout")
 
 
 def index_scores(
