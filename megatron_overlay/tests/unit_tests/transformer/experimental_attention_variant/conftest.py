@@ -3,11 +3,16 @@
 """Fixtures for the DSA top-k tests: small DSA configs and modules that run on the CPU, a
 brute-force top-k reference, and the unpatched upstream dsa.py for regression checks.
 
-Nothing here is autouse, so upstream's tests in this folder are unaffected; on Python < 3.12
-`typing.override` is provided, so upstream's plain `python -m pytest <this folder>` runs it.
+The fixtures work on every upstream generation the series is carried to (megatron-core
+0.16, 0.17-0.18, 0.19, NVIDIA dev); where the generations differ, they read what the base
+has from its code. Nothing here is autouse, so upstream's tests in this folder are
+unaffected; on Python < 3.12 `typing.override` is provided, so upstream's plain
+`python -m pytest <this folder>` runs it.
 """
 
+import dataclasses
 import importlib.util
+import itertools
 import struct
 import subprocess
 import typing
@@ -21,12 +26,20 @@ if not hasattr(typing, "override"):
 
 import pytest
 import torch
+from packaging.version import Version
 
+from megatron.core import utils as core_utils
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.experimental_attention_variant import dsa
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.torch_norm import WrappedTorchNorm
 from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+if importlib.util.find_spec("transformer_engine") is None and core_utils.get_te_version() is None:
+    # Without Transformer Engine megatron-core 0.17+ says TE 0.0.0; 0.16 and the fork's v1
+    # branch say None, and their git trees' tests/unit_tests/conftest.py (is_te_min_version
+    # in an autouse fixture) would then fail every test here on a CPU machine.
+    core_utils._te_version = Version("0.0.0")
 
 DSA_PATH = "megatron/core/transformer/experimental_attention_variant/dsa.py"
 OVERLAY_SUBJECT = "forkkit: overlay"
@@ -83,6 +96,10 @@ def reference_topk():
     return _reference_topk
 
 
+def has_config_field(name: str) -> bool:
+    return name in {field.name for field in dataclasses.fields(MLATransformerConfig)}
+
+
 @pytest.fixture
 def make_config():
     def _make(**overrides):
@@ -105,8 +122,10 @@ def make_config():
             dsa_indexer_n_heads=4,
             dsa_indexer_head_dim=16,
             dsa_indexer_topk=8,
-            dsa_indexer_rotate_activation=False,  # the Hadamard rotation needs CUDA bf16
         )
+        # The Hadamard rotation needs CUDA bf16; v1 DSA always rotates (see build_attention).
+        if has_config_field("dsa_indexer_rotate_activation"):
+            params["dsa_indexer_rotate_activation"] = False
         params.update(overrides)
         return MLATransformerConfig(**params)
 
@@ -135,6 +154,10 @@ def build_attention(monkeypatch):
             monkeypatch.setattr(
                 rotary_pos_embedding.torch.cuda, "current_device", lambda: torch.device("cpu")
             )
+        if not hasattr(config, "dsa_indexer_rotate_activation"):
+            # v1 DSA always applies the Hadamard rotation (CUDA bf16 only): off, as 0.19's
+            # dsa_indexer_rotate_activation=False turns it off.
+            monkeypatch.setattr(module, "rotate_activation", lambda x: x)
         attention = module.DSAttention(
             config=config,
             submodules=module.DSAttentionSubmodules(indexer=indexer),
@@ -177,27 +200,68 @@ def attention_inputs():
 def captured_topk(monkeypatch):
     """Record the top-k indices each DSAttention forward hands to sparse attention."""
     seen = []
-    original = dsa._run_sparse_attention
+    if hasattr(dsa, "_run_sparse_attention"):  # 0.19+
+        original = dsa._run_sparse_attention
 
-    def _record(**kwargs):
-        seen.append(kwargs["topk_indices"].detach().clone())
-        return original(**kwargs)
+        def _record(**kwargs):
+            seen.append(kwargs["topk_indices"].detach().clone())
+            return original(**kwargs)
 
-    monkeypatch.setattr(dsa, "_run_sparse_attention", _record)
+        monkeypatch.setattr(dsa, "_run_sparse_attention", _record)
+        return seen
+    original = dsa.unfused_dsa_fn  # v1 DSA: (query, key, value, topk_indices, softmax_scale)
+
+    def _record_v1(query, key, value, topk_indices, *args, **kwargs):
+        seen.append(topk_indices.detach().clone())
+        return original(query, key, value, topk_indices, *args, **kwargs)
+
+    monkeypatch.setattr(dsa, "unfused_dsa_fn", _record_v1)
     return seen
 
 
 @pytest.fixture
+def feed_indexer(monkeypatch):
+    """Make a DSAIndexer score with the given q [sq, b, h, d], k [sk, b, d] and weights."""
+
+    def _feed(indexer, q, k, weights):
+        if hasattr(indexer, "forward_before_topk"):  # 0.17+
+            monkeypatch.setattr(indexer, "forward_before_topk", lambda *_: (q, k, weights))
+            return
+        # 0.16 computes them inside forward_with_scores: its rotation hands out q, then k,
+        # and its weight projection the weights before upstream's scaling, which must undo
+        # exactly (powers of two, as make_config's 4 heads of 16 dims give).
+        rotated = itertools.cycle([q, k])
+        monkeypatch.setattr(dsa, "rotate_activation", lambda _x: next(rotated))
+        scale = indexer.index_n_heads**-0.5 * indexer.softmax_scale
+        raw = weights / scale
+        assert torch.equal(raw * (indexer.index_n_heads**-0.5) * indexer.softmax_scale, weights)
+        monkeypatch.setattr(indexer.linear_weights_proj, "forward", lambda _x: (raw, None))
+
+    return _feed
+
+
+@pytest.fixture
 def fused_kernels_that_raise(monkeypatch):
-    """Pretend fused DSA kernels are configured, with every top-k-selecting kernel raising."""
-    from megatron.core.transformer.experimental_attention_variant import dsa_kernels
+    """Every upstream path that selects its own top-k, replaced by a raising function.
+
+    0.19+: the fused DSA kernels, pretended configured. v1 DSA has none; there upstream's
+    dense top-k-and-loss path (FusedDSAIndexerLoss's naive forward and backward, and the
+    dense compute_dsa_indexer_loss) stands in for them.
+    """
 
     def _raise(name):
         def kernel(*_args, **_kwargs):
-            raise AssertionError(f"internal fused top-k kernel {name} must not run")
+            raise AssertionError(f"internal top-k kernel {name} must not run")
 
         return kernel
 
+    try:
+        from megatron.core.transformer.experimental_attention_variant import dsa_kernels
+    except ImportError:  # v1 DSA
+        for name in ("fwd_fused_indexer_loss_naive", "bwd_fused_indexer_loss_naive"):
+            monkeypatch.setattr(dsa, name, _raise(name), raising=False)
+        monkeypatch.setattr(dsa, "compute_dsa_indexer_loss", _raise("compute_dsa_indexer_loss"))
+        return
     monkeypatch.setattr(dsa_kernels, "use_fused_dsa_kernels", lambda config: True)
     for name in ("run_fused_dsa_attention", "run_fused_qk_topk", "run_fused_qk_topk_with_loss"):
         monkeypatch.setattr(dsa_kernels, name, _raise(name))

@@ -4,12 +4,18 @@
 scoring the whole matrix with upstream's fused_qk_topk_naive and selecting it at once, under
 every mask kind, with blocks that cut through tie-heavy rows; and bounded by the budget."""
 
+import inspect
 import logging
 
 import pytest
 import torch
 
-from megatron.core.transformer.experimental_attention_variant import dsa, dsa_blockwise, dsa_topk
+from megatron.core.transformer.experimental_attention_variant import (
+    dsa,
+    dsa_blockwise,
+    dsa_topk,
+    dsa_upstream,
+)
 from megatron.core.transformer.experimental_attention_variant.dsa_topk import (
     TopkPolicy,
     select_topk,
@@ -54,6 +60,26 @@ def masks(kind, seq=SEQ, batch=BATCH):
     }
 
 
+def naive_topk(q, k, weights, given, topk_policy=None):
+    """(scores, indices) of the base's naive top-k: upstream's dense path without a policy,
+    the hooked block-wise one with it. 0.16 has no fused_qk_topk_naive (DSAIndexer scores
+    inline): there its scorer plus the mask, or dsa_blockwise.select_topk, which it calls."""
+    naive = getattr(dsa, "fused_qk_topk_naive", None)
+    takes = inspect.signature(naive).parameters if naive else {"mask": None}
+    if set(given) - set(takes):
+        pytest.skip(
+            f"this base's naive top-k takes no {', '.join(sorted(set(given) - set(takes)))}"
+        )
+    if naive is not None:
+        return naive(q, k, weights, TOPK, **given, topk_policy=topk_policy)
+    if topk_policy is not None:
+        return None, dsa_blockwise.select_topk(q, k, weights, TOPK, topk_policy, **given)
+    scores = dsa_upstream.index_scores(q, weights, k)
+    if "mask" in given:
+        scores = scores + given["mask"]
+    return scores, scores.topk(min(TOPK, k.size(0)), dim=-1)[1]
+
+
 def plan(tie_break, budget_bytes=1, backend="torch", layer=None):
     return dsa_blockwise.BlockwisePlan(
         TopkPolicy(backend, tie_break=tie_break), budget_bytes=budget_bytes, layer=layer
@@ -66,11 +92,11 @@ def plan(tie_break, budget_bytes=1, backend="torch", layer=None):
 def test_blocks_select_exactly_what_the_whole_matrix_selects(kind, tie_break, budget_rows):
     q, k, weights = tie_heavy()
     given = masks(kind)
-    scores, _ = dsa.fused_qk_topk_naive(q, k, weights, TOPK, **given)  # upstream's dense path
+    scores, _ = naive_topk(q, k, weights, given)  # upstream's dense path
     _, whole = select_topk(scores, TOPK, backend="torch", tie_break=tie_break)
     row_bytes = BATCH * SEQ * 4 * (2 * HEADS + 6)
     blockwise = plan(tie_break, budget_bytes=row_bytes * budget_rows)
-    none, indices = dsa.fused_qk_topk_naive(q, k, weights, TOPK, **given, topk_policy=blockwise)
+    none, indices = naive_topk(q, k, weights, given, topk_policy=blockwise)
     assert none is None  # the [b, sq, sk] scores are never materialised
     assert indices.dtype == torch.int32
     assert torch.equal(indices, whole)
@@ -83,21 +109,21 @@ def test_policies_differ_on_these_inputs():
     """Control: on these plateaus the tie policy changes the set, so equality above means
     something."""
     q, k, weights = tie_heavy()
-    _, small = dsa.fused_qk_topk_naive(q, k, weights, TOPK, topk_policy=plan(1))
-    _, large = dsa.fused_qk_topk_naive(q, k, weights, TOPK, topk_policy=plan(2))
+    _, small = naive_topk(q, k, weights, {}, topk_policy=plan(1))
+    _, large = naive_topk(q, k, weights, {}, topk_policy=plan(2))
     assert not torch.equal(small, large)
 
 
 def test_block_size_follows_the_budget(monkeypatch):
     q, k, weights = tie_heavy(seq=40)
     scored_rows = []
-    original = dsa._compute_index_scores
+    original = dsa_upstream.index_scores
 
     def record(q_rows, weights_rows, keys, use_relu=True):
         scored_rows.append(q_rows.size(0))
-        return original(q_rows, weights_rows, keys, use_relu=use_relu)
+        return original(q_rows, weights_rows, keys, use_relu)
 
-    monkeypatch.setattr(dsa, "_compute_index_scores", record)
+    monkeypatch.setattr(dsa_upstream, "index_scores", record)
     per_row = BATCH * 40 * 4 * (2 * HEADS + 6)
     dsa_blockwise.select_topk(q, k, weights, TOPK, plan(1, budget_bytes=per_row * 7))
     assert scored_rows == [7] * 5 + [5]
@@ -121,7 +147,7 @@ def test_a_fused_scorer_scores_the_blocks_when_configured(monkeypatch, caplog):
     def fake_indexer_logits(q_b, k_b, w_b, starts, ends, clean_logits=True, use_relu=True):
         calls.append(q_b.size(0))
         assert starts.tolist() == [0] * q_b.size(0) and ends.tolist() == [k_b.size(0)] * q_b.size(0)
-        return dsa._compute_index_scores(q_b[:, None], w_b[:, None], k_b[:, None], use_relu)[0]
+        return dsa_upstream.index_scores(q_b[:, None], w_b[:, None], k_b[:, None], use_relu)[0]
 
     monkeypatch.setattr(dsa_blockwise, "_tilelang_scorer", lambda: fake_indexer_logits)
     fused = dsa_blockwise.BlockwisePlan(
@@ -130,7 +156,7 @@ def test_a_fused_scorer_scores_the_blocks_when_configured(monkeypatch, caplog):
     with caplog.at_level(logging.INFO, logger=dsa_blockwise.__name__):
         indices = dsa_blockwise.select_topk(q, k, weights, TOPK, fused)
     assert calls == [1] * SEQ * BATCH
-    _, expected = dsa.fused_qk_topk_naive(q, k, weights, TOPK, topk_policy=plan(1))
+    expected = dsa_blockwise.select_topk(q, k, weights, TOPK, plan(1))
     assert torch.equal(indices, expected)
     assert "layer 77: scores by tilelang" in caplog.text
 
@@ -201,7 +227,7 @@ def test_blocks_score_only_the_keys_their_rows_see(monkeypatch):
 
     def fake_indexer_logits(q_b, k_b, w_b, st, en, clean_logits=True, use_relu=True):
         calls.append((q_b.size(0), k_b.size(0), st.tolist(), en.tolist(), clean_logits))
-        scores = dsa._compute_index_scores(q_b[:, None], w_b[:, None], k_b[:, None], use_relu)[0]
+        scores = dsa_upstream.index_scores(q_b[:, None], w_b[:, None], k_b[:, None], use_relu)[0]
         if not clean_logits:
             return scores
         columns = torch.arange(k_b.size(0))
@@ -214,8 +240,8 @@ def test_blocks_score_only_the_keys_their_rows_see(monkeypatch):
         TopkPolicy("torch", tie_break=2), budget_bytes=per_row * rows, use_tilelang=True
     )
     given = {"varlen_starts": starts, "varlen_ends": ends}
+    scores, _ = naive_topk(q, k, weights, given)
     indices = dsa_blockwise.select_topk(q, k, weights, TOPK, fused, **given)
-    scores, _ = dsa.fused_qk_topk_naive(q, k, weights, TOPK, **given)
     _, whole = select_topk(scores, TOPK, backend="torch", tie_break=2)
     assert torch.equal(indices, whole)
     # Blocks of 8 rows; block i sees key columns [its first start, its last end).
