@@ -47,6 +47,8 @@ class FakeIndex:
     wheels: dict[str, bytes] = field(default_factory=dict)
     listed: dict[str, str] = field(default_factory=dict)
     downloads: list[str] = field(default_factory=list)
+    yanked: dict[str, str] = field(default_factory=dict)  # version -> PyPI's reason
+    project_requests: int = 0
 
     def add(self, version: str) -> None:
         self.wheels[version] = wheel_bytes(version)
@@ -61,7 +63,8 @@ class FakeIndex:
                         "sha256": self.listed.get(version, hashlib.sha256(data).hexdigest())
                     },
                     "packagetype": "bdist_wheel",
-                    "yanked": False,
+                    "yanked": version in self.yanked,
+                    "yanked_reason": self.yanked.get(version),
                 }
             ]
             for version, data in self.wheels.items()
@@ -75,6 +78,7 @@ def serve(index: FakeIndex) -> ThreadingHTTPServer:
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             body = None
             if self.path == f"/pypi/{PACKAGE}/json":
+                index.project_requests += 1
                 body = index.project_json()
             for version, data in index.wheels.items():
                 if self.path == f"/pypi/files/{wheel_name(version)}":

@@ -11,7 +11,7 @@ import pytest
 from fake_pypi import wheel_bytes, wheel_name
 
 from rebaser.errors import ExitCode
-from rebaser.upstream import pypi_cache
+from rebaser.upstream import PypiSpec, pypi_cache, resolve_pypi
 
 VERSION = "9.9.0"
 
@@ -98,3 +98,52 @@ def test_a_folder_where_the_cache_expects_a_wheel_is_a_clear_environment_error(
     assert f"{folder} is a folder where the cache expects a wheel file" in result.err
     assert "remove it" in result.err and "Traceback" not in result.err
     assert (folder / "notes").is_dir() and fake_pypi.downloads == []
+
+
+def test_a_yanked_release_is_used_as_asked_with_a_warning(tmp_path, monkeypatch, capsys, fake_pypi):
+    """PyPI yanked megatron-core 0.18.1 and 0.19.1 ("wrong version"): as pip does for an exact
+    pin (PEP 592) rebaser uses them, and says so every time, from the cache too."""
+    fake_pypi.add("9.9.1")
+    fake_pypi.yanked["9.9.1"] = "wrong version"
+    for attempt in ("downloaded", "cached", "cached again"):
+        target = resolve_pypi(PypiSpec("megatron-core", "9.9.1"))
+        assert target.description == "pypi:megatron-core==9.9.1 (PyPI wheel, yanked: wrong version)"
+        assert (
+            "rebaser: warning: pypi:megatron-core==9.9.1 is yanked on PyPI: wrong version; "
+            "using it as asked" in capsys.readouterr().err
+        ), attempt
+    assert fake_pypi.downloads == ["9.9.1"]
+    asked = fake_pypi.project_requests  # the yank status is recorded, not asked again
+    assert resolve_pypi(PypiSpec("megatron-core", "9.9.1")) and fake_pypi.project_requests == asked
+    capsys.readouterr()
+    # A release that is not yanked says nothing; one yanked without a reason says that much.
+    assert resolve_pypi(PypiSpec("megatron-core", VERSION)).description.endswith("(PyPI wheel)")
+    assert "yanked" not in capsys.readouterr().err
+    fake_pypi.add("9.9.2")
+    fake_pypi.yanked["9.9.2"] = ""
+    assert resolve_pypi(PypiSpec("megatron-core", "9.9.2")).description.endswith(
+        "(PyPI wheel, yanked)"
+    )
+    # Offline, with nothing recorded: no status to report, and the release still resolves.
+    monkeypatch.setenv("DSA_FORKKIT_CACHE", str(tmp_path / "offline-cache"))
+    pypi_cache("megatron-core").materialise(VERSION)
+    monkeypatch.setenv("DSA_FORKKIT_PYPI_URL", "http://127.0.0.1:9/pypi")
+    assert resolve_pypi(PypiSpec("megatron-core", VERSION)).description.endswith("(PyPI wheel)")
+
+
+def test_the_yank_record_is_never_written_through_a_link_nor_read_from_a_fifo(tmp_path, fake_pypi):
+    import os
+
+    fake_pypi.add("9.9.1")
+    fake_pypi.yanked["9.9.1"] = "wrong version"
+    cache = pypi_cache("megatron-core")
+    cache.materialise("9.9.1")
+    record = cache.repo_dir.with_name("megatron-core.yanked.json")
+    outside = tmp_path / "outside.json"
+    outside.write_text("keep\n")
+    record.with_name(record.name + ".part").symlink_to(outside)
+    assert cache.yanked("9.9.1") == "wrong version"
+    assert outside.read_text() == "keep\n" and not record.is_symlink()
+    record.unlink()
+    os.mkfifo(record)  # a FIFO where the record goes: read as nothing, never waited on
+    assert cache.yanked("9.9.1") == "wrong version"

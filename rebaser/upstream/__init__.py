@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -127,12 +128,22 @@ def resolve_pypi(spec: PypiSpec, base: Optional[str] = None) -> Target:
         return Target(cache.git, base, sha, _label(base), f"{spec} at {base}")
     release = cache.materialise(version)
     pinned = PypiSpec(spec.package, release.version)
+    description = f"{pinned} (PyPI wheel)"
+    reason = cache.yanked(release.version)
+    if reason is not None:
+        # Used as asked, as pip installs a yanked release pinned exactly (PEP 592); said.
+        why = f": {reason}" if reason else ""
+        description = f"{pinned} (PyPI wheel, yanked{why})"
+        print(
+            f"rebaser: warning: {pinned} is yanked on PyPI{why}; using it as asked",
+            file=sys.stderr,
+        )
     return Target(
         git=cache.git,
         base_rev=f"refs/tags/{cache.tag(release.version)}",
         base_sha=release.sha,
         label=_label(release.label),
-        description=f"{pinned} (PyPI wheel)",
+        description=description,
     )
 
 

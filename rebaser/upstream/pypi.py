@@ -11,6 +11,7 @@ from __future__ import annotations
 import calendar
 import errno
 import fcntl
+import json
 import os
 import re
 import stat
@@ -77,6 +78,23 @@ class PypiUpstream:
                 return release
             wheel, version = self._wheel(version)
             return self.cached(version) or self._import_wheel(wheel, version)
+
+    def yanked(self, version: str) -> Optional[str]:
+        """Why PyPI yanked `version` ("" for no reason given), or None when it did not.
+
+        Asked of the index once per cache (a release materialised before is asked too) and
+        recorded beside the repository, so later runs need no network; offline, with nothing
+        recorded, None.
+        """
+        record = self.repo_dir.with_name(f"{self.package}.yanked.json")
+        known = _read_yanked(record)
+        if version not in known:
+            try:
+                known[version] = pypi_index.yanked_reason(self.package, version)
+            except RebaserError:
+                return None  # the index is out of reach: nothing to say
+            _record_yanked(record, version, known[version], self._locked)
+        return known[version]
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -239,3 +257,35 @@ def _kind(path: Path) -> str:
 
 def _notice(message: str) -> None:
     print(f"rebaser: {message}", file=sys.stderr)
+
+
+def _read_yanked(record: Path) -> dict:
+    """The yank record, or nothing: never read through a link, never blocking on a FIFO."""
+    try:
+        fd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return {}
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return {}
+        try:
+            known = json.loads(handle.read())
+        except ValueError:
+            return {}
+    return known if isinstance(known, dict) else {}
+
+
+def _record_yanked(record: Path, version: str, reason: Optional[str], locked) -> None:
+    """Add one release's yank status to the record (under the cache lock, written whole, a
+    new file renamed over the old: never written through a link)."""
+    part = record.with_name(record.name + ".part")
+    try:
+        with locked():
+            known = {**_read_yanked(record), version: reason}
+            part.unlink(missing_ok=True)
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "w") as out:
+                out.write(json.dumps(known, indent=1, sort_keys=True) + "\n")
+            part.replace(record)
+    except OSError:
+        pass  # an unwritable cache: the index is asked again next time

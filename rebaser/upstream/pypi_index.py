@@ -71,6 +71,15 @@ def find_wheel(package: str, version: Optional[str]) -> tuple[str, WheelFile]:
     return version, min(wheels, key=_preference)
 
 
+def yanked_reason(package: str, version: str) -> Optional[str]:
+    """Why PyPI yanked the release ("" when it gives no reason), or None when it is not
+    yanked. A release is yanked when all its files are (PEP 592)."""
+    files = _project(package)["releases"].get(version, [])
+    if not files or not all(entry.get("yanked") for entry in files):
+        return None
+    return next((entry["yanked_reason"] for entry in files if entry.get("yanked_reason")), "")
+
+
 def listed_sha256(package: str, version: str, filename: str) -> Optional[str]:
     """The sha256 PyPI lists for one file of a release, or None when it lists no such file."""
     for entry in _project(package)["releases"].get(version, []):
