@@ -93,14 +93,19 @@ def run_script(tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.network
 def test_script_verifies_latest_pypi_and_releases(tmp_path):
-    result = run_script(tmp_path, "--releases", "0.19.2", "--test", "none")
+    result = run_script(tmp_path, "--releases", "0.18.2 0.19.2", "--test", "none")
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert [row["base"] for row in report["bases"]] == [
         "pypi:megatron-core",
+        "pypi:megatron-core==0.18.2",
         "pypi:megatron-core==0.19.2",
     ]
     assert all(row["exit_code"] == 0 for row in report["bases"])
+    # 0.18.2 (v1 DSA) takes the codemods, by design: no refreshed series is offered from the
+    # releases matrix, which would have that older shape.
+    assert "codemod" in [step["status"] for step in report["bases"][1]["report"]["steps"]]
+    assert not (tmp_path / "out" / "refreshed-series").exists()
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert summary.startswith("### dsa-forkkit: all bases pass")
     assert (tmp_path / "summary").read_text() == summary  # appended to the job summary
@@ -108,7 +113,7 @@ def test_script_verifies_latest_pypi_and_releases(tmp_path):
 
 @pytest.mark.network
 def test_script_fails_loudly_with_the_summary(tmp_path):
-    result = run_script(tmp_path, "--releases", "0.18.2", "--test", "none")
+    result = run_script(tmp_path, "--releases", "0.15.3", "--test", "none")  # before DSA
     assert result.returncode == 3
     assert "::error::dsa-forkkit series needs attention (rebaser verify exit 3)" in result.stderr
     assert "`0003-topk-dispatch.patch` dropped" in result.stderr

@@ -78,21 +78,19 @@ def test_embedded_default_applies_and_runs_the_cpu_suite(rebaser, tmp_path):
     assert f"{overlay['passed']} passed" in result.out
 
 
-def test_older_design_stops_at_the_dispatch_patch_with_the_missing_anchor(rebaser, tmp_path):
-    """0.18.2 predates dsa_kernels: the config patches adapt, the dispatch codemod stops."""
+def test_a_release_before_dsa_stops_at_the_first_patch_with_the_missing_anchor(rebaser, tmp_path):
+    """0.15.3 has no DSA: the config codemod finds no dsa_* field, and says so."""
     report = tmp_path / "report.json"
     result = rebaser(
-        "apply", "--upstream", "pypi:megatron-core==0.18.2", "--test", "none", "--json", report
+        "apply", "--upstream", "pypi:megatron-core==0.15.3", "--test", "none", "--json", report
     )
     assert result.code == ExitCode.NOT_APPLIED
     data = json.loads(report.read_text())
-    assert [step["status"] for step in data["steps"]][:3] == ["laid", "codemod", "offset"]
-    assert data["stop"]["patch"] == "0003-topk-dispatch.patch"
-    assert "codemod topk_dispatch" in data["stop"]["reason"]
-    # Its naive top-k has no varlen bounds, which the block-wise hook passes on.
+    assert [step["status"] for step in data["steps"]][:1] == ["laid"]
+    assert data["stop"]["patch"] == "0001-config-fields.patch"
     assert (
-        "cannot find parameters varlen_starts, varlen_ends, key_positions, use_relu of "
-        "fused_qk_topk_naive" in data["stop"]["reason"]
+        "codemod config_fields: megatron/core/transformer/transformer_config.py: cannot find "
+        "a dsa_* field in class TransformerConfig" in data["stop"]["reason"]
     )
     assert data["stop"]["hunks"], "each failing hunk is shown against upstream's text"
     assert rebaser("abort").code == ExitCode.OK

@@ -75,7 +75,7 @@ def test_verify_matrix_over_pypi_releases(rebaser, tmp_path):
         "verify",
         "--bases",
         "pypi:megatron-core==0.19.0",
-        "pypi:megatron-core==0.18.2",
+        "pypi:megatron-core==0.15.3",  # before DSA: nothing of the series can apply
         "--test",
         "none",
         "--json",
@@ -84,10 +84,10 @@ def test_verify_matrix_over_pypi_releases(rebaser, tmp_path):
     assert result.code == ExitCode.NOT_APPLIED
     rows = {row["base"]: row for row in json.loads(out_json.read_text())["bases"]}
     assert rows["pypi:megatron-core==0.19.0"]["exit_code"] == 0
-    # one pass: the patch that does not apply on 0.18.2 is dropped, with its stop in its row
-    steps = {s["name"]: s for s in rows["pypi:megatron-core==0.18.2"]["report"]["steps"]}
+    # one pass: every patch that does not apply on 0.15.3 is dropped, with its stop in its row
+    steps = {s["name"]: s for s in rows["pypi:megatron-core==0.15.3"]["report"]["steps"]}
     assert steps["0003-topk-dispatch.patch"]["status"] == "dropped"
-    assert steps["0003-topk-dispatch.patch"]["stop"]["reason"]
+    assert "cannot find the file" in steps["0003-topk-dispatch.patch"]["stop"]["reason"]
 
 
 def bisect(rebaser, series, upstream, *extra):
