@@ -19,7 +19,9 @@
 set -uo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
-repo="" refs=() releases="0.19.0 0.19.1 0.19.2" test_mode="cpu" out="forkkit-report"
+# The releases the README says the series serves (tests/test_ci.py keeps them the same).
+repo="" refs=() releases="0.16.0 0.16.1 0.17.0 0.17.1 0.18.0 0.18.1 0.18.2 0.19.0 0.19.1 0.19.2"
+test_mode="cpu" out="forkkit-report"
 series="$here/patches/series"
 while [ $# -gt 0 ]; do
     case "$1" in

@@ -18,6 +18,21 @@ PROJECT = Path(__file__).resolve().parents[1]
 SERIES = PROJECT / "patches" / "series"
 
 
+def readme_pypi_rows() -> list[tuple[list[str], set[str], list[str]]]:
+    """(versions, the yanked ones, statuses of overlay and patches) of each PyPI row."""
+    section = (PROJECT / "README.md").read_text().split("## Supported upstream\n")[1]
+    rows = []
+    for line in section.split("\n## ")[0].splitlines():
+        if not line.startswith("| megatron-core "):
+            continue
+        release, _, statuses, _ = (cell.strip() for cell in line.strip("|").split("|"))
+        names = release.removeprefix("megatron-core ").split(", ")
+        versions = [name.split()[0] for name in names]
+        yanked = {name.split()[0] for name in names if name.endswith("(yanked)")}
+        rows.append((versions, yanked, [status.strip() for status in statuses.split(",")]))
+    return rows
+
+
 @pytest.fixture(scope="session")
 def wheel_dir(request) -> Path:
     """megatron-core wheels, downloaded once into pytest's cache and reused across runs."""

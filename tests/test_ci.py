@@ -13,7 +13,7 @@ import tomllib
 
 import pytest
 import yaml
-from conftest import PROJECT
+from conftest import PROJECT, readme_pypi_rows
 from synthetic import ADD_DOC, CALC, calc_series, edit, git
 
 WORKFLOW = PROJECT / "ci" / "github-workflow.yml"
@@ -61,6 +61,16 @@ def test_workflow_jobs_run_the_script_cache_wheels_and_upload_reports(workflow):
     assert cache and cache[0]["with"]["path"] == ".wheel-cache"
     assert workflow["jobs"]["pypi-releases"]["env"]["DSA_FORKKIT_WHEELS"].endswith("/.wheel-cache")
     assert os.access(SCRIPT, os.X_OK)
+
+
+def test_workflow_verifies_the_readme_supported_releases(workflow):
+    """The nightly job checks every release the README says the series serves."""
+    runs = "\n".join(s.get("run", "") for s in workflow["jobs"]["pypi-releases"]["steps"])
+    (releases,) = re.findall(r'--releases "([^"]*)"', runs)
+    supported = [version for versions, _, _ in readme_pypi_rows() for version in versions]
+    assert releases.split() == supported
+    default = re.search(r'releases="([^"]*)"', SCRIPT.read_text()).group(1)
+    assert default.split() == supported  # the script's own default too
 
 
 def test_workflow_checks_upstream_main_and_dev_and_uploads_the_refreshed_series(workflow):

@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from conftest import PROJECT, SERIES
+from conftest import SERIES, readme_pypi_rows
 from packaging.version import Version
 from synthetic import edit
 
@@ -22,21 +22,6 @@ pytestmark = pytest.mark.network
 CONFIG = "megatron/core/transformer/transformer_config.py"
 DSA = "megatron/core/transformer/experimental_attention_variant/dsa.py"
 CODEMODS = load_series(SERIES).codemods
-
-
-def readme_pypi_rows() -> list[tuple[list[str], set[str], list[str]]]:
-    """(versions, the yanked ones, statuses of overlay and patches) of each PyPI row."""
-    section = (PROJECT / "README.md").read_text().split("## Supported upstream\n")[1]
-    rows = []
-    for line in section.split("\n## ")[0].splitlines():
-        if not line.startswith("| megatron-core "):
-            continue
-        release, _, statuses, _ = (cell.strip() for cell in line.strip("|").split("|"))
-        names = release.removeprefix("megatron-core ").split(", ")
-        versions = [name.split()[0] for name in names]
-        yanked = {name.split()[0] for name in names if name.endswith("(yanked)")}
-        rows.append((versions, yanked, [status.strip() for status in statuses.split(",")]))
-    return rows
 
 
 def test_readme_matrix_holds_on_every_listed_release(rebaser, tmp_path):
