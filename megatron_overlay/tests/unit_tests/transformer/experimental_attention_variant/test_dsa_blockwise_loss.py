@@ -344,7 +344,13 @@ def fake_indexer_backward(q, weights, k, indices, grad_scores, use_relu=True):
 def fused_kernels_in_torch():
     """The fused loss's kernel set with TileLang's pieces replaced by torch (the target is
     upstream's own torch target over the selected keys)."""
-    from megatron.core.transformer.experimental_attention_variant.ops import tilelang_dsa
+    try:
+        from megatron.core.transformer.experimental_attention_variant.ops import tilelang_dsa
+    except ModuleNotFoundError as missing:
+        if not missing.name.startswith(f"{dsa.__package__}.ops"):
+            raise
+        # NVIDIA dev and v1 DSA ship no TileLang ops: their fused loss path never runs.
+        pytest.skip("this base ships no TileLang DSA ops (ops.tilelang_dsa)")
 
     return dsa_blockwise.FusedLossKernels(
         indexer_bwd=fake_indexer_backward,
@@ -411,6 +417,23 @@ def test_fused_sparse_loss_matches_the_blockwise_loss_on_its_selection(
     for ours, theirs in zip(grads(loss, inputs), grads(reference, reference_inputs)):
         assert theirs.abs().max() > 0
         torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-6)
+
+
+def test_mass_outside_the_keys_keeps_the_torch_loss(monkeypatch):
+    """Upstream's fused target has no term for mass outside `key`: with non_compressed_lse
+    the block-wise torch loss runs even where the fused kernels could."""
+    inputs = loss_inputs()
+    monkeypatch.setattr(
+        dsa_blockwise, "_fused_loss_kernels", lambda *a: pytest.fail("fused loss chosen")
+    )
+    plan = dsa_blockwise.BlockwisePlan(dsa_topk.TopkPolicy("torch", tie_break=1))
+    outside = torch.zeros(BATCH, HEADS, SEQ)
+    tensors = [inputs[name] for name in ("q", "weights", "k", "query", "key")]
+    positional = (SCALE, TOPK, COEFF, None, True, single_rank())
+    indices, loss = dsa_blockwise.indexer_topk_and_loss(
+        *tensors, *positional, None, None, None, None, False, True, outside, plan=plan
+    )
+    assert indices.shape == (BATCH, SEQ, TOPK) and loss.requires_grad
 
 
 def test_fused_loss_needs_tilelang_scoring_and_the_sparse_loss():
