@@ -196,3 +196,39 @@ def test_fused_indexer_scorer_takes_what_the_overlay_passes():
     inspect.signature(indexer.indexer_fwd_interface).bind(
         "q", "k", "weights", "starts", "ends", clean_logits=True, use_relu=True
     )
+
+
+def test_fused_loss_kernels_take_what_the_overlay_passes():
+    """The fused TileLang loss calls upstream's ops (0.19 ships them; dev and v1 do not)."""
+    try:
+        from megatron.core.transformer.experimental_attention_variant.ops import (
+            indexer,
+            tilelang_dsa,
+            tilelang_indexer_bwd,
+        )
+    except ModuleNotFoundError as missing:
+        if not missing.name.startswith(f"{dsa.__package__}.ops"):
+            raise
+        pytest.skip("this base ships no TileLang DSA ops (its fused loss path never runs)")
+    inspect.signature(tilelang_indexer_bwd.is_supported_indexer_bwd_head_count).bind(64)
+    inspect.signature(indexer.indexer_bwd_interface).bind(
+        "q", "weights", "k", "indices", "grad_scores", use_relu=True
+    )
+    inspect.signature(tilelang_dsa._compute_topk_target_chunk_sum).bind(
+        query_h=0,
+        key_shared=0,
+        key_per_head=0,
+        s0=0,
+        s1=1,
+        idx_seq=0,
+        valid_seq=0,
+        softmax_scale=1.0,
+        head_chunk_size=16,
+        topk_chunk_size=1024,
+        sk=1,
+        hn=1,
+    )
+    inspect.signature(tilelang_dsa._can_use_fused_sparse_indexer_target).bind("q", "k", "idx")
+    target = getattr(tilelang_dsa, "sparse_indexer_target_interface", None)
+    if target is not None:
+        inspect.signature(target).bind("query", "key", "indices", 1.0)
