@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
+from rebaser.carry import structured
 from rebaser.codemods import AnchorNotFound
 from rebaser.repo.git import Git
 from rebaser.steps.records import StepStatus, cherry_picked
@@ -59,35 +60,41 @@ def apply_patch(worktree: Git, patch: Patch, context: SeriesContext) -> PatchOut
     applied = _apply_exactly(worktree, patch)
     if applied is None:
         commit = context.replay.commit_of(patch) if context.replay else None
-        applied = _merged(worktree, patch, commit)
-    if applied is None:
-        return _after_git_failed(worktree, patch, context, commit)
+        applied = _merged(worktree, patch, commit, lambda: context.structured(patch))
+    if applied is None or not applied.applied:
+        notes = applied.detail if applied is not None else ""
+        return _after_git_failed(worktree, patch, context, commit, notes)
     if applied.status == StepStatus.IN_UPSTREAM:
         return _in_upstream(patch, context, applied.detail)
     applied.superseded = superseded
     return applied
 
 
-def _merged(worktree: Git, patch: Patch, commit: Optional[str]) -> Optional[PatchOutcome]:
+def _merged(
+    worktree: Git, patch: Patch, commit: Optional[str], by_syntax: Callable[[], bool]
+) -> Optional[PatchOutcome]:
     """A cherry-pick of the patch's own commit (an empty one tells what a reverse apply
-    would); without one, a reverse apply, then a per-file 3-way apply. None: conflicts."""
+    would); without one, a reverse apply, then a per-file 3-way apply. None or FAILED:
+    conflicts."""
     if commit:
-        return _cherry_pick(worktree, patch, commit)
+        return _cherry_pick(worktree, patch, commit, by_syntax)
     if reverse_applies(worktree, patch):
         return PatchOutcome(StepStatus.IN_UPSTREAM, "the patch reverse-applies: upstream has it")
     return _three_way(worktree, patch)
 
 
 def _after_git_failed(
-    worktree: Git, patch: Patch, context: SeriesContext, commit: Optional[str]
+    worktree: Git, patch: Patch, context: SeriesContext, commit: Optional[str], notes: str = ""
 ) -> PatchOutcome:
     """git could not apply the patch: its codemod, then upstream's history, then a failure
-    (left in the worktree for the user, or for a recorded resolution, when asked)."""
+    (left in the worktree for the user, or for a recorded resolution, when asked). `notes`:
+    what the structured merge resolved and kept."""
     conflicts = worktree.unmerged_paths()
     # The worktree was clean before this patch (the sequencer checks): this loses nothing.
     worktree.discard_changes()
     how = "cherry-pick" if commit else "3-way merge"
     reason = f"{how} conflicts in " + ", ".join(conflicts) if conflicts else f"{how} failed"
+    reason = "; ".join(filter(None, [reason, notes]))
     hunks = failing_hunks(worktree, patch.path, conflicts)
     by_codemod, reason = _codemod(worktree, patch, context, reason)
     if by_codemod is not None:
@@ -101,7 +108,7 @@ def _after_git_failed(
     # its files in memory first).
     left = context.leave_failed(patch)
     if left:
-        _leave_for_user(worktree, patch, commit, conflicts)
+        _leave_for_user(worktree, patch, commit, conflicts, lambda: context.structured(patch))
     return PatchOutcome(StepStatus.FAILED, reason, conflicts=conflicts, hunks=hunks, left=left)
 
 
@@ -140,17 +147,38 @@ def _apply_exactly(worktree: Git, patch: Patch) -> Optional[PatchOutcome]:
     return PatchOutcome(StepStatus.OFFSET if offsets else StepStatus.CLEAN, "; ".join(offsets))
 
 
-def _cherry_pick(worktree: Git, patch: Patch, commit: str) -> Optional[PatchOutcome]:
-    """Merge the patch's own commit onto HEAD with ort; None on conflicts (left in place)."""
-    if not worktree.run(*_CHERRY_PICK, commit, check=False).ok:
-        return None
+def _cherry_pick(
+    worktree: Git, patch: Patch, commit: str, by_syntax: Callable[[], bool]
+) -> PatchOutcome:
+    """Merge the patch's own commit onto HEAD with ort, then the structured merge of the
+    Python files it left in conflict; FAILED on conflicts (left in place, what the
+    structured merge did in the detail)."""
+    picked, results = _pick(worktree, patch, commit, by_syntax)
+    if not picked:
+        return PatchOutcome(StepStatus.FAILED, structured.notes(results, applied=False))
     landed = worktree.out("diff", "--cached", "--name-only", "HEAD", "--").split()
     if not landed:
         return PatchOutcome(
             StepStatus.IN_UPSTREAM, "its cherry-pick is empty: upstream has its change"
         )
     moved = sorted(set(landed) - set(patch.touched_paths))
+    if results:
+        notes = structured.notes(results, applied=True)
+        return PatchOutcome(StepStatus.STRUCTURED_MERGE, f"{cherry_picked(moved)}; {notes}")
     return PatchOutcome(StepStatus.CHERRY_PICK, cherry_picked(moved))
+
+
+def _pick(
+    worktree: Git, patch: Patch, commit: str, by_syntax: Callable[[], bool]
+) -> tuple[bool, list[structured.FileResult]]:
+    """`git cherry-pick --no-commit`; when it conflicts, the structured merge (`by_syntax`).
+    Whether the merge is complete, and what the structured merge did."""
+    if worktree.run(*_CHERRY_PICK, commit, check=False).ok:
+        return True, []
+    if not by_syntax():
+        return False, []
+    results = structured.resolve_conflicts(worktree, label=patch.name)
+    return bool(results) and not worktree.unmerged_paths(), results
 
 
 def _three_way(worktree: Git, patch: Patch) -> Optional[PatchOutcome]:
@@ -172,12 +200,16 @@ def _in_upstream(patch: Patch, context: SeriesContext, why: str) -> PatchOutcome
 
 
 def _leave_for_user(
-    worktree: Git, patch: Patch, commit: Optional[str], conflicts: list[str]
+    worktree: Git,
+    patch: Patch,
+    commit: Optional[str],
+    conflicts: list[str],
+    by_syntax: Callable[[], bool],
 ) -> None:
     """Leave the most useful partial state: conflict markers, else applied hunks + .rej files."""
     worktree.discard_changes()
     if conflicts and commit:
-        worktree.run(*_CHERRY_PICK, commit, check=False)
+        _pick(worktree, patch, commit, by_syntax)
     elif conflicts:
         _three_way(worktree, patch)
     else:

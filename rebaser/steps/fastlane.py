@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
+from rebaser.carry import structured
+from rebaser.carry.knockon import needed_patch
 from rebaser.repo import late_checkout
 from rebaser.repo import scratch
 from rebaser.repo.git import Git, committer_env
@@ -48,11 +50,18 @@ _SEQUENCER = ("-c", "merge.renames=true", "-c", "merge.directoryRenames=true")
 
 
 def carry(
-    worktree: Git, git_dir: Path, branch: str, head: str, patches: list[Patch], commits: list[str]
+    worktree: Git,
+    git_dir: Path,
+    branch: str,
+    head: str,
+    patches: list[Patch],
+    commits: list[str],
+    missing: Sequence[Patch] = (),
 ) -> list[StepResult]:
     """Carry `patches` (their own commits `commits`, a first-parent chain) onto `head`, the
     branch's tip; as many as git's sequencer takes and the status check keeps, each with its
-    commit as the branch's tip after it."""
+    commit as the branch's tip after it. `missing`: patches left off the branch so far (a
+    patch that needs one is not merged by syntax)."""
     marker = git_dir / MARKER
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forkkit-lane") as pool:
         # The worktree's files, if not written yet, are written while the sequencer runs
@@ -60,13 +69,14 @@ def carry(
         writing = pool.submit(late_checkout.finish, worktree, git_dir)
         with scratch.repository(git_dir, head) as lane:
             marker.write_text(f"{branch}\n{lane.path}\n")
-            _sequence(lane, head, commits)
+            merged = _sequence(lane, head, commits, dict(zip(commits, patches)), list(missing))
             # The commits' objects go to the repository (HEAD: the last pick git made, also
             # where it stopped) while the rows are worked out.
             back = pool.submit(scratch.bring_back, lane, worktree, "HEAD", head)
             changes = _carried(lane, head)
             made = list(changes)
             rows = _rows(lane, head, patches[: len(made)], changes)
+            rows = [_structured(row, merged.get(commit)) for row, commit in zip(rows, commits)]
             back.result()
         writing.result()
     _move_branch(worktree, branch, made[len(rows) - 1] if rows else head)
@@ -79,9 +89,13 @@ def _move_branch(worktree: Git, branch: str, tip: str) -> None:
     worktree.run("checkout", "--quiet", "-B", branch, tip)
 
 
-def _sequence(worktree: Git, head: str, commits: list[str]) -> None:
-    """git's sequencer: the commits onto `head`, stopping where git stops."""
-    worktree.run(
+def _sequence(
+    worktree: Git, head: str, commits: list[str], patches: dict[str, Patch], missing: list[Patch]
+) -> dict[str, list[structured.FileResult]]:
+    """git's sequencer: the commits onto `head`, stopping where git stops. Where a pick
+    conflicts only in Python hunks the structured merge resolves, it goes on; what it did,
+    by the commit picked."""
+    ran = worktree.run(
         *_SEQUENCER,
         "rebase",
         "--quiet",
@@ -95,6 +109,22 @@ def _sequence(worktree: Git, head: str, commits: list[str]) -> None:
         check=False,
         env=committer_env(),
     )
+    merged: dict[str, list[structured.FileResult]] = {}
+    while not ran.ok and (picking := worktree.rev_parse("REBASE_HEAD")) in patches:
+        if missing and needed_patch(patches[picking], missing, _reader(worktree)) is not None:
+            break  # a knock-on: the per-patch path says which patch it needs
+        results = structured.resolve_conflicts(worktree, label=patches[picking].name, sparse=True)
+        if not results or worktree.unmerged_paths():
+            break
+        merged[picking] = results
+        ran = worktree.run(
+            *_SEQUENCER,
+            "rebase",
+            "--continue",
+            check=False,
+            env={**committer_env(), "GIT_EDITOR": "true"},
+        )
+    return merged
 
 
 def leave_interrupted(git_dir: Path) -> bool:
@@ -144,6 +174,25 @@ def _rows(
             break
         rows.append(row)
     return rows
+
+
+def _reader(worktree: Git) -> Callable[[str], Optional[str]]:
+    """A file's text at HEAD (the last commit the sequencer made), or None."""
+
+    def read(path: str) -> Optional[str]:
+        shown = worktree.run("show", f"HEAD:{path}", check=False)
+        return shown.stdout if shown.ok else None
+
+    return read
+
+
+def _structured(row: StepRow, results: Optional[list[structured.FileResult]]) -> StepRow:
+    """The row of a patch whose conflicts the structured merge resolved inside the lane,
+    as the per-patch path writes it."""
+    if not results or row.status != StepStatus.CHERRY_PICK:
+        return row
+    notes = structured.notes(results, applied=True)
+    return replace(row, status=StepStatus.STRUCTURED_MERGE, detail=f"{row.detail}; {notes}")
 
 
 def _row(

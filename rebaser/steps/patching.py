@@ -28,12 +28,15 @@ class PatchStep:
     def run(self, context: StepContext) -> StepResult:
         worktree, patch = context.worktree, self.patch
         late_checkout.finish(worktree, context.git_dir)  # a patch applied alone reads the files
-        outcome = apply_patch(worktree, patch, context.carry)
+        knock_on = _KnockOn(patch, context.missing, worktree)
+        # A patch that needs a missing one is not merged by syntax: its conflicts are knock-ons.
+        carry = replace(context.carry, structured=lambda _patch: knock_on.needed() is None)
+        outcome = apply_patch(worktree, patch, carry)
         if not outcome.applied and outcome.conflicts and outcome.left:
             outcome = _replay_resolution(worktree, patch, context.series, outcome)
         row = patch_row(patch, outcome.status, outcome.detail, outcome.superseded)
         if not outcome.applied:
-            return _failed(context, patch, outcome, row)
+            return _failed(context, patch, outcome, row, knock_on.needed())
         if outcome.status == StepStatus.IN_UPSTREAM:
             return StepResult(row, context.head)
         if _nothing_staged(worktree):  # e.g. a 3-way merge that changed nothing
@@ -48,11 +51,12 @@ def number(patch: Patch) -> str:
     return head if head.isdigit() else patch.name
 
 
-def _failed(context: StepContext, patch: Patch, outcome: PatchOutcome, row: StepRow) -> StepResult:
+def _failed(
+    context: StepContext, patch: Patch, outcome: PatchOutcome, row: StepRow, needed: Optional[Patch]
+) -> StepResult:
     """A stop for the user; going on (--keep-going), the patch left off the branch, the stop
-    kept in its row. Blocked when it needs a patch already left off (it says which)."""
+    kept in its row. Blocked when it needs a patch already left off (`needed`)."""
     worktree = context.worktree
-    needed = needed_patch(patch, context.missing, _head_reader(worktree))
     if needed is not None:
         stop = Stop(StopPhase.APPLY, patch.name, f"needs {number(needed)}, which did not apply")
     else:
@@ -82,6 +86,22 @@ def _replay_resolution(
 
 def _nothing_staged(worktree: Git) -> bool:
     return worktree.run("diff", "--cached", "--quiet", check=False).ok
+
+
+class _KnockOn:
+    """The missing patch this one needs (carry/knockon.py), asked at most once: only when
+    the patch does not apply as it is."""
+
+    def __init__(self, patch: Patch, missing: list[Patch], worktree: Git) -> None:
+        self.patch, self.missing, self.worktree = patch, missing, worktree
+        self._asked = False
+        self._needed: Optional[Patch] = None
+
+    def needed(self) -> Optional[Patch]:
+        if not self._asked and self.missing:
+            self._needed = needed_patch(self.patch, self.missing, _head_reader(self.worktree))
+        self._asked = True
+        return self._needed
 
 
 def _head_reader(worktree: Git) -> Callable[[str], Optional[str]]:

@@ -22,6 +22,7 @@ class StepStatus(enum.StrEnum):
     OFFSET = "offset"
     THREE_WAY = "3-way"
     CHERRY_PICK = "cherry-pick"  # merged by git's ort machinery
+    STRUCTURED_MERGE = "structured merge"  # ort's conflicts all resolved by carry/pymerge.py
     CODEMOD = "codemod"
     RESOLUTION_REPLAYED = "resolution replayed"
     IN_UPSTREAM = "in upstream"

@@ -33,6 +33,9 @@ class SeriesContext:
     # .rej files): for the user at a stop, or for a recorded resolution to replay. An apply
     # that goes on (--keep-going) drops it at once otherwise: no point in redoing it.
     leave_failed: Callable[[Patch], bool] = lambda patch: True
+    # Whether the structured merge (carry/structured.py) may finish a cherry-pick git left in
+    # conflict: not for a patch that needs one already missing (its conflicts are knock-ons).
+    structured: Callable[[Patch], bool] = lambda patch: True
 
 
 @dataclass

@@ -1,0 +1,450 @@
+"""The items of one statement, merged with LibCST: dict and set entries, keyword arguments
+of a call, the names of `__all__`, the names of a `from ... import`, the parameters of a
+`def`.
+
+Where a conflict hunk lies inside one statement, the deepest of these that holds it is
+merged item by item (a dict entry by its key, an argument by its keyword, a name by its
+name, a parameter by its name): both sides may add distinct items (upstream's first, then
+the patch's) and change different ones. LibCST keeps every item's own text, so the result is
+both sides' code with only the commas between items made consistent.
+
+Parameters are the cautious case: keyword-only ones go in any order, but a positional one
+added by the patch lands after upstream's, so it must come after every existing parameter
+and have a default (callers that passed it by position would otherwise shift).
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional, Sequence, Union
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from rebaser.carry import pysyntax
+
+if TYPE_CHECKING:  # pymerge imports this module
+    from rebaser.carry.pymerge import _Facts, _Side
+    from rebaser.carry.pysyntax import Place
+
+_CONTAINERS = (ast.Dict, ast.Set, ast.Call, ast.List, ast.Tuple, ast.ImportFrom)
+_KINDS = {ast.Dict: cst.Dict, ast.Set: cst.Set, ast.Call: cst.Call, ast.List: cst.List}
+_FIELDS = {
+    cst.Call: ("args",),
+    cst.ImportFrom: ("names",),
+    cst.Parameters: ("params", "kwonly_params"),
+}
+_CODE = cst.Module([]).code_for_node
+Keyed = dict[tuple, tuple[cst.CSTNode, str]]  # key -> (the item, its code without comma)
+Outcome = Union[None, str, tuple[int, int, list[str], str]]
+
+
+@dataclass
+class _Statement:
+    """One side's statement: its lines in the file, parsed alone (dedented) by LibCST, and
+    the container of items that holds the hunk."""
+
+    start: int
+    end: int
+    indent: str
+    module: cst.Module
+    container: cst.CSTNode
+    offset: int = 0  # where the lines `start` counts from begin in the file
+
+    def fields(self) -> tuple[str, ...]:
+        return _FIELDS.get(type(self.container), ("elements",))
+
+    def items(self, name: str) -> Sequence[cst.CSTNode]:
+        found = getattr(self.container, name)
+        return () if isinstance(found, cst.ImportStar) else found
+
+    def around(self) -> str:
+        """The statement's code without the container, whitespace left out: what a side
+        changed besides the items."""
+        return " ".join(self.module.code.replace(_CODE(self.container), "\0", 1).split())
+
+    def fixed(self) -> list[str]:
+        """A def's positional-only and star parameters (which the merge keeps as they are)."""
+        container = self.container
+        if not isinstance(container, cst.Parameters):
+            return []
+        parts = [*container.posonly_params, container.star_arg, container.star_kwarg]
+        codes = [_CODE(part) if isinstance(part, cst.CSTNode) else "" for part in parts]
+        return ["".join(code.replace(",", "").split()) for code in codes]
+
+
+@dataclass
+class _Pick:
+    key: tuple
+    item: cst.CSTNode
+    side: str
+
+
+def merge(places: dict[str, "Place"], sides: dict[str, "_Side"], facts: "_Facts") -> Outcome:
+    """(first line, end, new lines, reason) in upstream's file; a refusal; or None when no
+    dict, set, call, `__all__`, import or parameter list holds the hunk (the statement merge
+    then tries)."""
+    statements = {}
+    for name, place in places.items():
+        child = next(c for c in place.children if pysyntax.overlaps(c, sides[name].span))
+        found = _statement(child.node, sides[name])
+        if found is None:
+            return None
+        statements[name] = found
+    if len({type(s.container) for s in statements.values()}) != 1:
+        return None
+    base, ours, theirs = statements["base"], statements["ours"], statements["theirs"]
+    if theirs.around() != base.around():
+        return "the patch also changes the statement around these items"
+    if not (base.fixed() == ours.fixed() == theirs.fixed()):
+        return "a side changes the positional-only or star parameters"
+    merged: dict[str, list[_Pick]] = {}
+    for field_name in ours.fields():
+        picks = _merge_field(statements, field_name)
+        if isinstance(picks, str):
+            return picks
+        merged[field_name] = picks
+    problem = _problems(merged, statements, facts)
+    if problem:
+        return problem
+    code = _render(statements, merged)
+    lines = textwrap.indent(code, ours.indent).splitlines(keepends=True)
+    return ours.start, ours.end, lines, _reason(ours, merged, statements)
+
+
+def _merge_field(statements: dict[str, _Statement], field_name: str) -> Union[str, list[_Pick]]:
+    keyed = {}
+    for side, statement in statements.items():
+        found = _keyed(statement.items(field_name))
+        if isinstance(found, str):
+            return found
+        keyed[side] = found
+    picks = _merge(keyed["base"], keyed["ours"], keyed["theirs"])
+    if isinstance(picks, str) or field_name != "params":
+        return picks
+    return _positional(picks, keyed["base"])
+
+
+def _positional(picks: list[_Pick], base: Keyed) -> Union[str, list[_Pick]]:
+    """New positional parameters only after every existing one, each with a default."""
+    last_old = max((n for n, pick in enumerate(picks) if pick.key in base), default=-1)
+    for number, pick in enumerate(picks):
+        if pick.key in base:
+            continue
+        if number < last_old:
+            return f"a side adds parameter {pick.key[1]} before existing ones"
+        if getattr(pick.item, "default", None) is None:
+            return f"a side adds positional parameter {pick.key[1]} without a default"
+    return picks
+
+
+# -- finding the container -----------------------------------------------------------------
+
+
+def _statement(node: ast.stmt, side: "_Side") -> Optional[_Statement]:
+    """The statement's deepest container holding the hunk, in LibCST."""
+    target = _target(node, side.span)
+    if target is None:
+        return None
+    start, end = node.lineno - 1, node.end_lineno or node.lineno
+    text = "".join(side.lines[start:end])
+    indent = text[: len(text) - len(text.lstrip(" \t"))]
+    try:
+        module = cst.parse_module(_dedent(text, indent))
+    except (cst.ParserSyntaxError, ValueError):
+        return None
+    if isinstance(target, (ast.FunctionDef, ast.AsyncFunctionDef)):  # in the def's header
+        defined = module.body[0] if module.body else None
+        container = defined.params if isinstance(defined, cst.FunctionDef) else None
+    else:
+        container = _at(module, target, node.lineno, len(indent))
+    if container is None:
+        return None
+    return _Statement(start, end, indent, module, container, side.offset)
+
+
+def _target(node: ast.stmt, span: tuple[int, int]) -> Optional[ast.AST]:
+    """The smallest dict, set, call, `__all__` list or import holding the span; the def
+    itself when the span lies in its header."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+        header_end = (
+            min(
+                [
+                    node.body[0].lineno,
+                    *(d.lineno for d in getattr(node.body[0], "decorator_list", [])),
+                ]
+            )
+            - 1
+        )
+        if node.lineno - 1 <= span[0] and span[1] <= header_end:
+            return node
+    holders = [
+        inner
+        for inner in ast.walk(node)
+        if isinstance(inner, _CONTAINERS)
+        and _holds(inner, span)
+        and (not isinstance(inner, (ast.List, ast.Tuple)) or _is_all(node))
+    ]
+    return min(holders, key=lambda n: (n.end_lineno or 0) - n.lineno) if holders else None
+
+
+def _holds(node: ast.AST, span: tuple[int, int]) -> bool:
+    first, last = node.lineno - 1, node.end_lineno or node.lineno  # type: ignore[attr-defined]
+    if span[0] == span[1]:
+        return first < span[0] < last
+    return first <= span[0] and span[1] <= last
+
+
+def _is_all(node: ast.stmt) -> bool:
+    targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+    return any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets)
+
+
+def _dedent(text: str, indent: str) -> str:
+    out = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith(indent):
+            out.append(line[len(indent) :])
+        elif line.strip():
+            raise ValueError("a line is indented less than its statement")
+        else:
+            out.append(line)
+    return "".join(out)
+
+
+def _at(module: cst.Module, target: ast.AST, first_line: int, indent: int) -> Optional[cst.CSTNode]:
+    """The LibCST node of `target`'s type that starts where `target` starts."""
+    kind = _KINDS.get(type(target), cst.Tuple if isinstance(target, ast.Tuple) else cst.ImportFrom)
+    line = target.lineno - first_line + 1  # type: ignore[attr-defined]
+    column = target.col_offset - indent  # type: ignore[attr-defined]
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    for node, where in positions.items():
+        if isinstance(node, kind) and (where.start.line, where.start.column) == (line, column):
+            return node
+    return None
+
+
+# -- items ---------------------------------------------------------------------------------
+
+
+def _keyed(items: Sequence[cst.CSTNode]) -> Union[str, Keyed]:
+    keyed: Keyed = {}
+    for position, item in enumerate(items):
+        key = _key(item, position)
+        if key in keyed:
+            return f"{_show(key)} appears twice on one side already"
+        bare = item.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        keyed[key] = (
+            item,
+            _CODE(bare) if isinstance(item, (cst.ImportAlias, cst.Param)) else _norm(_CODE(bare)),
+        )
+    return keyed
+
+
+def _key(item: cst.CSTNode, position: int) -> tuple:
+    if isinstance(item, cst.DictElement):
+        return ("key", _norm(_CODE(item.key)))
+    if isinstance(item, cst.Arg):
+        return (
+            ("kw", item.keyword.value)
+            if item.keyword
+            else ("pos", position, _norm(_CODE(item.value)))
+        )
+    if isinstance(item, cst.ImportAlias):
+        return ("alias", _CODE(item.name), _CODE(item.asname) if item.asname else "")
+    if isinstance(item, cst.Param):
+        return ("param", item.name.value)
+    return ("item", type(item).__name__, _norm(_CODE(getattr(item, "value", item))))
+
+
+def _norm(code: str) -> str:
+    """What an expression means, formatting left out (its text when it is not one)."""
+    try:
+        return ast.dump(ast.parse(code.strip(), mode="eval"))
+    except SyntaxError:
+        return " ".join(code.split())
+
+
+def _show(key: tuple) -> str:
+    return {
+        "kw": f"keyword {key[1]}",
+        "alias": str(key[1]),
+        "param": f"parameter {key[1]}",
+        "key": "a dict key",
+    }.get(key[0], "an item")
+
+
+def _merge(base: Keyed, ours: Keyed, theirs: Keyed) -> Union[str, list[_Pick]]:
+    """Upstream's items in its order, each taking the patch's change when only the patch
+    changed it; the patch's new items after the item they follow on its side."""
+    positional = [[k for k in side if k[0] == "pos"] for side in (base, ours, theirs)]
+    if positional[1] != positional[0] or positional[2] != positional[0]:
+        return "a side changes the call's positional arguments"
+    if [k for k in theirs if k in base] != [k for k in base if k in theirs]:
+        return "the patch reorders the items"
+    picks: list[_Pick] = []
+    for key, (item, code) in ours.items():
+        picked = _pick(key, item, code, base, theirs)
+        if isinstance(picked, str):
+            return picked
+        if picked is not None:
+            picks.append(picked)
+    for key, (_, code) in theirs.items():
+        if key in base and key not in ours and code != base[key][1]:
+            return f"upstream removes {_show(key)}, which the patch changes"
+    return _insert(picks, base, ours, theirs)
+
+
+def _pick(
+    key: tuple, item: cst.CSTNode, code: str, base: Keyed, theirs: Keyed
+) -> Union[None, str, _Pick]:
+    """Upstream's item, the patch's version of it, None when the patch removed it."""
+    changed_ours = key not in base or code != base[key][1]
+    if key in base and key not in theirs:
+        if changed_ours:
+            return f"the patch removes {_show(key)}, which upstream changed"
+        if key[0] == "alias":  # upstream's code may still use the name
+            return f"the patch removes the import of {key[1]}, next to upstream's changes"
+        return None
+    if key in theirs and theirs[key][1] != code:
+        changed_theirs = key not in base or theirs[key][1] != base[key][1]
+        if changed_ours and changed_theirs:
+            return (
+                f"both sides change {_show(key)}"
+                if key in base
+                else f"both sides add {_show(key)}, differently"
+            )
+        if changed_theirs:
+            return _Pick(key, theirs[key][0], "theirs")
+    return _Pick(key, item, "ours")
+
+
+def _insert(picks: list[_Pick], base: Keyed, ours: Keyed, theirs: Keyed) -> list[_Pick]:
+    def past_upstream(position: int) -> int:  # upstream's own additions there come first
+        while (
+            position < len(picks)
+            and picks[position].key not in base
+            and picks[position].key not in theirs
+        ):
+            position += 1
+        return position
+
+    cursor = past_upstream(0)
+    for key, (item, _) in theirs.items():
+        if key in base or key in ours:
+            found = [n for n, pick in enumerate(picks) if pick.key == key]
+            if found:
+                cursor = past_upstream(found[0] + 1)
+            continue
+        picks.insert(cursor, _Pick(key, item, "theirs"))
+        cursor += 1
+    return picks
+
+
+def _problems(
+    merged: dict[str, list[_Pick]], statements: dict[str, _Statement], facts: "_Facts"
+) -> Optional[str]:
+    """Names the patch's new items read that upstream deleted; names imported twice."""
+    base_keys = {
+        _key(item, n)
+        for name in statements["base"].fields()
+        for n, item in enumerate(statements["base"].items(name))
+    }
+    for pick in (p for picks in merged.values() for p in picks):
+        if pick.side != "theirs" or pick.key in base_keys:
+            continue
+        value = getattr(pick.item, "value", None) or getattr(pick.item, "default", None)
+        try:
+            used = (
+                pysyntax.used_names(ast.parse(_CODE(value).strip(), mode="eval"))
+                if value
+                else set()
+            )
+        except SyntaxError:
+            continue
+        if bad := sorted(used & facts.deleted):
+            return f"the patch's code uses {', '.join(bad)}, which upstream deleted"
+    if isinstance(statements["ours"].container, cst.ImportFrom):
+        names = [pick.key[2] or pick.key[1] for pick in merged["names"]]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            return f"the result would import {', '.join(twice)} twice"
+    return None
+
+
+def _render(statements: dict[str, _Statement], merged: dict[str, list[_Pick]]) -> str:
+    """Upstream's statement with the merged items, separated as upstream separates them."""
+    ours = statements["ours"]
+    changes = {name: _separated(picks, statements, name) for name, picks in merged.items()}
+    replaced = ours.container.with_changes(**changes)
+    return ours.module.deep_replace(ours.container, replaced).code  # type: ignore[union-attr]
+
+
+def _separated(
+    picks: list[_Pick], statements: dict[str, _Statement], field_name: str
+) -> list[cst.CSTNode]:
+    """The items with commas: each keeps its own but the one that was last on its side
+    (whose comma ends the list) takes one of the commas between upstream's items."""
+    own = list(statements["ours"].items(field_name)) or list(statements["theirs"].items(field_name))
+    lasts = {
+        id(side.items(field_name)[-1]) for side in statements.values() if side.items(field_name)
+    }
+    separator = next(
+        (item.comma for item in own[:-1] if isinstance(getattr(item, "comma", None), cst.Comma)),
+        cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+    )
+    trailing = own[-1].comma if own else cst.MaybeSentinel.DEFAULT  # type: ignore[attr-defined]
+    items = []
+    for number, pick in enumerate(picks):
+        item = pick.item
+        if number == len(picks) - 1:
+            item = item.with_changes(comma=trailing)
+        elif id(item) in lasts or not isinstance(getattr(item, "comma", None), cst.Comma):
+            item = item.with_changes(comma=separator)
+        items.append(item)
+    return items
+
+
+def _reason(
+    ours: _Statement, merged: dict[str, list[_Pick]], statements: dict[str, _Statement]
+) -> str:
+    base = {
+        _key(item, n)
+        for name in ours.fields()
+        for n, item in enumerate(statements["base"].items(name))
+    }
+    picks = [pick for field_picks in merged.values() for pick in field_picks]
+    upstream = [p for p in picks if p.side == "ours" and p.key not in base]
+    patch = [p for p in picks if p.side == "theirs" and p.key not in base]
+    what = _what(ours)
+    if upstream and patch:
+        return f"both sides add {what}: upstream's {_names(upstream)} first, then the patch's {_names(patch)}"
+    return f"the sides change different items of {what.split(' to ', 1)[-1]}: both kept"
+
+
+def _what(statement: _Statement) -> str:
+    line = statement.start + statement.offset + 1
+    container = statement.container
+    if isinstance(container, cst.Parameters):
+        return f"parameters to the def at line {line}"
+    if isinstance(container, cst.ImportFrom):
+        return f"imported names to the import at line {line}"
+    if isinstance(container, cst.Call):
+        return f"keyword arguments to the call at line {line}"
+    if isinstance(container, (cst.List, cst.Tuple)):
+        return "names to __all__"
+    kind = "dict" if isinstance(container, cst.Dict) else "set"
+    return f"entries to the {kind} at line {line}"
+
+
+def _names(picks: list[_Pick]) -> str:
+    shown = []
+    for pick in picks[:4]:
+        if pick.key[0] in ("kw", "alias", "param"):
+            shown.append(str(pick.key[1]))
+        else:
+            text = _CODE(getattr(pick.item, "key", None) or getattr(pick.item, "value", pick.item))
+            shown.append(" ".join(text.split())[:30])
+    return ", ".join(shown) + (", ..." if len(picks) > 4 else "")

@@ -1,0 +1,387 @@
+"""What the structured merge (carry/pymerge.py) knows about Python: where a conflict sits
+in the syntax tree, the items of that place, what names they define, and what a result
+must not do.
+
+Statements are read with `ast` (fast on a 5,000-line module) and handled as text spans of
+whole lines: a statement's span runs from the end of the one before it (so its comments
+and blank lines travel with it) to its last line. Two statements are the same code when
+their `ast.dump` is the same: formatting, comments and quotes do not count.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import io
+import tokenize
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
+
+Lines = list[str]
+Key = tuple[str, ...]
+# Fields of a compound statement that hold statement lists, in source order.
+_BODIES = ("body", "orelse", "finalbody")
+
+
+@dataclass(frozen=True)
+class Child:
+    """One statement of a list, with its text span in the file's lines."""
+
+    node: ast.stmt
+    start: int  # first line (0-based), its leading comments and blank lines included
+    end: int  # one past its last line
+
+    def text(self, lines: Lines) -> str:
+        return "".join(lines[self.start : self.end])
+
+    @functools.cached_property
+    def code(self) -> str:
+        """The statement's meaning, formatting left out."""
+        return ast.dump(self.node)
+
+
+@dataclass(frozen=True)
+class Place:
+    """A statement list where a conflict sits: its owner (None: the module) and children."""
+
+    owner: Optional[ast.AST]
+    children: tuple[Child, ...]
+    path: tuple[tuple[int, int], ...]  # from the module: (statement number, its body number)
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return (self.children[0].start, self.children[-1].end) if self.children else (0, 0)
+
+    def describe(self) -> str:
+        owner = self.owner
+        if owner is None:
+            return "the module"
+        if isinstance(owner, ast.ClassDef):
+            return f"class {owner.name}"
+        if isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return f"{owner.name}()"
+        return f"the {type(owner).__name__.lower()} block at line {owner.lineno}"
+
+
+def children(lines: Lines, statements: Sequence[ast.stmt], floor: int) -> tuple[Child, ...]:
+    """The statements as spans; `floor` is the first line the first one may claim."""
+    found = []
+    previous = floor
+    for statement in statements:
+        first = min([statement.lineno, *(d.lineno for d in _decorators(statement))]) - 1
+        start = _leading(lines, previous, first)
+        end = statement.end_lineno or statement.lineno
+        found.append(Child(statement, start, end))
+        previous = end
+    return tuple(found)
+
+
+def _leading(lines: Lines, floor: int, first: int) -> int:
+    """The first line of the comments and blank lines right above line `first`."""
+    start = first
+    while start > floor and (not lines[start - 1].strip() or lines[start - 1].lstrip()[:1] == "#"):
+        start -= 1
+    return start
+
+
+def _decorators(statement: ast.stmt) -> list[ast.expr]:
+    return list(getattr(statement, "decorator_list", []))
+
+
+def place_of(tree: ast.Module, lines: Lines, span: tuple[int, int], depth: int = 1_000) -> Place:
+    """The deepest statement list (at most `depth` levels down) holding the lines `span`
+    (0-based, end excluded; an empty span is a point between lines) without touching its
+    owner's header."""
+    place = Place(None, children(lines, tree.body, 0), ())
+    while len(place.path) < depth:
+        inner = _inner(place, lines, span)
+        if inner is None:
+            return place
+        place = inner
+    return place
+
+
+def _inner(place: Place, lines: Lines, span: tuple[int, int]) -> Optional[Place]:
+    touched = [n for n, child in enumerate(place.children) if overlaps(child, span)]
+    if len(touched) != 1:
+        return None
+    number = touched[0]
+    statement = place.children[number].node
+    for index, (_, _, body) in enumerate(_bodies(statement)):
+        if not body:
+            continue
+        # The owner's header ends before the body's first statement (or its comments).
+        header_end = min([body[0].lineno, *(d.lineno for d in _decorators(body[0]))]) - 1
+        inner = children(lines, body, _header_floor(lines, statement, header_end))
+        start, end = inner[0].start, inner[-1].end
+        if start <= span[0] and span[1] <= end and (start < span[0] or span[1] > start):
+            return Place(statement, inner, (*place.path, (number, index)))
+    return None
+
+
+def _header_floor(lines: Lines, statement: ast.stmt, header_end: int) -> int:
+    """The line after the owner's header: comments between header and body go with the
+    body's first statement."""
+    floor = header_end
+    while floor > statement.lineno and (
+        not lines[floor - 1].strip() or lines[floor - 1].lstrip()[:1] == "#"
+    ):
+        floor -= 1
+    return floor
+
+
+def _bodies(statement: ast.stmt) -> Iterator[tuple[str, int, list[ast.stmt]]]:
+    for field in _BODIES:
+        body = getattr(statement, field, None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+            yield field, 0, body
+    for index, handler in enumerate(getattr(statement, "handlers", []) or []):
+        yield "handlers", index + 1, handler.body
+    for index, case in enumerate(getattr(statement, "cases", []) or []):
+        yield "cases", index + 1, case.body
+
+
+def overlaps(child: Child, span: tuple[int, int]) -> bool:
+    if span[0] == span[1]:  # a point: inside the statement, or right after its last line
+        return child.start < span[0] <= child.end
+    return child.start < span[1] and span[0] < child.end
+
+
+# -- what a statement is -------------------------------------------------------------------
+
+
+def key_of(node: ast.stmt) -> Key:
+    """How a statement is recognised on the other side: by the name it defines (a def, a
+    class, a field or an assignment), an import by what it imports, an argparse flag by
+    the flag; anything else by its code."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return ("name", node.name)
+    target = _single_target(node)
+    if target is not None:
+        return ("name", target)
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return ("import", ast.dump(node))
+    flag = argparse_flag(node)
+    if flag is not None:
+        return ("flag", flag)
+    return ("code", ast.dump(node))
+
+
+def _single_target(node: ast.stmt) -> Optional[str]:
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return node.target.id
+    if (
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+    ):
+        return node.targets[0].id
+    return None
+
+
+def argparse_flag(node: ast.stmt) -> Optional[str]:
+    """`--flag` of a `<parser>.add_argument('--flag', ...)` statement."""
+    call = node.value if isinstance(node, ast.Expr) else None
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "add_argument"
+    ):
+        return None
+    for arg in call.args:
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value[:2] == "--":
+            return arg.value
+    return None
+
+
+def kind_of(node: ast.stmt) -> str:
+    """What an inserted statement is, for the report and the order-free test."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return "import"
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return "member"
+    if isinstance(node, ast.AnnAssign):
+        return "field"
+    if isinstance(node, ast.Assign):
+        return "assignment"
+    if argparse_flag(node) is not None:
+        return "argparse flag"
+    return "statement"
+
+
+def order_free(place: Place, kinds: set[str]) -> bool:
+    """Whether statements of these kinds may go in any order at this place: imports
+    anywhere, members and fields of a class, argparse flags (order only changes the help)."""
+    if kinds <= {"import"} or kinds <= {"argparse flag"}:
+        return True
+    return isinstance(place.owner, ast.ClassDef) and kinds <= {"member", "field", "assignment"}
+
+
+def is_dataclass(place: Place) -> bool:
+    owner = place.owner
+    if not isinstance(owner, ast.ClassDef):
+        return False
+    for decorator in owner.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name == "dataclass":
+            return True
+    return False
+
+
+def field_order_problem(nodes: Sequence[ast.stmt]) -> Optional[str]:
+    """A dataclass field without a default after one with a default (a TypeError when the
+    class is made), or None."""
+    defaulted = None
+    for node in nodes:
+        if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
+            continue
+        if _classvar(node.annotation):
+            continue
+        if node.value is not None:
+            defaulted = defaulted or node.target.id
+        elif defaulted is not None:
+            return f"dataclass field {node.target.id} without a default would follow {defaulted}"
+    return None
+
+
+def _classvar(annotation: ast.expr) -> bool:
+    return "ClassVar" in ast.dump(annotation)
+
+
+# -- names ---------------------------------------------------------------------------------
+
+
+def module_names(tree: ast.Module) -> Optional[set[str]]:
+    """The names a module binds at its top level (in `if`/`try` blocks too); None when a
+    star import makes that unknowable."""
+    names: set[str] = set()
+    for node in _top_statements(tree.body):
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
+            return None
+        names |= bound_by(node)
+    return names
+
+
+def _top_statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
+    for node in body:
+        yield node
+        if isinstance(node, (ast.If, ast.Try)):
+            for _, _, inner in _bodies(node):
+                yield from _top_statements(inner)
+
+
+def bound_by(node: ast.stmt) -> set[str]:
+    """The names one statement binds in its scope."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    targets: list[ast.expr] = []
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+        targets = [node.target]
+    elif isinstance(node, (ast.For, ast.AsyncFor)):
+        targets = [node.target]
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def used_names(node: ast.AST) -> set[str]:
+    """Names a piece of code reads and does not bind itself (its parameters, assignments,
+    loop and comprehension variables, imports and nested definitions are its own); names
+    in string annotations ("Optional['RouterReplay']") count as read."""
+    loads, own = set(), set()
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Name):
+            (loads if isinstance(inner.ctx, ast.Load) else own).add(inner.id)
+        elif isinstance(inner, ast.arg):
+            own.add(inner.arg)
+        elif isinstance(inner, ast.stmt) and inner is not node:
+            own |= bound_by(inner)
+        elif isinstance(inner, (ast.Global, ast.Nonlocal)):
+            own -= set(inner.names)
+        for annotation in _annotations(inner):
+            for part in ast.walk(annotation):
+                if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                    loads |= _quoted_names(part.value)
+    return loads - own - set(dir(builtins))
+
+
+def _annotations(node: ast.AST) -> list[ast.expr]:
+    if isinstance(node, ast.arg):
+        return [node.annotation] if node.annotation else []
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return [node.returns] if node.returns else []
+    if isinstance(node, ast.AnnAssign):
+        return [node.annotation]
+    return []
+
+
+def comments(text: str) -> Optional[list[str]]:
+    """The comments of a piece of code, in order (None when it cannot be read)."""
+    try:
+        tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+        return [token.string for token in tokens if token.type == tokenize.COMMENT]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+
+
+def _quoted_names(text: str) -> set[str]:
+    """The names of a string that reads as a type expression ("RouterReplay", "List[X]")."""
+    if (
+        not text
+        or len(text) > 200
+        or not text.replace(".", "")
+        .replace("[", "")
+        .replace("]", "")
+        .replace(",", "")
+        .replace(" ", "")
+        .replace("_", "")
+        .isalnum()
+    ):
+        return set()
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        return set()
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+
+
+def all_bound(tree: ast.Module) -> set[str]:
+    """Every name a module binds anywhere (its functions' locals and parameters too)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.stmt):
+            names |= bound_by(node)
+    return names
+
+
+def unbound(tree: ast.Module) -> set[str]:
+    """Names a module reads that nothing in it binds (nor Python's builtins)."""
+    return used_names(tree)
+
+
+def parses(text: str) -> Optional[str]:
+    """None when the text compiles, else what is wrong (line and message)."""
+    try:
+        compile(text, "<merged>", "exec", dont_inherit=True)
+    except SyntaxError as error:
+        return f"line {error.lineno}: {error.msg}"
+    except ValueError as error:  # e.g. a NUL byte
+        return str(error)
+    return None
+
+
+def flag_counts(tree: ast.Module) -> dict[str, int]:
+    """How often each argparse flag is added in a module."""
+    counts: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and (flag := argparse_flag(node)) is not None:
+            counts[flag] = counts.get(flag, 0) + 1
+    return counts

@@ -1,0 +1,415 @@
+"""The syntax-aware merge of Python files (carry/pymerge.py, as git's merge driver): each
+class of hunk it resolves and each reason it keeps one, on real git histories where git's own
+merge conflicts (each test checks that first), carried by `rebaser apply`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from synthetic import Change, SyntheticUpstream, build_series, git
+from test_apply_synthetic import apply
+
+from rebaser.carry import pymerge
+
+
+def dedent(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+def carry(rebaser, tmp_path, upstream: SyntheticUpstream, base: dict, fork: dict, tip: dict):
+    """`base` committed upstream, the fork's one patch on it, upstream moves on to `tip`;
+    the patch carried with --keep-going. (its row, the worktree)"""
+    files = {name: dedent(text) for name, text in base.items()}
+    sha = upstream.commit(files, "base", tag="base")
+    changes = [Change("fork: the change", {n: dedent(t) for n, t in fork.items()})]
+    series = build_series(
+        tmp_path / "proj", upstream, "base", changes, extra_directives=f"@base git:{sha}\n"
+    )
+    upstream.commit({n: dedent(t) for n, t in tip.items()}, "upstream moves on", tag="tip")
+    assert git_conflicts(tmp_path, upstream), "git's own merge must conflict here"
+    report_file = tmp_path / "report.json"
+    apply(rebaser, series, upstream, "tip", "--keep-going", "--json", report_file)
+    report = json.loads(report_file.read_text())
+    return report["steps"][1], Path(report["worktree"])
+
+
+def git_conflicts(tmp_path: Path, upstream: SyntheticUpstream) -> bool:
+    """Whether plain `git cherry-pick` of the fork's commit onto the tip conflicts."""
+    fork = git(upstream.path, "log", "--all", "--format=%H", "--grep=fork: the change", "-1")
+    clone = tmp_path / "plain-git"
+    git(tmp_path, "clone", "-q", str(upstream.path), str(clone))
+    git(clone, "checkout", "-q", "tip")
+    picked = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "cherry-pick", "--no-commit", fork],
+        cwd=clone,
+        capture_output=True,
+    )
+    return picked.returncode != 0
+
+
+def merged(worktree: Path, name: str = "pkg/mod.py") -> str:
+    return (worktree / name).read_text()
+
+
+# -- what it resolves ----------------------------------------------------------------------
+
+IMPORTS = "import os\nimport sys\n\nVALUE = 1\n"
+
+
+def test_both_sides_add_imports(rebaser, tmp_path, upstream):
+    row, tree = carry(
+        rebaser,
+        tmp_path,
+        upstream,
+        {"pkg/mod.py": IMPORTS},
+        {"pkg/mod.py": "import os\nimport json\nimport sys\n\nVALUE = 1\n"},
+        {"pkg/mod.py": "import os\nimport re\nimport sys\n\nVALUE = 1\n"},
+    )
+    assert row["status"] == "structured merge"
+    assert "both sides add imports to the module" in row["detail"]
+    assert merged(tree) == "import os\nimport re\nimport json\nimport sys\n\nVALUE = 1\n"
+    assert git(tree, "log", "-1", "--format=%s") == "fork: the change"
+
+
+def test_both_sides_add_members_to_a_class(rebaser, tmp_path, upstream):
+    base = dedent("""
+        class Model:
+            def forward(self, x):
+                return x
+        """)
+    row, tree = carry(
+        rebaser,
+        tmp_path,
+        upstream,
+        {"pkg/mod.py": base},
+        {"pkg/mod.py": base + "\n    def detach(self):\n        return None\n"},
+        {"pkg/mod.py": base + "\n    def reset(self):\n        return 0\n"},
+    )
+    assert row["status"] == "structured merge", row
+    assert "upstream's reset first, then the patch's detach" in row["detail"]
+    text = merged(tree)
+    assert text.index("def reset") < text.index("def detach")
+    compile(text, "mod.py", "exec")
+
+
+DATACLASS = dedent("""
+    from dataclasses import dataclass
+
+
+    @dataclass
+    class Config:
+        hidden: int = 8
+        layers: int = 2
+    """)
+
+
+def test_both_sides_add_dataclass_fields(rebaser, tmp_path, upstream):
+    row, tree = carry(
+        rebaser,
+        tmp_path,
+        upstream,
+        {"pkg/mod.py": DATACLASS},
+        {"pkg/mod.py": DATACLASS + "    topk_backend: str = 'torch'\n"},
+        {"pkg/mod.py": DATACLASS + "    dropout: float = 0.1\n"},
+    )
+    assert row["status"] == "structured merge"
+    assert "upstream's dropout first, then the patch's topk_backend" in row["detail"]
+    assert merged(tree).endswith("    dropout: float = 0.1\n    topk_backend: str = 'torch'\n")
+
+
+@pytest.mark.parametrize(
+    "base, fork, tip, expected",
+    [
+        (  # dict literal
+            'TABLE = {\n    "a": 1,\n}\n',
+            'TABLE = {\n    "a": 1,\n    "b": 2,\n}\n',
+            'TABLE = {\n    "a": 1,\n    "c": 3,\n}\n',
+            'TABLE = {\n    "a": 1,\n    "c": 3,\n    "b": 2,\n}\n',
+        ),
+        (  # set literal, one line
+            "NAMES = {'a', 'b'}\n",
+            "NAMES = {'a', 'b', 'x'}\n",
+            "NAMES = {'a', 'b', 'y'}\n",
+            "NAMES = {'a', 'b', 'y', 'x'}\n",
+        ),
+        (  # keyword arguments
+            "run(model, steps=1)\n",
+            "run(model, steps=1, topk='torch')\n",
+            "run(model, steps=1, seed=0)\n",
+            "run(model, steps=1, seed=0, topk='torch')\n",
+        ),
+        (  # __all__
+            '__all__ = [\n    "a",\n]\n',
+            '__all__ = [\n    "a",\n    "fork_thing",\n]\n',
+            '__all__ = [\n    "a",\n    "new_thing",\n]\n',
+            '__all__ = [\n    "a",\n    "new_thing",\n    "fork_thing",\n]\n',
+        ),
+        (  # names of one import
+            "from typing import Optional\n",
+            "from typing import List, Optional\n",
+            "from typing import Dict, Optional\n",
+            "from typing import Dict, List, Optional\n",
+        ),
+    ],
+    ids=["dict", "set", "kwargs", "__all__", "import-names"],
+)
+def test_both_sides_add_items_inside_one_statement(
+    rebaser, tmp_path, upstream, base, fork, tip, expected
+):
+    row, tree = carry(
+        rebaser, tmp_path, upstream, {"pkg/mod.py": base}, {"pkg/mod.py": fork}, {"pkg/mod.py": tip}
+    )
+    assert row["status"] == "structured merge", row
+    assert merged(tree) == expected
+
+
+MOVED_BASE = dedent("""
+    def step(x):
+        y = x + 1
+        return y
+
+
+    def other():
+        return 1
+    """)
+
+
+def test_an_edit_to_a_function_upstream_moved(rebaser, tmp_path, upstream):
+    row, tree = carry(
+        rebaser,
+        tmp_path,
+        upstream,
+        {"pkg/mod.py": MOVED_BASE},
+        {"pkg/mod.py": MOVED_BASE.replace("x + 1", "x + 2")},
+        {"pkg/mod.py": """
+            def first():
+                return 0
+
+
+            def other():
+                return 1
+
+
+            def step(x):
+                y = x + 1
+                return y
+            """},  # upstream moves step() below other() and adds a function where step was
+    )
+    assert row["status"] == "structured merge", row
+    assert "upstream moved step (now at line 9); the patch's change to" in row["detail"]
+    text = merged(tree)
+    assert text.index("def first") < text.index("def other") < text.index("def step")
+    assert "y = x + 2" in text and "x + 1" not in text
+
+
+def test_an_edit_to_code_upstream_reformatted(rebaser, tmp_path, upstream):
+    base = dedent("""
+        def total(a, b):
+            value = compute(a, b, option=True, other=False, third=None, fourth=1)
+            return value
+        """)
+    row, tree = carry(
+        rebaser,
+        tmp_path,
+        upstream,
+        {"pkg/mod.py": base},
+        {"pkg/mod.py": base.replace("return value", "return value * 2")},
+        {"pkg/mod.py": """
+            def total(a, b):
+                value = compute(
+                    a, b, option=True, other=False, third=None, fourth=1
+                )
+                return value
+            """},
+    )
+    assert row["status"] == "structured merge", row
+    assert "upstream only reformatted value" in row["detail"]
+    assert merged(tree) == dedent("""
+        def total(a, b):
+            value = compute(
+                a, b, option=True, other=False, third=None, fourth=1
+            )
+            return value * 2
+        """)
+
+
+# -- what it refuses -----------------------------------------------------------------------
+
+PARSER = dedent("""
+    def add_arguments(parser):
+        parser.add_argument("--layers", type=int)
+    """)
+
+
+def test_a_duplicated_argparse_flag_stays_a_conflict(rebaser, tmp_path, upstream):
+    row, tree = carry(
+        rebaser,
+        tmp_path,
+        upstream,
+        {"pkg/mod.py": PARSER},
+        {"pkg/mod.py": PARSER + '    parser.add_argument("--topk", type=str)\n'},
+        {"pkg/mod.py": PARSER + '    parser.add_argument("--topk", type=int)\n'},
+    )
+    assert row["status"] == "dropped"
+    assert row["stop"]["conflicts"] == ["pkg/mod.py"]
+    assert "flag --topk: the result would define it twice" in row["detail"]
+
+
+def test_a_flag_upstream_adds_elsewhere_in_the_file_stays_a_conflict(rebaser, tmp_path, upstream):
+    base = PARSER + '\n\ndef more(parser):\n    parser.add_argument("--x")\n'
+    row, _ = carry(
+        rebaser,
+        tmp_path,
+        upstream,
+        {"pkg/mod.py": base},
+        {
+            "pkg/mod.py": base.replace(
+                '"--layers", type=int)\n',
+                '"--layers", type=int)\n    parser.add_argument("--topk")\n',
+            )
+        },
+        {
+            "pkg/mod.py": base.replace(
+                '"--layers", type=int)\n',
+                '"--layers", type=int)\n    parser.add_argument("--seed")\n',
+            ).replace('"--x")\n', '"--x")\n    parser.add_argument("--topk")\n')
+        },
+    )
+    assert row["status"] == "dropped"
+    assert "argparse flag --topk twice" in row["detail"]
+
+
+def test_importing_a_name_upstream_deleted_stays_a_conflict(rebaser, tmp_path, upstream):
+    util = "def helper():\n    return 1\n\n\ndef other():\n    return 2\n"
+    row, _ = carry(
+        rebaser,
+        tmp_path,
+        upstream,
+        {"pkg/mod.py": IMPORTS, "pkg/util.py": util},
+        {"pkg/mod.py": "import os\nfrom pkg.util import helper\nimport sys\n\nVALUE = 1\n"},
+        {
+            "pkg/mod.py": "import os\nimport re\nimport sys\n\nVALUE = 1\n",
+            "pkg/util.py": "def other():\n    return 2\n",
+        },
+    )
+    assert row["status"] == "dropped"
+    assert "the patch imports helper from pkg.util, which upstream deleted" in row["detail"]
+
+
+def test_using_a_name_upstream_deleted_from_the_file_stays_a_conflict(rebaser, tmp_path, upstream):
+    base = dedent("""
+        def _scale(x):
+            return 2 * x
+
+
+        class Model:
+            def forward(self, x):
+                return x
+        """)
+    without_scale = """
+        class Model:
+            def forward(self, x):
+                return x
+
+            def reset(self):
+                return 0
+        """
+    row, _ = carry(
+        rebaser,
+        tmp_path,
+        upstream,
+        {"pkg/mod.py": base},
+        {"pkg/mod.py": base + "\n    def scaled(self, x):\n        return _scale(x)\n"},
+        {"pkg/mod.py": without_scale},
+    )
+    assert row["status"] == "dropped"
+    assert "uses _scale, which upstream deleted" in row["detail"]
+
+
+def test_a_result_that_does_not_compile_stays_a_conflict(rebaser, tmp_path, upstream):
+    """The patch adds a __future__ import at the top; upstream's new import goes first, so
+    the merged module would not compile."""
+    row, _ = carry(
+        rebaser,
+        tmp_path,
+        upstream,
+        {"pkg/mod.py": IMPORTS},
+        {"pkg/mod.py": "from __future__ import annotations\nimport os\nimport sys\n\nVALUE = 1\n"},
+        {"pkg/mod.py": "import re\nimport os\nimport sys\n\nVALUE = 1\n"},
+    )
+    assert row["status"] == "dropped"
+    assert "the result would not compile" in row["detail"]
+    assert "from __future__ imports must occur at the beginning" in row["detail"]
+
+
+def test_both_sides_changing_one_function_stays_a_conflict(rebaser, tmp_path, upstream):
+    row, tree = carry(
+        rebaser,
+        tmp_path,
+        upstream,
+        {"pkg/mod.py": MOVED_BASE},
+        {"pkg/mod.py": MOVED_BASE.replace("x + 1", "x + 2")},
+        {"pkg/mod.py": MOVED_BASE.replace("x + 1", "x + 3")},
+    )
+    assert row["status"] == "dropped"
+    assert row["stop"]["conflicts"] == ["pkg/mod.py"]
+
+
+# -- the engine on its own -----------------------------------------------------------------
+
+
+def merge_files(tmp_path: Path, base: str, ours: str, theirs: str) -> pymerge.Merged:
+    for name, text in (("base", base), ("ours", ours), ("theirs", theirs)):
+        (tmp_path / name).write_text(dedent(text))
+    diff3 = subprocess.run(
+        ["git", "merge-file", "-p", "--diff3", "ours", "base", "theirs"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    ).stdout
+    texts = [(tmp_path / name).read_text() for name in ("base", "ours", "theirs")]
+    return pymerge.merge(*texts, diff3)
+
+
+def test_only_the_real_hunks_stay_as_markers(tmp_path):
+    """One hunk mechanical (imports), one real (both change the same line): the first is
+    resolved, the second stays, as git's markers."""
+    base = "import os\nimport sys\n\n\ndef f():\n    return 1\n"
+    result = merge_files(
+        tmp_path,
+        base,
+        base.replace("import sys", "import re\nimport sys").replace("return 1", "return 2"),
+        base.replace("import sys", "import json\nimport sys").replace("return 1", "return 3"),
+    )
+    assert len(result.resolved) == 1 and len(result.kept) == 1
+    assert result.text.startswith("import os\nimport re\nimport json\nimport sys\n")
+    assert result.text.count("<<<<<<<") == 1 and "return 2" in result.text
+    shown = pymerge.as_style(result.text, 7, diff3=False)
+    assert "|||||||" not in shown and shown.count("=======") == 1
+
+
+def test_identical_additions_on_both_sides_are_kept_once(tmp_path):
+    result = merge_files(
+        tmp_path,
+        "class A:\n    x = 1\n",
+        "class A:\n    x = 1\n    y = 2\n    z = 3\n",
+        "class A:\n    x = 1\n    y = 2\n    w = 4\n",
+    )
+    assert result.clean
+    assert result.text == "class A:\n    x = 1\n    y = 2\n    z = 3\n    w = 4\n"
+
+
+def test_a_dataclass_field_without_default_after_a_defaulted_one_stays(tmp_path):
+    base = "@dataclass\nclass C:\n    a: int\n"
+    result = merge_files(
+        tmp_path,
+        base,
+        base + "    b: int = 0\n",
+        base + "    c: int\n",
+    )
+    assert not result.resolved
+    assert "dataclass field c without a default would follow b" in result.kept[0]
