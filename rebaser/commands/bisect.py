@@ -143,7 +143,7 @@ def bisect(
 def probe(series_file: Path, git: Git, sha: str, test: str) -> Report:
     """Apply the series onto one commit in a throwaway worktree."""
     target = Target(git, sha, sha, sha[:12], str(git.path))  # the report adds the sha
-    return machine.throwaway_apply(target, series_file, test, lambda _message: None)
+    return machine.throwaway_apply(target, series_file, test, lambda _message: None, triage=False)
 
 
 def _pypi_history(

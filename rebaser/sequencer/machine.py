@@ -22,7 +22,7 @@ from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo import late_checkout, refs, workspace
 from rebaser.repo.git import Git
 from rebaser.repo.lock import repository_lock, throwaway_lock
-from rebaser.sequencer import fix, recovery
+from rebaser.sequencer import fix, proposals, recovery
 from rebaser.sequencer import state as state_store
 from rebaser.sequencer.report import Report, StatusView, outcome_text
 from rebaser.sequencer.state import ApplyState
@@ -62,6 +62,7 @@ class ApplyOptions:
     ephemeral: bool = False  # a throwaway apply (verify, bisect): its state stays in memory
     keep_going: bool = False  # drop a patch that does not apply and go on, instead of stopping
     fast_lane: bool = True  # carry runs of patches in one git rebase (steps/fastlane.py)
+    triage: bool = True  # propose keep/drop for every patch of a run with stops (bisect: no)
 
 
 def apply(options: ApplyOptions, progress: Progress, plan: Plan = standard_plan) -> Report:
@@ -105,9 +106,11 @@ def throwaway_apply(
     *,
     keep: bool = False,
     keep_going: bool = False,
+    triage: bool = True,
 ) -> Report:
     """Apply onto `target` on a throwaway branch (state in memory only, so an apply the user
-    has in progress is never disturbed), removed afterwards unless `keep`."""
+    has in progress is never disturbed), removed afterwards unless `keep`; `triage`: propose
+    keep/drop for its patches when some stop."""
     series = load_series(series_file)
     branch = workspace.branch_name(series.name, target.label, VERIFY_PREFIX)
     options = ApplyOptions(
@@ -116,6 +119,7 @@ def throwaway_apply(
         ephemeral=True,
         branch_prefix=VERIFY_PREFIX,
         keep_going=keep_going,
+        triage=triage,
     )
     # One run per throwaway branch: a second verify of the same base would remove it.
     with throwaway_lock(target.git, branch, "verify or bisect"):
@@ -159,6 +163,7 @@ def _start(
         head=target.base_sha,
         keep_going=options.keep_going,
         fast_lane=options.fast_lane,
+        triage=options.triage,
     )
     state.save()
     return _Run(state, series, plan(series), progress, "apply", carry).drive()
@@ -381,7 +386,10 @@ class _Run:
         self._starting(patches[0].name)
         head = self.state.head or self.worktree.out("rev-parse", "HEAD")
         branch = self.state.branch
-        self.record(*fastlane.carry(self.worktree, self.git_dir, branch, head, patches, commits))
+        done = fastlane.carry(
+            self.worktree, self.git_dir, branch, head, patches, commits, self._missing()
+        )
+        self.record(*done)
 
     def _patch_run(self) -> list[Patch]:
         """The patches of the plan's steps from the next one on, while they follow each other
@@ -444,6 +452,17 @@ class _Run:
         self, rows: list[StepRow], checks: list[Check], suites: list[SuiteResult], code: ExitCode
     ) -> Report:
         state = self.state
+        if state.triage:
+            replay = self.carry.replay if self.carry else None
+            rows = proposals.annotate(
+                rows,
+                self.series,
+                state.repo_git,
+                self.git_dir,
+                state.base_sha,
+                replay,
+                self.progress,
+            )
         report = Report(
             command=self.command,
             series=self.series.name,

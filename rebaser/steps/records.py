@@ -64,6 +64,17 @@ class Stop:
         return cls(**data)
 
 
+@dataclass(frozen=True)
+class Collision:
+    """The upstream commit a stopped patch collides with (carry/collision.py): the first on
+    upstream's first-parent history at which it stops applying, and what that commit did to
+    the patch's files ("modified x.py; renamed y.py to z.py; moved f() to w.py")."""
+
+    sha: str
+    subject: str
+    what: str
+
+
 @dataclass
 class StepRow:
     name: str
@@ -72,11 +83,19 @@ class StepRow:
     files: list[str] = field(default_factory=list)
     hunks: int = 0
     stop: Optional[Stop] = None  # why a patch left off the branch did not apply
+    # The triage of a run with stops (carry/triage.py): "keep" or "drop" with a one-line
+    # reason for every patch; a stopped patch's colliding upstream commit. None and "" on a
+    # row nothing judged (a step that is not a patch, a run still in progress).
+    proposal: Optional[str] = None
+    reason: str = ""
+    collides_with: Optional[Collision] = None
 
     def __post_init__(self) -> None:
         self.status = StepStatus(self.status)  # rows read back from state.json hold strings
         if isinstance(self.stop, dict):
             self.stop = Stop.from_json(self.stop)
+        if isinstance(self.collides_with, dict):
+            self.collides_with = Collision(**self.collides_with)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,237 @@
+"""The upstream commit a stopped patch collides with, found by bisection.
+
+For a patch that stops on the target: the first commit on upstream's first-parent history
+between the series' recorded base and the target at which the patch, on top of the patches
+before it that applied, stops applying. As git-imerge finds where a pair of commits
+conflicts, each probe is one merge of two trees, here `git merge-tree --write-tree` (ort, in
+memory, no worktree or index) in the scratch repository: a cherry-pick is a merge whose base
+is the patch's parent, so the probe merges two commits made for it, upstream's tree and the
+patch's, both children of a root commit holding the patch's parent tree.
+
+Only commits that touch the patch's files (or the files it conflicts in) can change whether
+it applies, so the bisection runs over those: a handful of probes, milliseconds each. The
+patches before it that applied and touch its files are merged onto each probed commit first
+(without them the probe would conflict with their changes). A probe counts as "stops" when
+one of the files the patch conflicts in on the target conflicts; for a blocked patch those
+are the files the patch it needs never touches ("its own conflicts").
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+from rebaser.repo.git import Git, commit_tree
+from rebaser.series.patches import Patch
+
+_MERGE = ("-c", "merge.renames=true", "-c", "merge.directoryRenames=true")
+_DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)")
+_HUNK_FUNCTION = re.compile(r"^@@ [^@]* @@\s*(?:async\s+)?(?:def|class)\s+(\w+)")
+
+
+@dataclass(frozen=True)
+class Found:
+    sha: str
+    subject: str
+    what: str
+    probes: int  # merges it took (for the docs' timing)
+
+
+class Bisector:
+    """Probes of one series' patches against upstream commits, in a scratch repository that
+    reads the real repository's objects."""
+
+    def __init__(
+        self,
+        scratch: Git,
+        recorded_base: str,
+        target: str,
+        commit_of: Callable[[Patch], Optional[str]],
+    ) -> None:
+        self.git = scratch
+        self.base, self.target = recorded_base, target
+        self.commit_of = commit_of
+        self._pairs: dict[str, tuple[str, str]] = {}  # patch commit -> (its base, its change)
+        self._lock = threading.Lock()  # probes run in threads (carry/triage.py)
+        self.merges = 0
+
+    def conflicts(
+        self, patch: Patch, before: Sequence[Patch], at: Optional[str] = None
+    ) -> Optional[list[str]]:
+        """The files the patch conflicts in when cherry-picked onto `at` (default: the
+        target) with `before` (earlier patches) merged first; None when one of those does
+        not apply there, or the patch has no commit."""
+        tree = f"{at or self.target}^{{tree}}"
+        for earlier in before:
+            merged = self._pick(tree, earlier)
+            if merged is None or merged[1]:
+                return None
+            tree = merged[0]
+        picked = self._pick(tree, patch)
+        return None if picked is None else picked[1]
+
+    def first_colliding(
+        self, patch: Patch, before: Sequence[Patch], files: Sequence[str]
+    ) -> Optional[Found]:
+        """The first upstream commit (first-parent) at which the patch conflicts in one of
+        `files`; None when it already does on the recorded base (not upstream's doing)."""
+        paths = sorted({*files, *patch.touched_paths})
+        candidates = self.git.out(
+            "--literal-pathspecs",
+            "log",
+            "--first-parent",
+            "--reverse",
+            "--format=%H",
+            f"{self.base}..{self.target}",
+            "--",
+            *paths,
+        ).split()
+        if not candidates:
+            return None
+        wanted = set(files)
+        low, high = -1, len(candidates) - 1  # low applies (the recorded base), high stops
+        probes = 0
+        while high - low > 1:
+            middle = (low + high) // 2
+            found = self.conflicts(patch, before, candidates[middle])
+            probes += 1
+            if found is None or wanted & set(found):
+                high = middle
+            else:
+                low = middle
+        sha = candidates[high]
+        subject = self.git.out("log", "-1", "--format=%s", sha)
+        return Found(sha, subject, self.what(sha, patch, files), probes)
+
+    def what(self, sha: str, patch: Patch, files: Sequence[str]) -> str:
+        """What a commit did to the patch's files: modified, renamed, deleted; a function
+        the patch edits moved to another file."""
+        paths = sorted({*patch.touched_paths, *files})
+        listing = self.git.run(
+            "--literal-pathspecs",
+            "diff",
+            "--name-status",
+            "-M",
+            "-z",
+            f"{sha}^1",
+            sha,
+            "--",
+            *paths,
+        ).stdout.split("\0")
+        said, gone = [], []
+        position = 0
+        while position < len(listing) - 1:
+            status = listing[position]
+            if status.startswith("R"):
+                said.append(f"renamed {listing[position + 1]} to {listing[position + 2]}")
+                position += 3
+                continue
+            path = listing[position + 1]
+            if status == "D":
+                said.append(f"deleted {path}")
+                gone.append(path)
+            elif status == "M":
+                said.append(f"modified {path}")
+                gone.append(path)
+            elif status == "A":
+                said.append(f"added {path}")
+            position += 2
+        said += self._moved(sha, patch, gone)
+        return "; ".join(said) or "changed files the patch's files depend on"
+
+    def _moved(self, sha: str, patch: Patch, paths: list[str]) -> list[str]:
+        """Functions or classes the patch edits that the commit removed from their file and
+        added to another one."""
+        edited = _edited_functions(patch)
+        if not edited or not paths:
+            return []
+        removed = self._defs(sha, "-", paths=paths)
+        moved_names = sorted(edited & removed.keys())
+        if not moved_names:
+            return []
+        pattern = r"^\s*(async\s+)?(def|class)\s+(" + "|".join(moved_names) + r")\b"
+        added = self._defs(sha, "+", options=["-G", pattern])
+        found = []
+        for name in moved_names:
+            for path in added.get(name, []):
+                if path not in removed[name]:
+                    found.append(f"moved {name}() to {path}")
+        return found
+
+    def _defs(
+        self, sha: str, sign: str, options: Sequence[str] = (), paths: Sequence[str] = ()
+    ) -> dict[str, list[str]]:
+        """The functions and classes a commit's diff adds ("+") or removes ("-"), by file."""
+        diff = self.git.run(
+            "--literal-pathspecs",
+            "diff",
+            "-U0",
+            "--no-color",
+            *options,
+            f"{sha}^1",
+            sha,
+            "--",
+            *paths,
+        ).stdout
+        found: dict[str, list[str]] = {}
+        path = ""
+        for line in diff.splitlines():
+            if line.startswith("+++ ") or line.startswith("--- "):
+                if line[:3] == ("---" if sign == "-" else "+++") and line[4:] != "/dev/null":
+                    path = line[6:]
+                continue
+            if line.startswith(sign) and (match := _DEF.match(line[1:])):
+                found.setdefault(match.group(1), []).append(path)
+        return found
+
+    def _pick(self, tree: str, patch: Patch) -> Optional[tuple[str, list[str]]]:
+        """The patch's commit merged onto `tree` as a cherry-pick: (the merged tree, the
+        files in conflict); None when the patch has no commit."""
+        commit = self.commit_of(patch)
+        if commit is None:
+            return None
+        with self._lock:
+            pair = self._pairs.get(commit)
+        if pair is None:
+            base = commit_tree(self.git, f"{commit}^^{{tree}}", [], "base\n")
+            pair = (base, commit_tree(self.git, f"{commit}^{{tree}}", [base], "patch\n"))
+            with self._lock:
+                self._pairs[commit] = pair
+        base, change = pair
+        ours = commit_tree(self.git, tree, [base], "upstream\n")
+        merged = self.git.run(
+            *_MERGE, "merge-tree", "--write-tree", "--name-only", "-z", ours, change, check=False
+        )
+        with self._lock:
+            self.merges += 1
+        if merged.status not in (0, 1):
+            return None
+        fields = merged.stdout.split("\0")
+        conflicted = []
+        for name in fields[1:]:
+            if not name:
+                break
+            conflicted.append(name)
+        return fields[0], sorted(set(conflicted))
+
+
+def _edited_functions(patch: Patch) -> set[str]:
+    """The functions and classes whose lines the patch changes: the nearest `def` or `class`
+    above each changed line inside its hunk, else the one git names in the hunk's header."""
+    found: set[str] = set()
+    enclosing: Optional[str] = None
+    for line in patch.raw.decode("utf-8", "replace").splitlines():
+        if line.startswith("@@"):
+            header = _HUNK_FUNCTION.match(line)
+            enclosing = header.group(1) if header else None
+            continue
+        if line[:1] not in (" ", "-", "+") or line[:4] in ("--- ", "+++ "):
+            continue
+        defined = _DEF.match(line[1:])
+        if defined and line[:1] != "+":
+            enclosing = defined.group(1)
+        elif line[:1] in "+-" and enclosing:
+            found.add(enclosing)
+    return found

@@ -1,0 +1,524 @@
+"""A keep/drop proposal for every patch of a run that stopped, with a one-line reason, as a
+fork's maintainer would decide when carrying the series by hand.
+
+Drop a patch when
+* upstream has it (`in upstream`);
+* it is superseded: upstream, between the series' base and the target, added the same
+  identifiers the patch adds (functions, classes, config fields, CLI flags, environment
+  variables, test names); for a patch that stops, also when upstream already has most of
+  the lines it adds, or an upstream commit touching its files names the same feature
+  (subjects sharing words rare in upstream's history: "int4 qat", "tms cpu backup");
+* it only follows up a patch proposed for drop: it is blocked on it, it is a fixup or
+  revert of it, it names its pull request (#51), or it shares its topic ("dsv4: ...") and
+  its files;
+* it needs a path only a dropped patch creates (it packages a folder nobody else makes).
+
+Keep it otherwise: applied as it is, merged (by git or the structured merge), or stopped on
+a real conflict, named with the upstream commit it collides with (carry/collision.py) and
+what that commit did, so the maintainer knows where to resolve it.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+
+from rebaser.carry.collision import Bisector
+from rebaser.carry.difflines import file_lines, present_lines
+from rebaser.repo.git import Git
+from rebaser.series.patches import Patch
+
+KEEP, DROP = "keep", "drop"
+
+_IDENTIFIERS = {
+    "function": re.compile(r"^\s*(?:async\s+)?def\s+(\w+)"),
+    "class": re.compile(r"^\s*class\s+(\w+)"),
+    "field": re.compile(r"^ {4}(\w+)\s*:\s*[^=\n]+?(?:=|$)"),
+    "flag": re.compile(r"""['"](--[a-z0-9][a-z0-9-]+)['"]"""),
+    "env var": re.compile(
+        r"""(?:environ(?:\.get|\.setdefault|\.pop)?\s*[\[(]|getenv\s*\()\s*['"]([A-Z][A-Z0-9_]+)['"]"""
+    ),
+}
+# Words of a subject that say nothing about which feature it is.
+_COMMON = frozenset(
+    """a an the and or of for in on to from with by at as is be into onto via vs when not no
+    don t use add adds added support supports fix fixes fixed feat feature init enable enables
+    re apply reapply port migrate restore handle keep make new dev main core update bump
+    chore refactor misc compat ci lint""".split()
+)
+_TYPES = frozenset(
+    "feat fix docs style refactor perf test tests build ci chore revert compat packaging deps wip".split()
+)
+# Shared subject words must be rarer together than 1 in 100,000 of upstream's subjects: the
+# sum of their log(N / (1 + df)) over upstream's whole history.
+_RARE_ENOUGH = math.log(100_000)
+_MOST_LINES = 2 / 3
+
+
+@dataclass(frozen=True)
+class Row:
+    """What the triage needs of a patch's row."""
+
+    patch: Patch
+    status: str  # a StepStatus value
+    detail: str
+    conflicts: list[str] = field(default_factory=list)
+    needs: Optional[str] = None  # a blocked patch: the number of the patch it needs
+
+
+@dataclass
+class Verdict:
+    proposal: str
+    reason: str
+    collision: Optional[tuple[str, str, str]] = None  # sha, subject, what
+    own_conflicts: list[str] = field(default_factory=list)  # a blocked patch's own
+
+
+APPLIED = frozenset(
+    {
+        "clean",
+        "offset",
+        "3-way",
+        "cherry-pick",
+        "structured merge",
+        "codemod",
+        "resolution replayed",
+        "manual",
+    }
+)
+STOPPED = frozenset({"dropped", "blocked", "skipped", "failed"})
+
+
+def number(patch: Patch) -> str:
+    head = patch.name.split("-", 1)[0]
+    return head if head.isdigit() else patch.name
+
+
+class Upstream:
+    """What upstream did between the series' recorded base and the target, read from git
+    once per triage: names defined on either side, subjects, the target's files."""
+
+    def __init__(self, repo: Git, base: str, target: str) -> None:
+        self.repo, self.base, self.target = repo, base, target
+        # Upstream's history between them (PyPI releases are unrelated root commits: then
+        # there is no commit to bisect to, nor commits that re-made a feature).
+        self.related = repo.run("merge-base", "--is-ancestor", base, target, check=False).ok
+
+    def defined(self, rev: str, names: Sequence[str]) -> dict[str, list[str]]:
+        """For each name, the files of `rev` where it appears as a word. One regular
+        expression: git grep tries several -e patterns one by one on every line (minutes
+        on Megatron-LM for 200 names), an alternation in one pass (a second)."""
+        if not names:
+            return {}
+        pattern = "(" + "|".join(re.escape(name) for name in sorted(set(names))) + ")"
+        out = self.repo.run(
+            "grep", "-o", "-w", "-E", "-I", "--no-color", "-e", pattern, rev, "--", check=False
+        ).stdout
+        found: dict[str, list[str]] = {}
+        for line in out.splitlines():
+            _, path, word = line.split(":", 2)
+            if path not in found.setdefault(word, []):
+                found[word].append(path)
+        return found
+
+    def adding(self, name: str, paths: Sequence[str]) -> Optional[tuple[str, str]]:
+        """The first-parent upstream commit that added `name` to one of `paths`."""
+        if not self.related:
+            return None
+        out = self.repo.run(
+            "--literal-pathspecs",
+            "log",
+            "--first-parent",
+            "--diff-merges=first-parent",
+            "--reverse",
+            "--format=%H%x09%s",
+            f"-S{name}",
+            f"{self.base}..{self.target}",
+            "--",
+            *paths,
+            check=False,
+        ).stdout.splitlines()
+        return tuple(out[0].split("\t", 1)) if out else None  # type: ignore[return-value]
+
+    def subjects_touching(self, paths: Sequence[str]) -> list[tuple[str, str]]:
+        """(sha, subject) of the upstream commits in range (merges left out) touching any."""
+        if not self.related:
+            return []
+        out = self.repo.run(
+            "--literal-pathspecs",
+            "log",
+            "--no-merges",
+            "--format=%H%x09%s",
+            f"{self.base}..{self.target}",
+            "--",
+            *paths,
+            check=False,
+        ).stdout.splitlines()
+        return [tuple(line.split("\t", 1)) for line in out if "\t" in line]  # type: ignore[misc]
+
+    def word_rarity(self) -> tuple[collections.Counter, int]:
+        """How many subjects of upstream's whole history hold each word."""
+        subjects = self.repo.out("log", "--format=%s", self.target).splitlines()
+        counts = collections.Counter(word for subject in subjects for word in set(words(subject)))
+        return counts, max(len(subjects), 1)
+
+    def texts(self, paths: Sequence[str]) -> dict[str, Optional[str]]:
+        """The target's version of each file (None: it has none)."""
+        query = "".join(f"{self.target}:{path}\n" for path in paths).encode()
+        if not query:
+            return {}
+        out = self.repo.output_bytes("cat-file", "--batch", stdin=query)
+        texts: dict[str, Optional[str]] = {}
+        cursor = 0
+        for path in paths:
+            end = out.index(b"\n", cursor)
+            header = out[cursor:end].split()
+            cursor = end + 1
+            if len(header) == 3 and header[1] == b"blob":
+                size = int(header[2])
+                texts[path] = out[cursor : cursor + size].decode("utf-8", "replace")
+                cursor += size + 1
+            else:
+                texts[path] = None
+        return texts
+
+
+def words(subject: str) -> list[str]:
+    """A subject's words that can name a feature: no PR numbers, tags or commit type."""
+    text = re.sub(r"\(#\d+(?:,\s*#\d+)*\)|#\d+|\[[^\]]*\]", " ", subject.lower())
+    text = re.sub(r"^[\w-]+(\([^)]*\))?!?:\s", " ", text)
+    found = re.findall(r"[a-z0-9]+", text.replace("_", " "))
+    return [word for word in found if word not in _COMMON and len(word) > 1]
+
+
+def identifiers(patch: Patch) -> dict[str, str]:
+    """The names the patch's added lines define (and its removed lines do not): name ->
+    kind. Test functions count as tests. Read from the raw diff in one pass."""
+    added: dict[str, str] = {}
+    removed: set[str] = set()
+    python = False
+    for line in patch.raw.decode("utf-8", "replace").splitlines():
+        if line.startswith("diff --git "):
+            python = line.endswith(".py")
+            continue
+        sign = line[:1]
+        if sign not in "+-" or line[:4] in ("+++ ", "--- "):
+            continue
+        for kind, pattern in _IDENTIFIERS.items():
+            if kind in ("function", "class", "field") and not python:
+                continue
+            for name in _matches(pattern, kind, line[1:]):
+                if sign == "-":
+                    removed.add(name)
+                else:
+                    shown = "test" if kind == "function" and name.startswith("test_") else kind
+                    added.setdefault(name, shown)
+    return {
+        name: kind
+        for name, kind in added.items()
+        if name not in removed and not name.startswith("__") and len(name.strip("-_")) >= 4
+    }
+
+
+def _matches(pattern: re.Pattern, kind: str, line: str) -> list[str]:
+    if kind in ("flag", "env var"):
+        return pattern.findall(line)
+    found = pattern.match(line)
+    return [found.group(1)] if found else []
+
+
+class Triage:
+    """The proposals for one run's patches, in series order."""
+
+    def __init__(self, upstream: Upstream, bisector: Optional[Bisector]) -> None:
+        self.upstream, self.bisector = upstream, bisector
+        self._rarity: Optional[tuple[collections.Counter, int]] = None
+        self._lines: dict[str, dict] = {}
+
+    def _lines_of(self, patch: Patch) -> dict:
+        """difflines.file_lines of a patch, parsed once."""
+        if patch.name not in self._lines:
+            self._lines[patch.name] = file_lines(patch)
+        return self._lines[patch.name]
+
+    def judge(self, rows: list[Row]) -> dict[str, Verdict]:
+        """The proposals, by patch name. The git work (the names upstream added, each stopped
+        patch's bisection) runs two at a time: it is processes, and they are independent."""
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forkkit-triage") as pool:
+            names = pool.submit(self._added_upstream, rows)
+            collisions = {
+                row.patch.name: pool.submit(self._collide, row, rows[:position])
+                for position, row in enumerate(rows)
+                if row.status in STOPPED
+            }
+            new, at_base, at_target = names.result()
+            found = {name: future.result() for name, future in collisions.items()}
+        verdicts: dict[str, Verdict] = {}
+        for position, row in enumerate(rows):
+            fresh = {
+                name: kind for name, kind in new[row.patch.name].items() if name not in at_base
+            }
+            collision, own = found.get(row.patch.name, (None, []))
+            verdicts[row.patch.name] = self._judge(
+                row, rows[:position], verdicts, fresh, at_target, (collision, own)
+            )
+        return verdicts
+
+    def _added_upstream(self, rows: list[Row]):  # type: ignore[no-untyped-def]
+        """(each patch's new names, where each is on the base, where on the target among
+        those upstream added): asked on the target first, then on the base for those found."""
+        new = {row.patch.name: identifiers(row.patch) for row in rows}
+        found = self.upstream.defined(
+            self.upstream.target, [n for names in new.values() for n in names]
+        )
+        at_base = self.upstream.defined(self.upstream.base, list(found))
+        return new, at_base, {name: paths for name, paths in found.items() if name not in at_base}
+
+    def _judge(
+        self,
+        row: Row,
+        earlier: list[Row],
+        verdicts: dict[str, Verdict],
+        fresh: dict[str, str],
+        at_target: dict[str, list[str]],
+        collided: tuple[Optional[tuple[str, str, str]], list[str]],
+    ) -> Verdict:
+        collision, own = collided
+        dropped = [r for r in earlier if verdicts[r.patch.name].proposal == DROP]
+        reason = (
+            _in_upstream(row)
+            or _follows(row, dropped, verdicts)
+            or _needs_path(row, dropped, self.upstream, self._lines_of)
+            or self._superseded(row, fresh, at_target, collision)
+        )
+        if reason:
+            return Verdict(DROP, reason, collision, own)
+        return Verdict(KEEP, keep_reason(row, collision, own), collision, own)
+
+    # -- the colliding commit --------------------------------------------------------------
+
+    def _collide(
+        self, row: Row, earlier: list[Row]
+    ) -> tuple[Optional[tuple[str, str, str]], list[str]]:
+        """The colliding upstream commit and the files the patch conflicts in on its own."""
+        if self.bisector is None or not self.upstream.related:
+            return None, []
+        paths = set(row.patch.touched_paths)
+        applied = [
+            r.patch for r in earlier if r.status in APPLIED and paths & set(r.patch.touched_paths)
+        ]
+        missing = [r.patch for r in earlier if r.status in STOPPED]
+        theirs = {path for patch in missing for path in patch.touched_paths}
+        files = row.conflicts
+        if row.status == "blocked" or not files:
+            files = self.bisector.conflicts(row.patch, applied) or []
+        own = sorted(path for path in files if path not in theirs)
+        if not own:
+            return None, []
+        if theirs & paths:  # does it apply on the recorded base, without the missing ones?
+            at_base = self.bisector.conflicts(row.patch, applied, self.upstream.base)
+            if at_base is None or set(at_base) & set(own):
+                return None, own
+        found = self.bisector.first_colliding(row.patch, applied, own)
+        return ((found.sha, found.subject, found.what) if found else None), own
+
+    # -- superseded ------------------------------------------------------------------------
+
+    def _superseded(
+        self,
+        row: Row,
+        fresh: dict[str, str],
+        at_target: dict[str, list[str]],
+        collision: Optional[tuple[str, str, str]],
+    ) -> Optional[str]:
+        return (
+            self._same_identifiers(row, fresh, at_target)
+            or (
+                row.status in STOPPED
+                and (self._same_lines(row) or self._same_feature(row, collision))
+            )
+            or None
+        )
+
+    def _same_identifiers(
+        self, row: Row, fresh: dict[str, str], at_target: dict[str, list[str]]
+    ) -> Optional[str]:
+        """Upstream added at least half the names the patch adds (in the patch's own files,
+        or three names or more anywhere)."""
+        found = [name for name in fresh if name in at_target]
+        if not found or len(found) * 2 < len(fresh):
+            return None
+        own_files = set(row.patch.touched_paths)
+        same_file = [name for name in found if own_files & set(at_target[name])]
+        if not same_file and len(found) < 3:
+            return None
+        name = (same_file or found)[0]
+        added_by = self.upstream.adding(name, at_target[name])
+        shown = ", ".join(f"{fresh[n]} {n}" for n in (same_file or found)[:3])
+        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+        where = f"{added_by[0][:12]} ({added_by[1]})" if added_by else "upstream"
+        return (
+            f"superseded: {where} adds the same names: {shown}{more} ({len(found)} of {len(fresh)})"
+        )
+
+    def _same_lines(self, row: Row) -> Optional[str]:
+        lines = {
+            path: found.added
+            for path, found in self._lines_of(row.patch).items()
+            if not found.created
+        }
+        total = sum(len(added) for added in lines.values())
+        if total < 3:
+            return None
+        texts = self.upstream.texts(sorted(lines))
+        there = sum(len(added & present_lines(texts.get(path))) for path, added in lines.items())
+        if there < _MOST_LINES * total:
+            return None
+        return f"superseded: upstream already has {there} of the {total} lines it adds"
+
+    def _same_feature(self, row: Row, collision: Optional[tuple[str, str, str]]) -> Optional[str]:
+        """An upstream commit touching the patch's files whose subject shares words with the
+        patch's that are rare in upstream's history: upstream made the same feature."""
+        mine = set(words(row.patch.subject))
+        if len(mine) < 2:
+            return None
+        if self._rarity is None:
+            self._rarity = self.upstream.word_rarity()
+        counts, total = self._rarity
+        best: Optional[tuple[float, str, str, list[str]]] = None
+        for sha, subject in self.upstream.subjects_touching(row.patch.touched_paths):
+            shared = sorted(mine & set(words(subject)))
+            weight = sum(math.log(total / (1 + counts[word])) for word in shared)
+            if len(shared) >= 2 and weight >= _RARE_ENOUGH and (best is None or weight > best[0]):
+                best = (weight, sha, subject, shared)
+        if best is None:
+            return None
+        _, sha, subject, shared = best
+        return f"superseded: upstream {sha[:12]} ({subject}) makes the same feature ({', '.join(shared)})"
+
+
+# -- the follow-up rules -------------------------------------------------------------------
+
+
+def _in_upstream(row: Row) -> Optional[str]:
+    return f"in upstream: {row.detail}" if row.status == "in upstream" else None
+
+
+def _follows(row: Row, dropped: list[Row], verdicts: dict[str, Verdict]) -> Optional[str]:
+    """It only follows up a patch proposed for drop."""
+    if row.needs is not None:
+        for earlier in dropped:
+            if number(earlier.patch) == row.needs:
+                return f"builds on {row.needs}, proposed for drop"
+    mine = row.patch.message
+    for earlier in reversed(dropped):
+        subject = earlier.patch.subject
+        if re.search(
+            rf"^(fixup|squash|amend)! {re.escape(subject)}|^Revert \"{re.escape(subject)}\"", mine
+        ):
+            return f"a fixup or revert of {number(earlier.patch)}, proposed for drop"
+        for pr in _own_pull_requests(subject):
+            if pr not in _own_pull_requests(row.patch.subject) and re.search(rf"#{pr}\b", mine):
+                return f"follows up {number(earlier.patch)} (#{pr}), proposed for drop"
+        topic = _topic(subject)
+        if (
+            topic
+            and topic == _topic(row.patch.subject)
+            and set(row.patch.touched_paths) & set(earlier.patch.touched_paths)
+        ):
+            return (
+                f"follows up {number(earlier.patch)} ({topic}:, the same files), proposed for drop"
+            )
+    return None
+
+
+def _needs_path(
+    row: Row, dropped: list[Row], upstream: Upstream, lines_of: Callable[[Patch], dict]
+) -> Optional[str]:
+    """Its added lines name a folder or module that only a dropped patch creates."""
+    created = [path for r in dropped for path, found in lines_of(r.patch).items() if found.created]
+    if not created:
+        return None
+    names = set()
+    for path in created:
+        parts = path.split("/")
+        names.add(parts[0] if len(parts) > 1 else path)
+    names -= {path.split("/")[0] for path in upstream_paths(upstream, sorted(names))}
+    if not names:
+        return None
+    added = "\n".join(
+        line[1:]
+        for line in row.patch.raw.decode("utf-8", "replace").splitlines()
+        if line[:1] == "+" and line[:4] != "+++ "
+    )
+    for name in sorted(names):
+        if re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", added):
+            owner = next(
+                r
+                for r in dropped
+                if any(p.split("/")[0] == name or p == name for p in r.patch.touched_paths)
+            )
+            return f"needs {name}, which only {number(owner.patch)} (proposed for drop) creates"
+    return None
+
+
+def upstream_paths(upstream: Upstream, names: Sequence[str]) -> list[str]:
+    """Which of these top-level paths the target has."""
+    if not names:
+        return []
+    out = upstream.repo.run(
+        "ls-tree", "--name-only", upstream.target, "--", *names, check=False
+    ).stdout
+    return out.splitlines()
+
+
+def _own_pull_requests(subject: str) -> list[str]:
+    """The pull requests a subject ends with: "... (#17, #18)"."""
+    found = re.search(r"\(((?:#\d+(?:,\s*)?)+)\)\s*$", subject)
+    return re.findall(r"#(\d+)", found.group(1)) if found else []
+
+
+def _topic(subject: str) -> Optional[str]:
+    """`dsv4` of "dsv4: ...": a topic, unless it is a commit type (fix, feat, ...)."""
+    found = re.match(r"^([\w][\w.-]*):\s", subject)
+    if not found or found.group(1).lower() in _TYPES:
+        return None
+    return found.group(1).lower()
+
+
+def _short(reason: str) -> str:
+    return reason if len(reason) <= 80 else reason[:77] + "..."
+
+
+def keep_reason(row: Row, collision: Optional[tuple[str, str, str]], own: list[str]) -> str:
+    if row.status in APPLIED:
+        return {
+            "clean": "applied as it is",
+            "offset": "applied as it is (at an offset)",
+            "structured merge": "applied: its conflicts were mechanical (structured merge)",
+            "resolution replayed": "applied with its recorded resolution",
+            "manual": "resolved by hand",
+        }.get(row.status, f"applied ({row.status})")
+    if row.status == "blocked":
+        if own:
+            also = f"; on its own it also conflicts in {', '.join(own)}"
+            return f"needs {row.needs} first{also}" + (
+                f" ({_collided(collision)})" if collision else ""
+            )
+        return f"needs {row.needs} first; nothing of its own conflicts"
+    if collision is None:
+        return "a real conflict: resolve by hand"
+    _, _, what = collision
+    if "moved" in what or "renamed" in what:
+        return f"upstream moved the code ({what}): carry the change to its new place"
+    return f"a real conflict with {_collided(collision)}: resolve by hand"
+
+
+def _collided(collision: tuple[str, str, str]) -> str:
+    sha, subject, _ = collision
+    return f"{sha[:12]} ({subject})"

@@ -1,0 +1,96 @@
+"""The triage of a run's patches (carry/triage.py) put on its report's rows: a keep/drop
+proposal with a reason on every patch row and, on every patch that stopped, the upstream
+commit it collides with (bisected in a scratch repository, carry/collision.py).
+
+It runs only when the run has a stop: on the happy path every row gets its proposal
+without a git process.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Optional
+
+from rebaser.carry import triage
+from rebaser.carry.collision import Bisector
+from rebaser.carry.replay import Replay
+from rebaser.repo import scratch
+from rebaser.repo.git import Git
+from rebaser.series.patches import Series
+from rebaser.steps.records import Collision, StepRow
+
+_NEEDS = re.compile(r"^needs (\S+), which did not apply")
+
+
+def annotate(
+    rows: list[StepRow],
+    series: Series,
+    repo: Git,
+    git_dir: Path,
+    target: str,
+    replay: Optional[Replay],
+    progress: Callable[[str], None],
+) -> list[StepRow]:
+    """The rows with their proposals (rows that are not the series' patches unchanged)."""
+    patches = {patch.name: patch for patch in series.patches}
+    judged = [
+        triage.Row(
+            patches[row.name],
+            str(row.status),
+            row.detail,
+            list(row.stop.conflicts) if row.stop else [],
+            _needs(row),
+        )
+        for row in rows
+        if row.name in patches
+    ]
+    if not judged:
+        return rows
+    stops = [row for row in judged if row.status in triage.STOPPED]
+    if not stops or replay is None:
+        verdicts = {row.patch.name: _light(row) for row in judged}
+    else:
+        started = time.monotonic()
+        upstream = triage.Upstream(repo, replay.base_sha, target)
+        with scratch.repository(git_dir, target) as lane:
+            bisector = Bisector(lane, replay.base_sha, target, replay.commit_of)
+            verdicts = triage.Triage(upstream, bisector).judge(judged)
+        progress(
+            f"triage: {len(stops)} stopped patches, {bisector.merges} merges, "
+            f"{time.monotonic() - started:.1f} s"
+        )
+    return [_with(row, verdicts.get(row.name)) for row in rows]
+
+
+def _needs(row: StepRow) -> Optional[str]:
+    found = _NEEDS.match(row.stop.reason if row.stop else row.detail)
+    return found.group(1) if found else None
+
+
+def _light(row: triage.Row) -> triage.Verdict:
+    """The proposal that needs no look at upstream: a run without stops."""
+    if row.status == "in upstream":
+        return triage.Verdict(triage.DROP, f"in upstream: {row.detail}")
+    return triage.Verdict(triage.KEEP, triage.keep_reason(row, None, []))
+
+
+def _with(row: StepRow, verdict: Optional[triage.Verdict]) -> StepRow:
+    if verdict is None:
+        return row
+    collision = Collision(*verdict.collision) if verdict.collision else None
+    stop = row.stop
+    if stop is not None and row.status == "blocked" and verdict.own_conflicts:
+        also = f"; on its own it also conflicts in {', '.join(verdict.own_conflicts)}"
+        stop = replace(stop, reason=stop.reason + also, conflicts=verdict.own_conflicts)
+    detail = stop.reason if stop is not None and row.status == "blocked" else row.detail
+    return replace(
+        row,
+        detail=detail,
+        stop=stop,
+        proposal=verdict.proposal,
+        reason=verdict.reason,
+        collides_with=collision,
+    )

@@ -1,0 +1,334 @@
+"""The triage of a run with stops (carry/triage.py, carry/collision.py): the upstream commit
+each stopped patch collides with, found by bisection, and a keep/drop proposal with a
+reason for every patch, each rule on a real git history built in the test."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from synthetic import CALC, Change, SyntheticUpstream, build_series, edit, git
+from test_apply_synthetic import apply
+
+from rebaser.carry import triage as triage_module
+from rebaser.errors import ExitCode
+
+DOUBLED = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
+
+
+def carried(
+    rebaser, tmp_path, upstream: SyntheticUpstream, changes: list[Change], tip: str = "tip"
+):
+    """The series of `changes` (on tag v1) carried onto `tip` with --keep-going: the JSON
+    report's patch rows by number ("0001"), and the report."""
+    base = git(upstream.path, "rev-parse", "v1")
+    series = build_series(
+        tmp_path / "proj", upstream, "v1", changes, extra_directives=f"@base git:{base}\n"
+    )
+    return carry_series(rebaser, tmp_path, upstream, series, tip)
+
+
+def carry_series(rebaser, tmp_path, upstream, series: Path, tip: str = "tip"):
+    report_file = tmp_path / "report.json"
+    result = apply(rebaser, series, upstream, tip, "--keep-going", "--json", report_file)
+    assert result.code in (ExitCode.OK, ExitCode.NOT_APPLIED), result.err
+    report = json.loads(report_file.read_text())
+    rows = {row["name"][:4]: row for row in report["steps"] if row["name"][:4].isdigit()}
+    return rows, report, result
+
+
+def history(
+    upstream: SyntheticUpstream, count: int, planted: dict[int, dict[str, str]]
+) -> list[str]:
+    """`count` upstream commits after v1 (each touching pkg/other.py), commit n also writing
+    planted[n]; tagged `tip` at the end. Their shas."""
+    shas = []
+    for number in range(1, count + 1):
+        files = {"pkg/other.py": f"VERSION = {number}\n", **planted.get(number, {})}
+        shas.append(upstream.commit(files, f"upstream {number}"))
+    git(upstream.path, "tag", "tip")
+    return shas
+
+
+# -- the colliding commit ------------------------------------------------------------------
+
+
+def test_the_colliding_commit_is_the_one_the_history_planted(rebaser, tmp_path, upstream):
+    shas = history(upstream, 30, {17: {"pkg/calc.py": edit(CALC, "return a * b", "return b * a")}})
+    rows, _, _ = carried(
+        rebaser, tmp_path, upstream, [Change("fork: double mul", {"pkg/calc.py": DOUBLED})]
+    )
+    row = rows["0001"]
+    assert row["status"] == "dropped"
+    assert row["collides_with"] == {
+        "sha": shas[16],
+        "subject": "upstream 17",
+        "what": "modified pkg/calc.py",
+    }
+    assert row["proposal"] == "keep"
+    assert row["reason"] == f"a real conflict with {shas[16][:12]} (upstream 17): resolve by hand"
+
+
+def test_the_colliding_commit_of_a_file_renamed_and_then_edited(rebaser, tmp_path, upstream):
+    """Upstream renames calc.py (ort follows that), then edits the line the patch edits."""
+    renamed_at, edited_at = 5, 12
+    shas = []
+    for number in range(1, 16):
+        if number == renamed_at:
+            git(upstream.path, "mv", "pkg/calc.py", "pkg/arith.py")
+        files = {"pkg/other.py": f"VERSION = {number}\n"}
+        if number == edited_at:
+            files["pkg/arith.py"] = edit(CALC, "return a * b", "return b * a")
+        shas.append(upstream.commit(files, f"upstream {number}"))
+    git(upstream.path, "tag", "tip")
+    rows, _, _ = carried(
+        rebaser, tmp_path, upstream, [Change("fork: double mul", {"pkg/calc.py": DOUBLED})]
+    )
+    assert rows["0001"]["collides_with"]["sha"] == shas[edited_at - 1]
+    assert rows["0001"]["collides_with"]["what"] == "modified pkg/arith.py"
+
+
+def test_a_function_upstream_moved_to_another_file_is_named(rebaser, tmp_path, upstream):
+    without_mul = edit(CALC, "def mul(a, b):\n    return a * b\n\n\n", "")
+    moved = "def mul(a, b):\n    return b * a\n"
+    shas = history(upstream, 9, {6: {"pkg/calc.py": without_mul, "pkg/ops.py": moved}})
+    rows, _, _ = carried(
+        rebaser, tmp_path, upstream, [Change("fork: double mul", {"pkg/calc.py": DOUBLED})]
+    )
+    collision = rows["0001"]["collides_with"]
+    assert collision["sha"] == shas[5]
+    assert collision["what"] == "modified pkg/calc.py; moved mul() to pkg/ops.py"
+    assert rows["0001"]["reason"].startswith("upstream moved the code (")
+
+
+# -- the proposals -------------------------------------------------------------------------
+
+TOPK = "def select_topk(scores, k):\n    return scores.topk(k)\n"
+
+
+def test_a_patch_upstream_has_is_dropped(rebaser, tmp_path, upstream):
+    history(upstream, 3, {2: {"pkg/calc.py": DOUBLED}})
+    rows, _, _ = carried(
+        rebaser,
+        tmp_path,
+        upstream,
+        [
+            Change("fork: double mul", {"pkg/calc.py": DOUBLED}),
+            Change(
+                "fork: check div",
+                {"pkg/calc.py": edit(DOUBLED, "return a / b", "return a / b if b else 0")},
+            ),
+        ],
+    )
+    assert rows["0001"]["status"] == "in upstream" and rows["0001"]["proposal"] == "drop"
+    assert rows["0001"]["reason"].startswith("in upstream: ")
+    assert rows["0002"]["proposal"] == "keep" and rows["0002"]["reason"] == "applied as it is"
+
+
+def test_a_patch_whose_names_upstream_added_is_superseded(rebaser, tmp_path, upstream):
+    shas = history(
+        upstream,
+        8,
+        {
+            4: {"pkg/topk.py": TOPK + "\n\ndef topk_backend():\n    return 'torch'\n"},
+            6: {"pkg/calc.py": edit(CALC, "return a * b", "return b * a")},
+        },
+    )
+    fork_topk = TOPK.replace("scores.topk(k)", "scores.topk(k, sorted=False)")
+    fork_calc = DOUBLED + "\n\ndef topk_backend():\n    return 'flashinfer'\n"
+    rows, _, _ = carried(
+        rebaser,
+        tmp_path,
+        upstream,
+        [Change("fork: explicit top-k", {"pkg/topk.py": fork_topk, "pkg/calc.py": fork_calc})],
+    )
+    row = rows["0001"]
+    assert row["status"] == "dropped" and row["proposal"] == "drop"
+    assert row["reason"] == (
+        f"superseded: {shas[3][:12]} (upstream 4) adds the same names: "
+        "function topk_backend, function select_topk (2 of 2)"
+    )
+
+
+def test_a_stopped_patch_whose_lines_upstream_has_is_superseded(rebaser, tmp_path, upstream):
+    guard = "    if b == 0:\n        raise ZeroDivisionError(b)\n    assert isinstance(b, float)\n"
+    checked = edit(CALC, "    return a / b\n", guard + "    return a / b\n")
+    upstream_version = edit(checked, "    return a / b\n", "    return a / float(b)\n")
+    history(upstream, 4, {3: {"pkg/calc.py": upstream_version}})
+    rows, _, _ = carried(
+        rebaser, tmp_path, upstream, [Change("fork: check div", {"pkg/calc.py": checked})]
+    )
+    assert rows["0001"]["status"] == "dropped"
+    assert rows["0001"]["proposal"] == "drop"
+    assert rows["0001"]["reason"] == "superseded: upstream already has 3 of the 3 lines it adds"
+
+
+def test_a_stopped_patch_whose_feature_upstream_made_is_superseded(rebaser, tmp_path, upstream):
+    """An upstream commit on the patch's file whose subject shares words rare in upstream's
+    history ("int4", "qat": once in 700 subjects) re-made the feature."""
+    many_commits(upstream, 700)
+    made = upstream.commit(
+        {"pkg/calc.py": edit(CALC, "return a * b", "return quantize(a) * b")},
+        "Add int4 qat training support",
+    )
+    upstream.commit({"pkg/other.py": "VERSION = 2\n"}, "upstream 2", tag="tip")
+    rows, _, _ = carried(
+        rebaser,
+        tmp_path,
+        upstream,
+        [Change("feat: add INT4 fake QAT for grouped linear", {"pkg/calc.py": DOUBLED})],
+    )
+    row = rows["0001"]
+    assert row["status"] == "dropped" and row["proposal"] == "drop"
+    assert row["reason"] == (
+        f"superseded: upstream {made[:12]} (Add int4 qat training support) makes the same "
+        "feature (int4, qat)"
+    )
+    assert row["collides_with"]["sha"] == made
+
+
+def test_words_common_in_upstreams_subjects_do_not_make_a_feature(rebaser, tmp_path, upstream):
+    many_commits(upstream, 700)
+    upstream.commit(
+        {"pkg/calc.py": edit(CALC, "return a * b", "return b * a")}, "tune knob3 for layer3"
+    )
+    upstream.commit({"pkg/other.py": "VERSION = 2\n"}, "upstream 2", tag="tip")
+    rows, _, _ = carried(
+        rebaser,
+        tmp_path,
+        upstream,
+        [Change("tune knob3 for layer3 again", {"pkg/calc.py": DOUBLED})],
+    )
+    assert rows["0001"]["proposal"] == "keep", rows["0001"]["reason"]
+
+
+def many_commits(upstream: SyntheticUpstream, count: int) -> None:
+    """`count` commits on main, each subject with its own two words (and the words "knob",
+    "layer"... in none), written by one fast-import."""
+    head = git(upstream.path, "rev-parse", "HEAD")
+    stream = [f"reset refs/heads/main\nfrom {head}\n"]
+    for number in range(count):
+        message = f"tune knob{number} for layer{number}\n"
+        content = f"{number}\n"
+        stream.append(
+            f"commit refs/heads/main\ncommitter t <t@t> {1700000000 + number} +0000\n"
+            f"data {len(message)}\n{message}M 644 inline pkg/knobs.txt\n"
+            f"data {len(content)}\n{content}\n"
+        )
+    subprocess.run(
+        ["git", "fast-import", "--quiet"],
+        cwd=upstream.path,
+        input="".join(stream).encode(),
+        check=True,
+    )
+    git(upstream.path, "reset", "-q", "--hard", "main")
+
+
+def test_patches_that_follow_up_a_dropped_one_are_dropped(rebaser, tmp_path, upstream):
+    """0001 is superseded; 0002 is blocked on it; 0003 names its pull request; 0004 shares
+    its topic and a file; 0005 packages the folder only 0001 creates; 0006 stands alone."""
+    history(upstream, 5, {3: {"pkg/topk.py": TOPK}})
+    fork_topk = TOPK.replace("scores.topk(k)", "scores.topk(k, sorted=False)")
+    with_helper = CALC + "\n\nTOPK_DEFAULT = 8\n"
+    changes = [
+        Change(
+            "dsv4: explicit top-k (#28)",
+            {
+                "pkg/topk.py": fork_topk,
+                "plugins/hook.py": "HOOKED = True\n",
+                "pkg/calc.py": with_helper,
+            },
+        ),
+        Change(
+            "fix: top-k sorts", {"pkg/topk.py": fork_topk.replace("sorted=False", "sorted=True")}
+        ),
+        Change("Restore what #28 dropped (#31)", {"pkg/extra.py": "RESTORED = True\n"}),
+        Change(
+            "dsv4: document calc",
+            {"pkg/calc.py": with_helper.replace('"""A tiny upstream module."""', '"""Calc."""')},
+        ),
+        Change(
+            "packaging: ship the plugins", {"setup.cfg": "[options]\npackages = pkg, plugins\n"}
+        ),
+        Change("fix: check div", {"pkg/other2.py": "CHECKED = True\n"}),
+    ]
+    rows, _, _ = carried(rebaser, tmp_path, upstream, changes)
+    proposals = {number: (row["proposal"], row["reason"]) for number, row in rows.items()}
+    assert rows["0001"]["status"] == "dropped"
+    assert proposals["0001"][0] == "drop" and proposals["0001"][1].startswith("superseded: ")
+    assert rows["0002"]["status"] == "blocked"
+    assert proposals["0002"] == ("drop", "builds on 0001, proposed for drop")
+    assert proposals["0003"] == ("drop", "follows up 0001 (#28), proposed for drop")
+    assert proposals["0004"] == (
+        "drop",
+        "follows up 0001 (dsv4:, the same files), proposed for drop",
+    )
+    assert proposals["0005"] == (
+        "drop",
+        "needs plugins, which only 0001 (proposed for drop) creates",
+    )
+    assert proposals["0006"] == ("keep", "applied as it is")
+
+
+def test_a_blocked_patch_names_its_own_conflicts(rebaser, tmp_path, upstream):
+    """0002 is blocked on 0001 in calc.py and, on its own, conflicts in util.py, a file
+    0001 never touches; its colliding commit is the one that edited util.py."""
+    util = "def clamp(x):\n    return max(0, x)\n"
+    upstream.commit({"pkg/util.py": util}, "util")
+    git(upstream.path, "tag", "-f", "v1")  # the series' base has util.py
+    shas = history(
+        upstream,
+        10,
+        {
+            3: {"pkg/calc.py": edit(CALC, "return a * b", "return b * a")},
+            8: {"pkg/util.py": util.replace("max(0, x)", "max(1, x)")},
+        },
+    )
+    rows, _, _ = carried(
+        rebaser,
+        tmp_path,
+        upstream,
+        [
+            Change("fork: double mul", {"pkg/calc.py": DOUBLED}),
+            Change(
+                "fork: say why",
+                {
+                    "pkg/calc.py": DOUBLED.replace("2 * a * b", "2 * a * b  # doubled"),
+                    "pkg/util.py": util.replace("max(0, x)", "max(-1, x)"),
+                },
+            ),
+        ],
+    )
+    blocked = rows["0002"]
+    assert blocked["status"] == "blocked"
+    assert blocked["stop"]["reason"] == (
+        "needs 0001, which did not apply; on its own it also conflicts in pkg/util.py"
+    )
+    assert blocked["stop"]["conflicts"] == ["pkg/util.py"]
+    assert blocked["collides_with"]["sha"] == shas[7]
+    assert rows["0001"]["collides_with"]["sha"] == shas[2]
+    assert blocked["proposal"] == "keep"
+    assert blocked["reason"].startswith(
+        "needs 0001 first; on its own it also conflicts in pkg/util.py"
+    )
+
+
+def test_every_patch_row_has_a_proposal_and_no_triage_runs_without_a_stop(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the triage looked at upstream on a run without stops")
+
+    monkeypatch.setattr(triage_module, "Upstream", refuse)
+    history(upstream, 3, {})
+    rows, report, result = carried(
+        rebaser,
+        tmp_path,
+        upstream,
+        [Change("fork: double mul", {"pkg/calc.py": DOUBLED})],
+    )
+    assert result.code == ExitCode.OK
+    assert rows["0001"]["proposal"] == "keep" and rows["0001"]["reason"] == "applied as it is"
+    assert rows["0001"]["collides_with"] is None
+    assert report["steps"][0]["proposal"] is None  # the overlay is not a patch
