@@ -20,7 +20,9 @@ def dedent(text: str) -> str:
     return textwrap.dedent(text).lstrip("\n")
 
 
-def carry(rebaser, tmp_path, upstream: SyntheticUpstream, base: dict, fork: dict, tip: dict):
+def carry(
+    rebaser, tmp_path, upstream: SyntheticUpstream, base: dict, fork: dict, tip: dict, *extra: str
+):
     """`base` committed upstream, the fork's one patch on it, upstream moves on to `tip`;
     the patch carried with --keep-going. (its row, the worktree)"""
     files = {name: dedent(text) for name, text in base.items()}
@@ -32,7 +34,7 @@ def carry(rebaser, tmp_path, upstream: SyntheticUpstream, base: dict, fork: dict
     upstream.commit({n: dedent(t) for n, t in tip.items()}, "upstream moves on", tag="tip")
     assert git_conflicts(tmp_path, upstream), "git's own merge must conflict here"
     report_file = tmp_path / "report.json"
-    apply(rebaser, series, upstream, "tip", "--keep-going", "--json", report_file)
+    apply(rebaser, series, upstream, "tip", "--keep-going", "--json", report_file, *extra)
     report = json.loads(report_file.read_text())
     return report["steps"][1], Path(report["worktree"])
 
@@ -60,7 +62,10 @@ def merged(worktree: Path, name: str = "pkg/mod.py") -> str:
 IMPORTS = "import os\nimport sys\n\nVALUE = 1\n"
 
 
-def test_both_sides_add_imports(rebaser, tmp_path, upstream):
+@pytest.mark.parametrize("lane", [[], ["--no-fast-lane"]], ids=["fast-lane", "per-patch"])
+def test_both_sides_add_imports(rebaser, tmp_path, upstream, lane):
+    """In the fast lane's git rebase (the scratch repository) and after the per-patch
+    cherry-pick (the worktree) alike."""
     row, tree = carry(
         rebaser,
         tmp_path,
@@ -68,6 +73,7 @@ def test_both_sides_add_imports(rebaser, tmp_path, upstream):
         {"pkg/mod.py": IMPORTS},
         {"pkg/mod.py": "import os\nimport json\nimport sys\n\nVALUE = 1\n"},
         {"pkg/mod.py": "import os\nimport re\nimport sys\n\nVALUE = 1\n"},
+        *lane,
     )
     assert row["status"] == "structured merge"
     assert "both sides add imports to the module" in row["detail"]

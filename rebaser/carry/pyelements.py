@@ -279,11 +279,9 @@ def _show(key: tuple) -> str:
 def _merge(base: Keyed, ours: Keyed, theirs: Keyed) -> Union[str, list[_Pick]]:
     """Upstream's items in its order, each taking the patch's change when only the patch
     changed it; the patch's new items after the item they follow on its side."""
-    positional = [[k for k in side if k[0] == "pos"] for side in (base, ours, theirs)]
-    if positional[1] != positional[0] or positional[2] != positional[0]:
-        return "a side changes the call's positional arguments"
-    if [k for k in theirs if k in base] != [k for k in base if k in theirs]:
-        return "the patch reorders the items"
+    refusal = _unmergeable(base, ours, theirs)
+    if refusal:
+        return refusal
     picks: list[_Pick] = []
     for key, (item, code) in ours.items():
         picked = _pick(key, item, code, base, theirs)
@@ -291,10 +289,19 @@ def _merge(base: Keyed, ours: Keyed, theirs: Keyed) -> Union[str, list[_Pick]]:
             return picked
         if picked is not None:
             picks.append(picked)
+    return _insert(picks, base, ours, theirs)
+
+
+def _unmergeable(base: Keyed, ours: Keyed, theirs: Keyed) -> Optional[str]:
+    positional = [[k for k in side if k[0] == "pos"] for side in (base, ours, theirs)]
+    if positional[1] != positional[0] or positional[2] != positional[0]:
+        return "a side changes the call's positional arguments"
+    if [k for k in theirs if k in base] != [k for k in base if k in theirs]:
+        return "the patch reorders the items"
     for key, (_, code) in theirs.items():
         if key in base and key not in ours and code != base[key][1]:
             return f"upstream removes {_show(key)}, which the patch changes"
-    return _insert(picks, base, ours, theirs)
+    return None
 
 
 def _pick(
@@ -347,31 +354,29 @@ def _problems(
     merged: dict[str, list[_Pick]], statements: dict[str, _Statement], facts: "_Facts"
 ) -> Optional[str]:
     """Names the patch's new items read that upstream deleted; names imported twice."""
-    base_keys = {
-        _key(item, n)
-        for name in statements["base"].fields()
-        for n, item in enumerate(statements["base"].items(name))
-    }
+    base = statements["base"]
+    base_keys = {_key(item, n) for name in base.fields() for n, item in enumerate(base.items(name))}
     for pick in (p for picks in merged.values() for p in picks):
-        if pick.side != "theirs" or pick.key in base_keys:
-            continue
-        value = getattr(pick.item, "value", None) or getattr(pick.item, "default", None)
-        try:
-            used = (
-                pysyntax.used_names(ast.parse(_CODE(value).strip(), mode="eval"))
-                if value
-                else set()
-            )
-        except SyntaxError:
-            continue
-        if bad := sorted(used & facts.deleted):
-            return f"the patch's code uses {', '.join(bad)}, which upstream deleted"
+        if pick.side == "theirs" and pick.key not in base_keys:
+            if bad := sorted(_reads(pick.item) & facts.deleted):
+                return f"the patch's code uses {', '.join(bad)}, which upstream deleted"
     if isinstance(statements["ours"].container, cst.ImportFrom):
         names = [pick.key[2] or pick.key[1] for pick in merged["names"]]
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
             return f"the result would import {', '.join(twice)} twice"
     return None
+
+
+def _reads(item: cst.CSTNode) -> set[str]:
+    """The names an item's value (or a parameter's default) reads."""
+    value = getattr(item, "value", None) or getattr(item, "default", None)
+    if not isinstance(value, cst.CSTNode):
+        return set()
+    try:
+        return pysyntax.used_names(ast.parse(_CODE(value).strip(), mode="eval"))
+    except SyntaxError:
+        return set()
 
 
 def _render(statements: dict[str, _Statement], merged: dict[str, list[_Pick]]) -> str:

@@ -53,7 +53,9 @@ class Place:
     def span(self) -> tuple[int, int]:
         return (self.children[0].start, self.children[-1].end) if self.children else (0, 0)
 
-    def describe(self) -> str:
+    def describe(self, offset: int = 0) -> str:
+        """ "class Config", "forward()", "the if block at line N" (`offset`: where the lines
+        the place was parsed from start in the file)."""
         owner = self.owner
         if owner is None:
             return "the module"
@@ -61,7 +63,7 @@ class Place:
             return f"class {owner.name}"
         if isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return f"{owner.name}()"
-        return f"the {type(owner).__name__.lower()} block at line {owner.lineno}"
+        return f"the {type(owner).__name__.lower()} block at line {owner.lineno + offset}"
 
 
 def children(lines: Lines, statements: Sequence[ast.stmt], floor: int) -> tuple[Child, ...]:

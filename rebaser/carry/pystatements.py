@@ -1,0 +1,347 @@
+"""The statements of one list (a module, a class body, a function body, a block), merged by
+identity for carry/pymerge.py.
+
+Each statement is known by what it defines (a def, class, field or assignment by its name),
+an import by what it imports, an argparse call by its flag, anything else by its code; the
+three sides' lists are merged on those keys: upstream's order, the patch's changes to items
+upstream left as they were, the patch's new items after the item they follow on its side
+(and after upstream's own additions there). What is refused, and why, is in `_refusal`.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Optional, Union
+
+from rebaser.carry import pysyntax
+from rebaser.carry.pysyntax import Child, Key, Lines, Place
+
+if TYPE_CHECKING:  # pymerge imports this module
+    from rebaser.carry.pymerge import _Facts, _Side
+
+Keyed = dict[Key, Child]
+Outcome = Union[str, tuple[int, int, Lines, str]]
+WHO = {"ours": "upstream", "theirs": "the patch"}
+
+
+@dataclass
+class _Item:
+    key: Key
+    child: Child
+    side: str
+
+
+def keyed(place: Place) -> Keyed:
+    """The place's statements by key (a key met again gets its count: `x = 1` twice)."""
+    seen: dict[Key, int] = {}
+    found = {}
+    for child in place.children:
+        key = pysyntax.key_of(child.node)
+        seen[key] = seen.get(key, 0) + 1
+        found[(*key, str(seen[key]))] = child
+    return found
+
+
+class StatementMerge:
+    """The three sides' statements of one place, and how each side changed those the hunk
+    touches: none, format (the same code written differently, or moved), semantic."""
+
+    def __init__(self, places: dict[str, Place], sides: dict[str, "_Side"]) -> None:
+        self.places, self.sides = places, sides
+        self.keyed = {name: keyed(place) for name, place in places.items()}
+        touched = {
+            key
+            for name in places
+            for key, child in self.keyed[name].items()
+            if pysyntax.overlaps(child, sides[name].span)
+        }
+        self.changes = {key: self._change(key) for key in touched}
+
+    def merge(self, facts: "_Facts") -> Outcome:
+        """(first line, end, the new lines, reason) in upstream's lines, or why not."""
+        refusal = self._refusal() or self._lost_words()
+        if refusal:
+            return refusal
+        order = _order(self.keyed["base"], self.keyed["ours"], self.keyed["theirs"])
+        if isinstance(order, str):
+            return order
+        items = [item for item in order if item is not None]
+        problem = self._problem(items, facts)
+        if problem:
+            return problem
+        text = "".join(item.child.text(self.sides[item.side].lines) for item in items)
+        start, end = self.places["ours"].span
+        return start, end, text.splitlines(keepends=True), self._reason()
+
+    def _change(self, key: Key) -> dict[str, str]:
+        base = self.keyed["base"].get(key)
+        found = {}
+        for side in WHO:
+            mine = self.keyed[side].get(key)
+            if base is None and mine is None:
+                found[side] = "none"
+            elif base is None or mine is None or mine.code != base.code:
+                found[side] = "semantic"
+            elif mine.text(self.sides[side].lines) == base.text(self.sides["base"].lines):
+                found[side] = "none"
+            else:
+                found[side] = "format"
+        return found
+
+    def _semantic(self, side: str) -> list[Key]:
+        return [key for key, change in self.changes.items() if change[side] == "semantic"]
+
+    def _refusal(self) -> Optional[str]:
+        """Both sides change one item; both change a place where order matters (unless the
+        patch edits what upstream only moved or reformatted); or nobody changes meaning."""
+        both = [
+            key
+            for key in self._semantic("ours")
+            if key in self._semantic("theirs") and not self._same_code(key)
+        ]
+        if both:
+            if both[0] not in self.keyed["base"]:
+                return f"both sides add {label(both[0])}: the result would define it twice"
+            return f"both sides change {label(both[0])}"
+        ours, theirs = self._semantic("ours"), self._semantic("theirs")
+        if not ours and not theirs:
+            return "neither side changes what the code does here: a conflict of formatting only"
+        if (
+            ours
+            and theirs
+            and not self._order_free(ours + theirs)
+            and not self._edits_moved(theirs)
+        ):
+            place = self.places["ours"]
+            return f"both sides change code in {place.describe(self.sides['ours'].offset)}, where order matters"
+        return None
+
+    def _order_free(self, keys: list[Key]) -> bool:
+        kinds = {pysyntax.kind_of(self.version(key).node) for key in keys}
+        return pysyntax.order_free(self.places["ours"], kinds)
+
+    def _edits_moved(self, keys: list[Key]) -> bool:
+        """Whether every item the patch changes is one upstream moved away or reformatted."""
+        moved = self._moved("ours")
+        return all(key in self.keyed["theirs"] and key in moved for key in keys)
+
+    def _moved(self, side: str) -> set[Key]:
+        """The items `side` moved away from the hunk or only reformatted."""
+        mine, base = self.keyed[side], self.keyed["base"]
+        return {
+            key
+            for key, change in self.changes.items()
+            if key in mine
+            and key in base
+            and (
+                change[side] == "format" or not pysyntax.overlaps(mine[key], self.sides[side].span)
+            )
+        }
+
+    def _lost_words(self) -> Optional[str]:
+        """Taking one side's version of an item loses the other side's formatting: fine for
+        upstream's reformatting, never for a comment of either side, nor for the patch's own
+        reformatting (that would be its change, lost)."""
+        for key, change in self.changes.items():
+            if change["theirs"] == "format" and change["ours"] == "semantic":
+                return f"the patch only reformats or comments {label(key)}, which upstream changed"
+            if change["ours"] == "format" and change["theirs"] == "semantic":
+                base = self.keyed["base"][key].text(self.sides["base"].lines)
+                ours = self.keyed["ours"][key].text(self.sides["ours"].lines)
+                if pysyntax.comments(ours) != pysyntax.comments(base):
+                    return f"upstream changes the comments of {label(key)}, which the patch edits"
+        return None
+
+    def _same_code(self, key: Key) -> bool:
+        ours, theirs = self.keyed["ours"].get(key), self.keyed["theirs"].get(key)
+        return (ours is None) == (theirs is None) and (ours is None or ours.code == theirs.code)
+
+    def version(self, key: Key) -> Child:
+        for side in ("theirs", "ours", "base"):
+            if key in self.keyed[side]:
+                return self.keyed[side][key]
+        raise KeyError(key)
+
+    # -- what the merged list must not do ---------------------------------------------------
+
+    def _problem(self, items: list[_Item], facts: "_Facts") -> Optional[str]:
+        problem = self._defined_twice([item.key for item in items]) or self._imported_twice(items)
+        if problem:
+            return problem
+        if pysyntax.is_dataclass(self.places["ours"]):
+            problem = pysyntax.field_order_problem([item.child.node for item in items])
+            if problem:
+                return problem
+        used: set[str] = set()
+        for item in items:
+            if item.side == "theirs" and self._changed_by_patch(item):
+                used |= pysyntax.used_names(item.child.node)
+        if bad := sorted(used & facts.deleted):
+            return f"the patch's code uses {', '.join(bad)}, which upstream deleted"
+        return None
+
+    def _changed_by_patch(self, item: _Item) -> bool:
+        base = self.keyed["base"]
+        return item.key not in base or item.child.code != base[item.key].code
+
+    def _defined_twice(self, keys: list[Key]) -> Optional[str]:
+        """A name (or flag) the merged list defines more often than either side did."""
+        merged = _counts(keys)
+        ours, theirs = _counts(self.keyed["ours"]), _counts(self.keyed["theirs"])
+        for name, count in merged.items():
+            if count > max(ours.get(name, 0), theirs.get(name, 0)):
+                return f"the result would define {label(name)} twice"
+        return None
+
+    def _imported_twice(self, items: list[_Item]) -> Optional[str]:
+        """A name the merged imports bind more often than either side's imports did."""
+        merged = _imported(item.child for item in items)
+        ours = _imported(self.keyed["ours"].values())
+        theirs = _imported(self.keyed["theirs"].values())
+        twice = sorted(n for n, c in merged.items() if c > max(ours.get(n, 0), theirs.get(n, 0)))
+        return f"the result would import {', '.join(twice[:3])} twice" if twice else None
+
+    # -- the reason -------------------------------------------------------------------------
+
+    def _reason(self) -> str:
+        """One line: what each side did here."""
+        base = self.keyed["base"]
+        added = {side: [k for k in self._semantic(side) if k not in base] for side in WHO}
+        if added["ours"] and added["theirs"]:
+            keys = added["ours"] + added["theirs"]
+            kinds = sorted({pysyntax.kind_of(self.version(k).node) for k in keys})
+            where = self.places["ours"].describe(self.sides["ours"].offset)
+            return (
+                f"both sides add {'/'.join(kinds)}s to {where}: upstream's "
+                f"{self.names(added['ours'])} first, then the patch's {self.names(added['theirs'])}"
+            )
+        editor = "theirs" if self._semantic("theirs") else "ours"
+        other = "ours" if editor == "theirs" else "theirs"
+        edits = self._semantic(editor)
+        changed = [key for key in edits if key in self.keyed[editor]] or edits
+        return f"{WHO[other]} {self._quiet(other)}; {WHO[editor]}'s change to {self.names(changed)} applied"
+
+    def _quiet(self, side: str) -> str:
+        """What a side that changed no meaning here did: moved the items (where to) or
+        reformatted them."""
+        mine, base = self.keyed[side], self.keyed["base"]
+        moved = [
+            key
+            for key in self.changes
+            if key in mine
+            and key in base
+            and pysyntax.overlaps(base[key], self.sides["base"].span)
+            and not pysyntax.overlaps(mine[key], self.sides[side].span)
+        ]
+        if moved:
+            line = mine[moved[0]].node.lineno + self.sides[side].offset
+            return f"moved {self.names(moved)} (now at line {line})"
+        quiet = [k for k, c in self.changes.items() if c[side] == "format"]
+        return f"only reformatted {self.names(quiet)}"
+
+    def names(self, keys: list[Key]) -> str:
+        shown = []
+        for key in keys[:4]:
+            if key[0] in ("name", "flag"):
+                shown.append(label(key))
+            else:
+                code = ast.unparse(self.version(key).node).splitlines()[0]
+                shown.append(f"`{code[:60]}`")
+        return ", ".join(shown) + (", ..." if len(keys) > 4 else "")
+
+
+def label(key: Key) -> str:
+    kind, name = key[0], key[1]
+    return {"name": f"{name}", "flag": f"flag {name}"}.get(kind, "the same statement")
+
+
+def _counts(keys: Iterable[Key]) -> dict[tuple[str, str], int]:
+    found: dict[tuple[str, str], int] = {}
+    for key in keys:
+        if key[0] in ("name", "flag"):
+            found[key[:2]] = found.get(key[:2], 0) + 1
+    return found
+
+
+def _imported(children: Iterable[Child]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for child in children:
+        if isinstance(child.node, (ast.Import, ast.ImportFrom)):
+            for name in pysyntax.bound_by(child.node):
+                found[name] = found.get(name, 0) + 1
+    return found
+
+
+# -- the order -----------------------------------------------------------------------------
+
+
+def _order(base: Keyed, ours: Keyed, theirs: Keyed) -> Union[str, list[Optional[_Item]]]:
+    """The merged list: upstream's order, the patch's additions after the item they follow
+    on its side (after upstream's own additions there); None where an item went."""
+    if [key for key in theirs if key in base] != [key for key in base if key in theirs]:
+        return "the patch moves code here"
+    items: list[Optional[_Item]] = []
+    for key, child in ours.items():
+        item = _upstreams_item(key, child, base, theirs)
+        if isinstance(item, str):
+            return item
+        items.append(item)
+    for key in theirs:
+        if key in base and key not in ours and theirs[key].code != base[key].code:
+            return f"upstream deleted {label(key)}, which the patch changes"
+    return _insert_theirs(items, base, ours, theirs)
+
+
+def _upstreams_item(key: Key, child: Child, base: Keyed, theirs: Keyed) -> Union[None, str, _Item]:
+    """One of upstream's items in the merge: the patch's version when only the patch
+    changed it; None when the patch removed it (and put something in its place)."""
+    if key in base and key not in theirs:
+        if child.code != base[key].code:
+            return f"the patch deletes {label(key)}, which upstream changed"
+        if not _replaced(key, base, theirs):  # upstream's code may still need it
+            return f"the patch removes {label(key)}, next to upstream's changes"
+        return None
+    if key in theirs and key not in base and theirs[key].code != child.code:
+        return f"both sides add {label(key)}, differently"
+    if key in base and key in theirs and child.code == base[key].code != theirs[key].code:
+        return _Item(key, theirs[key], "theirs")
+    return _Item(key, child, "ours")
+
+
+def _replaced(key: Key, base: Keyed, theirs: Keyed) -> bool:
+    """Whether the patch put something in place of an item it removed (an edit of a
+    statement known by its code is a removal and an addition at one place)."""
+    order = list(base)
+    position = order.index(key)
+    before = next((k for k in reversed(order[:position]) if k in theirs), None)
+    after = next((k for k in order[position + 1 :] if k in theirs), None)
+    mine = list(theirs)
+    low = mine.index(before) + 1 if before is not None else 0
+    high = mine.index(after) if after is not None else len(mine)
+    return any(k not in base for k in mine[low:high])
+
+
+def _insert_theirs(
+    items: list[Optional[_Item]], base: Keyed, ours: Keyed, theirs: Keyed
+) -> list[Optional[_Item]]:
+    """The patch's new items, each after the item it follows on the patch's side."""
+
+    def upstreams(item: Optional[_Item]) -> bool:  # gone, or added by upstream alone
+        return item is None or (item.key not in base and item.key not in theirs)
+
+    def after(position: int) -> int:  # past upstream's own additions right there
+        while position < len(items) and upstreams(items[position]):
+            position += 1
+        return position
+
+    cursor = after(0)
+    for key, child in theirs.items():
+        if key in ours or key in base:
+            found = [n for n, item in enumerate(items) if item is not None and item.key == key]
+            if found:
+                cursor = after(found[0] + 1)
+            continue
+        items.insert(cursor, _Item(key, child, "theirs"))
+        cursor += 1
+    return items
