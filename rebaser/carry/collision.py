@@ -109,6 +109,7 @@ class Bisector:
         """What a commit did to the patch's files: modified, renamed, deleted; a function
         the patch edits moved to another file."""
         paths = sorted({*patch.touched_paths, *files})
+        conflicting = set(files)
         listing = self.git.run(
             "--literal-pathspecs",
             "diff",
@@ -132,7 +133,7 @@ class Bisector:
             if status == "D":
                 said.append(f"deleted {path}")
                 gone.append(path)
-            elif status == "M":
+            elif status == "M" and path in conflicting:
                 said.append(f"modified {path}")
                 gone.append(path)
             elif status == "A":

@@ -205,24 +205,29 @@ def identifiers(patch: Patch) -> dict[str, str]:
     for line in patch.raw.decode("utf-8", "replace").splitlines():
         if line.startswith("diff --git "):
             python = line.endswith(".py")
-            continue
-        sign = line[:1]
-        if sign not in "+-" or line[:4] in ("+++ ", "--- "):
-            continue
-        for kind, pattern in _IDENTIFIERS.items():
-            if kind in ("function", "class", "field") and not python:
-                continue
-            for name in _matches(pattern, kind, line[1:]):
-                if sign == "-":
+        elif line[:1] in ("+", "-") and line[:4] not in ("+++ ", "--- "):
+            for name, kind in _defined(line[1:], python):
+                if line[0] == "-":
                     removed.add(name)
                 else:
-                    shown = "test" if kind == "function" and name.startswith("test_") else kind
-                    added.setdefault(name, shown)
+                    added.setdefault(name, kind)
     return {
         name: kind
         for name, kind in added.items()
         if name not in removed and not name.startswith("__") and len(name.strip("-_")) >= 4
     }
+
+
+def _defined(line: str, python: bool) -> list[tuple[str, str]]:
+    """(name, kind) of what one line of code defines."""
+    found = []
+    for kind, pattern in _IDENTIFIERS.items():
+        if kind in ("function", "class", "field") and not python:
+            continue
+        for name in _matches(pattern, kind, line):
+            shown = "test" if kind == "function" and name.startswith("test_") else kind
+            found.append((name, shown))
+    return found
 
 
 def _matches(pattern: re.Pattern, kind: str, line: str) -> list[str]:
@@ -263,9 +268,9 @@ class Triage:
             fresh = {
                 name: kind for name, kind in new[row.patch.name].items() if name not in at_base
             }
-            collision, own = found.get(row.patch.name, (None, []))
+            collided = found.get(row.patch.name, (None, [], False))
             verdicts[row.patch.name] = self._judge(
-                row, rows[:position], verdicts, fresh, at_target, (collision, own)
+                row, rows[:position], verdicts, fresh, at_target, collided
             )
         return verdicts
 
@@ -286,9 +291,9 @@ class Triage:
         verdicts: dict[str, Verdict],
         fresh: dict[str, str],
         at_target: dict[str, list[str]],
-        collided: tuple[Optional[tuple[str, str, str]], list[str]],
+        collided: tuple[Optional[tuple[str, str, str]], list[str], bool],
     ) -> Verdict:
-        collision, own = collided
+        collision, own, left_off = collided
         dropped = [r for r in earlier if verdicts[r.patch.name].proposal == DROP]
         reason = (
             _in_upstream(row)
@@ -298,34 +303,41 @@ class Triage:
         )
         if reason:
             return Verdict(DROP, reason, collision, own)
-        return Verdict(KEEP, keep_reason(row, collision, own), collision, own)
+        reason = keep_reason(row, collision, own, left_off)
+        return Verdict(KEEP, reason, collision, own)
 
     # -- the colliding commit --------------------------------------------------------------
 
     def _collide(
         self, row: Row, earlier: list[Row]
-    ) -> tuple[Optional[tuple[str, str, str]], list[str]]:
-        """The colliding upstream commit and the files the patch conflicts in on its own."""
+    ) -> tuple[Optional[tuple[str, str, str]], list[str], bool]:
+        """The colliding upstream commit and the files the patch conflicts in on its own;
+        no commit when it conflicts on the recorded base too, without the patches left off
+        before it (their doing, not upstream's: the last value says so)."""
         if self.bisector is None or not self.upstream.related:
-            return None, []
-        paths = set(row.patch.touched_paths)
-        applied = [
-            r.patch for r in earlier if r.status in APPLIED and paths & set(r.patch.touched_paths)
-        ]
-        missing = [r.patch for r in earlier if r.status in STOPPED]
-        theirs = {path for patch in missing for path in patch.touched_paths}
-        files = row.conflicts
-        if row.status == "blocked" or not files:
-            files = self.bisector.conflicts(row.patch, applied) or []
-        own = sorted(path for path in files if path not in theirs)
-        if not own:
-            return None, []
-        if theirs & paths:  # does it apply on the recorded base, without the missing ones?
-            at_base = self.bisector.conflicts(row.patch, applied, self.upstream.base)
-            if at_base is None or set(at_base) & set(own):
-                return None, own
-        found = self.bisector.first_colliding(row.patch, applied, own)
-        return ((found.sha, found.subject, found.what) if found else None), own
+            return None, [], False
+        applied, theirs = _earlier(row, earlier)
+        own = [path for path in self._conflicts(row, applied) if path not in theirs]
+        if (
+            own
+            and theirs & set(row.patch.touched_paths)
+            and self._conflicts_on_base(row, applied, own)
+        ):
+            return None, own, True
+        found = self.bisector.first_colliding(row.patch, applied, own) if own else None
+        return ((found.sha, found.subject, found.what) if found else None), own, False
+
+    def _conflicts(self, row: Row, applied: list[Patch]) -> list[str]:
+        """The files the patch conflicts in on the target (a blocked one: tried alone)."""
+        assert self.bisector is not None
+        if row.conflicts and row.status != "blocked":
+            return sorted(row.conflicts)
+        return sorted(self.bisector.conflicts(row.patch, applied) or [])
+
+    def _conflicts_on_base(self, row: Row, applied: list[Patch], own: list[str]) -> bool:
+        assert self.bisector is not None
+        at_base = self.bisector.conflicts(row.patch, applied, self.upstream.base)
+        return at_base is None or bool(set(at_base) & set(own))
 
     # -- superseded ------------------------------------------------------------------------
 
@@ -405,6 +417,17 @@ class Triage:
 # -- the follow-up rules -------------------------------------------------------------------
 
 
+def _earlier(row: Row, earlier: list[Row]) -> tuple[list[Patch], set[str]]:
+    """The patches before this one that applied and touch its files (merged first in a
+    probe), and the files of those left off."""
+    paths = set(row.patch.touched_paths)
+    applied = [
+        r.patch for r in earlier if r.status in APPLIED and paths & set(r.patch.touched_paths)
+    ]
+    missing = {path for r in earlier if r.status in STOPPED for path in r.patch.touched_paths}
+    return applied, missing
+
+
 def _in_upstream(row: Row) -> Optional[str]:
     return f"in upstream: {row.detail}" if row.status == "in upstream" else None
 
@@ -441,28 +464,23 @@ def _needs_path(
     row: Row, dropped: list[Row], upstream: Upstream, lines_of: Callable[[Patch], dict]
 ) -> Optional[str]:
     """Its added lines name a folder or module that only a dropped patch creates."""
-    created = [path for r in dropped for path, found in lines_of(r.patch).items() if found.created]
+    created = {
+        path.split("/")[0]: r
+        for r in dropped
+        for path, found in lines_of(r.patch).items()
+        if found.created
+    }
+    for name in upstream_paths(upstream, sorted(created)):
+        created.pop(name.split("/")[0], None)
     if not created:
-        return None
-    names = set()
-    for path in created:
-        parts = path.split("/")
-        names.add(parts[0] if len(parts) > 1 else path)
-    names -= {path.split("/")[0] for path in upstream_paths(upstream, sorted(names))}
-    if not names:
         return None
     added = "\n".join(
         line[1:]
         for line in row.patch.raw.decode("utf-8", "replace").splitlines()
         if line[:1] == "+" and line[:4] != "+++ "
     )
-    for name in sorted(names):
+    for name, owner in sorted(created.items()):
         if re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", added):
-            owner = next(
-                r
-                for r in dropped
-                if any(p.split("/")[0] == name or p == name for p in r.patch.touched_paths)
-            )
             return f"needs {name}, which only {number(owner.patch)} (proposed for drop) creates"
     return None
 
@@ -495,7 +513,11 @@ def _short(reason: str) -> str:
     return reason if len(reason) <= 80 else reason[:77] + "..."
 
 
-def keep_reason(row: Row, collision: Optional[tuple[str, str, str]], own: list[str]) -> str:
+def keep_reason(
+    row: Row, collision: Optional[tuple[str, str, str]], own: list[str], left_off: bool = False
+) -> str:
+    """Why keep it: applied (how), blocked (on what, and its own conflicts), a conflict
+    with upstream (the commit) or with the patches left off before it (`left_off`)."""
     if row.status in APPLIED:
         return {
             "clean": "applied as it is",
@@ -511,6 +533,8 @@ def keep_reason(row: Row, collision: Optional[tuple[str, str, str]], own: list[s
                 f" ({_collided(collision)})" if collision else ""
             )
         return f"needs {row.needs} first; nothing of its own conflicts"
+    if left_off:
+        return "a conflict with the patches left off before it, not upstream's: resolve after them"
     if collision is None:
         return "a real conflict: resolve by hand"
     _, _, what = collision

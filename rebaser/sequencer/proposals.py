@@ -12,7 +12,7 @@ import re
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from rebaser.carry import triage
 from rebaser.carry.collision import Bisector
@@ -20,7 +20,7 @@ from rebaser.carry.replay import Replay
 from rebaser.repo import scratch
 from rebaser.repo.git import Git
 from rebaser.series.patches import Series
-from rebaser.steps.records import Collision, StepRow
+from rebaser.steps.records import Collision, StepRow, Stop
 
 _NEEDS = re.compile(r"^needs (\S+), which did not apply")
 
@@ -33,21 +33,16 @@ def annotate(
     target: str,
     replay: Optional[Replay],
     progress: Callable[[str], None],
+    *,
+    stopped: Optional[Stop] = None,
+    on_branch: Sequence[str] = (),
 ) -> list[StepRow]:
-    """The rows with their proposals (rows that are not the series' patches unchanged)."""
-    patches = {patch.name: patch for patch in series.patches}
-    judged = [
-        triage.Row(
-            patches[row.name],
-            str(row.status),
-            row.detail,
-            list(row.stop.conflicts) if row.stop else [],
-            _needs(row),
-        )
-        for row in rows
-        if row.name in patches
-    ]
-    if not judged:
+    """The rows with their proposals (rows that are not the series' patches unchanged).
+    `stopped`: where the run waits for the user (its row holds no stop); `on_branch`:
+    patches on the branch that have no row (a retry's), counted as applied."""
+    by_name = {row.name: row for row in rows}
+    judged = _judged(series, by_name, stopped, on_branch)
+    if not any(row.patch.name in by_name for row in judged):
         return rows
     stops = [row for row in judged if row.status in triage.STOPPED]
     if not stops or replay is None:
@@ -65,8 +60,27 @@ def annotate(
     return [_with(row, verdicts.get(row.name)) for row in rows]
 
 
-def _needs(row: StepRow) -> Optional[str]:
-    found = _NEEDS.match(row.stop.reason if row.stop else row.detail)
+def _judged(
+    series: Series, rows: dict[str, StepRow], stopped: Optional[Stop], on_branch: Sequence[str]
+) -> list[triage.Row]:
+    """What the triage reads of each row, in the series' order (a patch's earlier ones
+    come first)."""
+    judged = []
+    for patch in series.patches:
+        row = rows.get(patch.name)
+        if row is not None:
+            stop = stopped if stopped is not None and stopped.patch == patch.name else row.stop
+            conflicts = list(stop.conflicts) if stop else []
+            judged.append(
+                triage.Row(patch, str(row.status), row.detail, conflicts, _needs(row, stop))
+            )
+        elif patch.name in on_branch:
+            judged.append(triage.Row(patch, "clean", "on the branch", [], None))
+    return judged
+
+
+def _needs(row: StepRow, stop: Optional[Stop]) -> Optional[str]:
+    found = _NEEDS.match(stop.reason if stop else row.detail)
     return found.group(1) if found else None
 
 
