@@ -244,6 +244,7 @@ class Triage:
         self.upstream, self.bisector = upstream, bisector
         self._rarity: Optional[tuple[collections.Counter, int]] = None
         self._lines: dict[str, dict] = {}
+        self._common_topics: set[str] = set()
 
     def _lines_of(self, patch: Patch) -> dict:
         """difflines.file_lines of a patch, parsed once."""
@@ -254,6 +255,9 @@ class Triage:
     def judge(self, rows: list[Row]) -> dict[str, Verdict]:
         """The proposals, by patch name. The git work (the names upstream added, each stopped
         patch's bisection) runs two at a time: it is processes, and they are independent."""
+        topics = collections.Counter(_topic(row.patch.subject) for row in rows)
+        # A topic more than a third of the series shares ("fork:") names no feature.
+        self._common_topics = {t for t, n in topics.items() if t and n * 3 > len(rows)}
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forkkit-triage") as pool:
             names = pool.submit(self._added_upstream, rows)
             collisions = {
@@ -297,7 +301,7 @@ class Triage:
         dropped = [r for r in earlier if verdicts[r.patch.name].proposal == DROP]
         reason = (
             _in_upstream(row)
-            or _follows(row, dropped, verdicts)
+            or _follows(row, dropped, self._common_topics)
             or _needs_path(row, dropped, self.upstream, self._lines_of)
             or self._superseded(row, fresh, at_target, collision)
         )
@@ -432,31 +436,32 @@ def _in_upstream(row: Row) -> Optional[str]:
     return f"in upstream: {row.detail}" if row.status == "in upstream" else None
 
 
-def _follows(row: Row, dropped: list[Row], verdicts: dict[str, Verdict]) -> Optional[str]:
-    """It only follows up a patch proposed for drop."""
-    if row.needs is not None:
-        for earlier in dropped:
-            if number(earlier.patch) == row.needs:
-                return f"builds on {row.needs}, proposed for drop"
-    mine = row.patch.message
+def _follows(row: Row, dropped: list[Row], common: set[str]) -> Optional[str]:
+    """It only follows up a patch proposed for drop (`common`: topics too many patches of
+    the series share to say anything)."""
+    if row.needs is not None and any(number(r.patch) == row.needs for r in dropped):
+        return f"builds on {row.needs}, proposed for drop"
     for earlier in reversed(dropped):
-        subject = earlier.patch.subject
-        if re.search(
-            rf"^(fixup|squash|amend)! {re.escape(subject)}|^Revert \"{re.escape(subject)}\"", mine
-        ):
-            return f"a fixup or revert of {number(earlier.patch)}, proposed for drop"
-        for pr in _own_pull_requests(subject):
-            if pr not in _own_pull_requests(row.patch.subject) and re.search(rf"#{pr}\b", mine):
-                return f"follows up {number(earlier.patch)} (#{pr}), proposed for drop"
-        topic = _topic(subject)
-        if (
-            topic
-            and topic == _topic(row.patch.subject)
-            and set(row.patch.touched_paths) & set(earlier.patch.touched_paths)
-        ):
-            return (
-                f"follows up {number(earlier.patch)} ({topic}:, the same files), proposed for drop"
-            )
+        link = _link(row.patch, earlier.patch, common)
+        if link:
+            return f"{link}, proposed for drop"
+    return None
+
+
+def _link(patch: Patch, earlier: Patch, common: set[str]) -> Optional[str]:
+    """How a patch follows up an earlier one: a fixup or revert of it, naming its pull
+    request, or sharing its topic and a file."""
+    subject, mine = earlier.subject, patch.message
+    fixup = rf"^(fixup|squash|amend)! {re.escape(subject)}|^Revert \"{re.escape(subject)}\""
+    if re.search(fixup, mine):
+        return f"a fixup or revert of {number(earlier)}"
+    for pr in _own_pull_requests(subject):
+        if pr not in _own_pull_requests(patch.subject) and re.search(rf"#{pr}\b", mine):
+            return f"follows up {number(earlier)} (#{pr})"
+    topic = _topic(subject)
+    shared = set(patch.touched_paths) & set(earlier.touched_paths)
+    if topic and topic not in common and topic == _topic(patch.subject) and shared:
+        return f"follows up {number(earlier)} ({topic}:, the same files)"
     return None
 
 
