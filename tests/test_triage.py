@@ -332,3 +332,69 @@ def test_every_patch_row_has_a_proposal_and_no_triage_runs_without_a_stop(
     assert rows["0001"]["proposal"] == "keep" and rows["0001"]["reason"] == "applied as it is"
     assert rows["0001"]["collides_with"] is None
     assert report["steps"][0]["proposal"] is None  # the overlay is not a patch
+
+
+def test_the_table_and_the_markdown_start_with_what_needs_a_decision(rebaser, tmp_path, upstream):
+    upstream_has = edit(CALC, "return a - b", "return a - b  # upstream's")
+    history(upstream, 4, {2: {"pkg/calc.py": edit(upstream_has, "return a * b", "return b * a")}})
+    changes = [
+        Change(
+            "fork: check div",
+            {"pkg/calc.py": edit(CALC, "return a / b", "return a / b if b else 0")},
+        ),
+        Change(
+            "fork: comment sub",
+            {
+                "pkg/calc.py": edit(
+                    edit(CALC, "return a / b", "return a / b if b else 0"),
+                    "return a - b",
+                    "return a - b  # upstream's",
+                )
+            },
+        ),
+        Change(
+            "fork: double mul",
+            {
+                "pkg/calc.py": edit(
+                    edit(
+                        edit(CALC, "return a / b", "return a / b if b else 0"),
+                        "return a - b",
+                        "return a - b  # upstream's",
+                    ),
+                    "return a * b",
+                    "return 2 * a * b",
+                )
+            },
+        ),
+    ]
+    rows, _, result = carried(rebaser, tmp_path, upstream, changes)
+    assert [rows[n]["proposal"] for n in ("0001", "0002", "0003")] == ["keep", "drop", "keep"]
+    out = result.out
+    resolve, confirm, applied = (
+        out.index("resolve: stopped, proposed to keep"),
+        out.index("confirm: proposed to drop"),
+        out.index("applied, proposed to keep"),
+    )
+    assert resolve < out.index("0003-change-3", resolve) < confirm < applied
+    series = tmp_path / "proj" / "patches" / "series"
+    markdown = tmp_path / "matrix.md"
+    rebaser(
+        "verify",
+        "--series",
+        series,
+        "--repo",
+        upstream.path,
+        "--bases",
+        "tip",
+        "--test",
+        "none",
+        "--markdown",
+        markdown,
+    )
+    text = markdown.read_text()
+    assert "#### triage on `tip`" in text
+    assert text.index("**resolve: stopped, proposed to keep**") < text.index(
+        "**confirm: proposed to drop**"
+    )
+    assert "- `0003-change-3.patch` (dropped): **keep**, a real conflict with " in text
+    assert "- `0002-change-2.patch` (in upstream): **drop**, in upstream: " in text

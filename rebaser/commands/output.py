@@ -13,7 +13,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence, Union
+from typing import Any, Iterator, Optional, Sequence, Union
 
 from rich.console import Console
 from rich.table import Table
@@ -22,6 +22,7 @@ from rich.text import Text
 from rebaser.errors import RebaserError, machine_refused
 from rebaser.sequencer.machine import Progress
 from rebaser.sequencer.report import Report
+from rebaser.steps.records import LEFT_OFF, StepRow
 
 Part = Union[str, tuple[str, str]]  # plain text, or (text, style)
 
@@ -33,6 +34,7 @@ _STYLES = {
     "passed": "green",
     "3-way": "yellow",
     "cherry-pick": "yellow",
+    "structured merge": "yellow",
     "codemod": "yellow",
     "resolution replayed": "yellow",
     "in upstream": "yellow",
@@ -43,6 +45,8 @@ _STYLES = {
     "failed": "bold red",
     "not run": "dim",
     "pending": "dim",
+    "keep": "green",
+    "drop": "bold red",
 }
 
 
@@ -180,6 +184,9 @@ def _render_report(report: Report, console: Console) -> None:
             Text.assemble("branch ", (report.branch, "cyan"), f"  worktree {report.worktree}")
         )
     console.print(_report_table(report))
+    triage = _triage_table(report)
+    if triage is not None:
+        console.print(triage)
     for suite in report.suites:
         for failure in suite.failures[:10]:
             console.print(Text.assemble("  ", (suite.name, "red"), " ", failure))
@@ -191,6 +198,57 @@ def _render_report(report: Report, console: Console) -> None:
     console.print(Text.assemble((report.outcome, style), f" (exit {report.exit_code})"))
     for step in report.next_steps:
         console.print(Text(f"next: {step}"))
+
+
+def triage_groups(report: Report) -> list[tuple[str, list[StepRow]]]:
+    """The patch rows of a run with stops, grouped so a maintainer starts with what needs a
+    decision: the stopped patches to keep (resolve them), then the proposed drops (confirm
+    them), then what applied. Empty for a run without stops."""
+    rows = [row for row in report.steps if row.proposal]
+    stopped = {row.name for row in rows if row.status in LEFT_OFF or row.status == "failed"}
+    if not stopped and not any(row.proposal == "drop" for row in rows):
+        return []
+    groups: dict[str, list[StepRow]] = {title: [] for title in _GROUPS}
+    for row in rows:
+        if row.proposal == "drop":
+            groups[_GROUPS[1]].append(row)
+        else:
+            groups[_GROUPS[0] if row.name in stopped else _GROUPS[2]].append(row)
+    return [(title, members) for title, members in groups.items() if members]
+
+
+_GROUPS = (
+    "resolve: stopped, proposed to keep",
+    "confirm: proposed to drop",
+    "applied, proposed to keep",
+)
+
+
+def collided(row: StepRow) -> str:
+    """`<sha> <subject>: <what>` of a stopped patch's colliding upstream commit."""
+    found = row.collides_with
+    return f"{found.sha[:12]} {found.subject}: {found.what}" if found else ""
+
+
+def _triage_table(report: Report) -> Optional[Table]:
+    groups = triage_groups(report)
+    if not groups:
+        return None
+    table = Table(title="triage", show_header=True, header_style="bold", expand=False)
+    for name in ("patch", "result", "proposal", "reason", "collides with"):
+        table.add_column(name, overflow="fold")
+    for title, rows in groups:
+        table.add_section()
+        table.add_row(Text(title, style="bold"), "", "", "", "")
+        for row in rows:
+            table.add_row(
+                row.name,
+                styled(row.status),
+                styled(row.proposal or ""),
+                Text(row.reason),
+                Text(collided(row)),
+            )
+    return table
 
 
 def _report_table(report: Report) -> Table:

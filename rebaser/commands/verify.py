@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from rebaser.commands.output import Output, write_json, write_text
+from rebaser.commands.output import Output, collided, triage_groups, write_json, write_text
 from rebaser.config import series_file
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.sequencer import machine
@@ -151,6 +151,7 @@ def matrix_markdown(results: Sequence[BaseResult]) -> str:
         cells, verify, tests, outcome = _row(result, steps)
         lines.append("| " + " | ".join([f"`{result.base}`", *cells, verify, tests, outcome]) + " |")
     for result in results:
+        lines += _triage_markdown(result)
         for title, stop in result.report.stops("`") if result.report else []:
             lines += ["", f"**{result.base}** {title}: {stop.reason}"]
             lines += ["", "```", *stop.hunks[:5], "```"] if stop.hunks else []
@@ -160,6 +161,20 @@ def matrix_markdown(results: Sequence[BaseResult]) -> str:
         else "the series needs attention"
     )
     return "\n".join([f"### dsa-forkkit: {verdict}", "", *lines]) + "\n"
+
+
+def _triage_markdown(result: BaseResult) -> list[str]:
+    """A base's keep/drop proposals, grouped as the terminal shows them."""
+    groups = triage_groups(result.report) if result.report else []
+    if not groups:
+        return []
+    lines = ["", f"#### triage on `{result.base}`"]
+    for title, rows in groups:
+        lines += ["", f"**{title}**", ""]
+        for row in rows:
+            where = f" — collides with {collided(row)}" if row.collides_with else ""
+            lines.append(f"- `{row.name}` ({row.status}): **{row.proposal}**, {row.reason}{where}")
+    return lines
 
 
 def matrix_json(results: Sequence[BaseResult]) -> dict:
