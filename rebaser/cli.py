@@ -105,6 +105,22 @@ def build_parser() -> argparse.ArgumentParser:
     _repo_option(skip_cmd, _REPO_HELP["in progress"])
     _json_option(skip_cmd, "write the report as JSON")
 
+    retry_cmd = verbs.add_parser(
+        "retry",
+        help="after an apply left patches off its branch: put one back in the worktree with its "
+        "conflict; fix it, then `rebaser continue` (no second apply)",
+    )
+    retry_cmd.add_argument("patch", help="the patch left off: its file name, or its number (0003)")
+    _series_option(retry_cmd)
+    _repo_option(retry_cmd, _REPO_HELP["retry"])
+    retry_cmd.add_argument(
+        "--branch",
+        help="the branch the apply made (default: the one checked out here, else the only one "
+        "with patches left off)",
+    )
+    _test_option(retry_cmd, "none", "tests to run once no patch is missing (default: none)")
+    _json_option(retry_cmd, "write the report as JSON")
+
     abort_cmd = verbs.add_parser("abort", help="drop a stopped apply (its work is kept in a ref)")
     _repo_option(abort_cmd, _REPO_HELP["in progress"])
 
@@ -160,6 +176,7 @@ _REPO_HELP = {
     "refresh": "the repository (or a worktree of it) holding --branch "
     "(default: the current folder)",
     "import": "the fork's git clone, holding both ends of --range",
+    "retry": "the apply's worktree or its repository (default: the current folder)",
 }
 
 
@@ -209,6 +226,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], ExitCode]] = {
     "apply": apply.run,
     "continue": apply.resume,
     "skip": apply.skip,
+    "retry": apply.retry,
     "abort": apply.abort,
     "status": apply.status,
     "verify": verify.run,
@@ -217,7 +235,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], ExitCode]] = {
     "import": import_series.run,
 }
 # Commands that write the cache (releases, the registry of applies in progress).
-_CACHE_WRITERS = frozenset({"apply", "continue", "abort", "verify", "bisect"})
+_CACHE_WRITERS = frozenset({"apply", "continue", "retry", "abort", "verify", "bisect"})
 
 
 # The files a command may be asked to write its results to (option attribute, spelling):

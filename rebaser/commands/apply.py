@@ -41,6 +41,22 @@ def resume(args: argparse.Namespace) -> ExitCode:
     return _shown(report, out, args.json)
 
 
+def retry(args: argparse.Namespace) -> ExitCode:
+    """`rebaser retry <patch>`."""
+    out = Output()
+    with out.progress() as progress:
+        report = machine.retry(
+            args.repo,
+            args.patch,
+            series_file(args.series),
+            progress,
+            branch=args.branch,
+            test=args.test,
+            json_report=args.json.resolve() if args.json else None,
+        )
+    return _shown(report, out, None)
+
+
 def skip(args: argparse.Namespace) -> ExitCode:
     out = Output()
     with out.progress() as progress:

@@ -23,6 +23,7 @@ from rebaser.repo import late_checkout, refs, workspace
 from rebaser.repo.git import Git
 from rebaser.repo.lock import repository_lock, throwaway_lock
 from rebaser.sequencer import fix, proposals, recovery
+from rebaser.sequencer import retry as retrying
 from rebaser.sequencer import state as state_store
 from rebaser.sequencer.report import Report, StatusView, outcome_text
 from rebaser.sequencer.state import ApplyState
@@ -191,6 +192,30 @@ def resume(repo_hint: Optional[Path], progress: Progress, plan: Plan = standard_
         return _Run(state, series, steps, progress, "continue").drive()
 
 
+def retry(
+    repo_hint: Optional[Path],
+    patch: str,
+    series_file: Path,
+    progress: Progress,
+    *,
+    branch: Optional[str] = None,
+    test: str = "none",
+    json_report: Optional[Path] = None,
+    plan: Plan = standard_plan,
+) -> Report:
+    """`rebaser retry <patch>`: one patch an apply left off its branch, tried again on the
+    branch's tip; when it conflicts, the apply waits for the fix (sequencer/retry.py)."""
+    repo, here = retrying.repository(repo_hint)
+    series = load_series(series_file)
+    with repository_lock(repo, "retry"):
+        where = retrying.branch_of(repo, here, branch)
+        steps = plan(series)
+        report = str(json_report) if json_report else None
+        state = retrying.prepare(repo, where, patch, series, steps, test, report)
+        progress(f"retrying {steps[state.next_step].name} on {where}")
+        return _Run(state, series, steps, progress, "retry").drive()
+
+
 def skip(repo_hint: Optional[Path], progress: Progress, plan: Plan = standard_plan) -> Report:
     """`rebaser skip`: leave the stopped patch off the branch and go on. Whatever was done
     for it since the stop is kept in a backup ref; the report still counts it as missing."""
@@ -225,6 +250,8 @@ def abort(repo_hint: Optional[Path]) -> str:
     Works whatever happened meanwhile: a deleted worktree, a damaged state file."""
     try:
         with _locked_state(repo_hint, "abort") as state:
+            if state.retry_step is not None:  # the branch was there before: it stays
+                return retrying.abandon(state)
             said = recovery.drop(state.repo_git, state.branch, Path(state.worktree))
             state.clear()
             return said
@@ -320,7 +347,8 @@ class _Run:
         """Run the plan's steps; the report when one stops."""
         state = self.state
         lane_at, lane_wait = 1, 1  # the first step a fast lane may start at; see below
-        while state.next_step < len(self.plan):
+        end = len(self.plan) if state.retry_step is None else state.retry_step + 1
+        while state.next_step < end:
             if state.fast_lane and state.next_step >= lane_at and self.carry.replay:
                 started = state.next_step
                 self._fast_lane()
@@ -347,10 +375,13 @@ class _Run:
             state.steps.append(result.row)
             state.next_step += 1
             state.head = result.head
-        if any(result.row.status in LEFT_OFF for result in results):  # so refresh keeps them
-            missing = {row.name: row.status for row in state.steps if row.status in LEFT_OFF}
-            refs.record_left_off(self.worktree, state.branch, missing)
+        if any(result.row.status in LEFT_OFF for result in results) or state.retry_step is not None:
+            self._record_left_off()  # so refresh keeps them
         state.save()
+
+    def _record_left_off(self) -> None:
+        missing = {row.name: row.status for row in self.state.steps if row.status in LEFT_OFF}
+        refs.record_left_off(self.worktree, self.state.branch, missing)
 
     def _context(self) -> StepContext:
         return StepContext(
@@ -420,6 +451,8 @@ class _Run:
         self.progress("verifying")
         self._starting("verification")
         late_checkout.finish(self.worktree, self.git_dir)
+        if state.retry_step is not None:  # a fix taken by `continue` is no longer missing
+            self._record_left_off()
         missing = self._missing()
         applied = replace(self.series, patches=[p for p in self.series.patches if p not in missing])
         checks = verify(self.worktree, state.base_sha, applied)
@@ -448,21 +481,30 @@ class _Run:
             state.steps, checks, suites, ExitCode.TESTS_FAILED if failed else ExitCode.OK
         )
 
+    def _proposed(self, rows: list[StepRow]) -> list[StepRow]:
+        """The rows with keep/drop proposals (sequencer/proposals.py); a retry's branch
+        holds the patches that have no row here."""
+        state = self.state
+        listed = {row.name for row in rows}
+        on_branch = [p.name for p in self.series.patches if p.name not in listed]
+        return proposals.annotate(
+            rows,
+            self.series,
+            state.repo_git,
+            self.git_dir,
+            state.base_sha,
+            self.carry.replay if self.carry else None,
+            self.progress,
+            stopped=state.stopped,
+            on_branch=on_branch if state.retry_step is not None else (),
+        )
+
     def _finish(
         self, rows: list[StepRow], checks: list[Check], suites: list[SuiteResult], code: ExitCode
     ) -> Report:
         state = self.state
         if state.triage:
-            replay = self.carry.replay if self.carry else None
-            rows = proposals.annotate(
-                rows,
-                self.series,
-                state.repo_git,
-                self.git_dir,
-                state.base_sha,
-                replay,
-                self.progress,
-            )
+            rows = self._proposed(rows)
         report = Report(
             command=self.command,
             series=self.series.name,

@@ -54,6 +54,7 @@ class ApplyState:
     keep_going: bool = False  # drop failing patches and go on (apply --keep-going, verify)
     fast_lane: bool = True  # carry runs of patches in one git rebase (apply --no-fast-lane)
     triage: bool = True  # keep/drop proposals on the report's rows (sequencer/proposals.py)
+    retry_step: Optional[int] = None  # `rebaser retry`: the one step to run, then verification
 
     @property
     def repo_git(self) -> Git:
