@@ -75,7 +75,9 @@ def test_retry_leaves_the_conflict_and_continue_records_it_without_a_second_appl
 def test_abort_of_a_retry_keeps_the_branch_and_sets_the_work_aside(rebaser, tmp_path, upstream):
     series, tree = kept_going(rebaser, tmp_path, upstream)
     tip = git(tree, "rev-parse", "HEAD")
-    assert rebaser("retry", "2", "--series", series, "--repo", tree).code == ExitCode.NOT_APPLIED
+    retried = rebaser("retry", "2", "--series", series, "--repo", tree)
+    assert retried.code == ExitCode.NOT_APPLIED
+    assert "`rebaser abort` to set the work on it aside (the branch stays as it was)" in retried.out
     (tree / "pkg/calc.py").write_text("half-done\n")
     aborted = rebaser("abort", "--repo", upstream.path)
     assert aborted.code == ExitCode.OK

@@ -520,7 +520,13 @@ class _Run:
         )
         left_off = [row for row in rows if row.status in LEFT_OFF]
         report.outcome, report.next_steps = outcome_text(
-            code, state.stopped, state.branch, state.worktree, suites, left_off
+            code,
+            state.stopped,
+            state.branch,
+            state.worktree,
+            suites,
+            left_off,
+            retry=state.retry_step is not None,
         )
         if code == ExitCode.NOT_APPLIED and state.stopped:
             report.stop = state.stopped

@@ -57,9 +57,11 @@ def outcome_text(
     worktree: str,
     suites: list[SuiteResult],
     left_off: Sequence[StepRow] = (),
+    retry: bool = False,
 ) -> tuple[str, list[str]]:
     """The outcome line and what to do next, for a run that ended with `code` (`left_off`:
-    the rows of patches it left off the branch)."""
+    the rows of patches it left off the branch; `retry`: a `rebaser retry`, whose abort
+    keeps the branch)."""
     if code == ExitCode.NOT_APPLIED and stop is None and left_off:
         names = ", ".join(f"{row.name} ({row.status})" for row in left_off)
         return f"{len(left_off)} patches not applied: {names}; the rest applied, verified", [
@@ -69,10 +71,14 @@ def outcome_text(
         ]
     if code == ExitCode.NOT_APPLIED:
         patch = stop.patch if stop else "?"
+        abort = (
+            "or `rebaser abort` to set the work on it aside (the branch stays as it was)"
+            if retry
+            else "or `rebaser abort` to drop the branch (your work is kept in a ref)"
+        )
         return f"did not apply: stopped at {patch}", [
             f"fix it in {worktree} (conflict markers or .rej files show what failed), `git add` the result",
-            "then `rebaser continue`; `rebaser skip` leaves this patch off and goes on; "
-            "or `rebaser abort` to drop the branch (your work is kept in a ref)",
+            f"then `rebaser continue`; `rebaser skip` leaves this patch off and goes on; {abort}",
         ]
     if code == ExitCode.VERIFY_FAILED:
         return "applied, but verification failed", [
