@@ -61,14 +61,14 @@ class Bisector:
         self, patch: Patch, before: Sequence[Patch], at: Optional[str] = None
     ) -> Optional[list[str]]:
         """The files the patch conflicts in when cherry-picked onto `at` (default: the
-        target) with `before` (earlier patches) merged first; None when one of those does
-        not apply there, or the patch has no commit."""
+        target) with those of `before` (earlier patches) merged first that apply there (one
+        that does not would blame its own conflict on this patch); None when the patch has
+        no commit."""
         tree = f"{at or self.target}^{{tree}}"
         for earlier in before:
             merged = self._pick(tree, earlier)
-            if merged is None or merged[1]:
-                return None
-            tree = merged[0]
+            if merged is not None and not merged[1]:
+                tree = merged[0]
         picked = self._pick(tree, patch)
         return None if picked is None else picked[1]
 
@@ -97,7 +97,7 @@ class Bisector:
             middle = (low + high) // 2
             found = self.conflicts(patch, before, candidates[middle])
             probes += 1
-            if found is None or wanted & set(found):
+            if found is None or wanted & set(found):  # None: no commit, nothing to bisect
                 high = middle
             else:
                 low = middle
@@ -106,11 +106,28 @@ class Bisector:
         return Found(sha, subject, self.what(sha, patch, files), probes)
 
     def what(self, sha: str, patch: Patch, files: Sequence[str]) -> str:
-        """What a commit did to the patch's files: modified, renamed, deleted; a function
-        the patch edits moved to another file."""
-        paths = sorted({*patch.touched_paths, *files})
-        conflicting = set(files)
-        listing = self.git.run(
+        """What a commit did to the patch's files: modified (those in conflict, else any),
+        renamed, deleted; a function the patch edits moved to another file; for a merge,
+        the commits it brought that touch them."""
+        changes = self._name_status(sha, sorted({*patch.touched_paths, *files}))
+        modified = [path for status, path in changes if status == "M"]
+        shown = (
+            [path for path in modified if path in files] if _names_any(changes, files) else modified
+        )
+        said = []
+        for status, path in changes:
+            if status == "M" and path in shown:
+                said.append(f"modified {path}")
+            elif status != "M":
+                said.append(f"{status} {path}")
+        gone = [path for status, path in changes if status in ("M", "deleted")]
+        said += self._moved(sha, patch, gone) + self._brought(sha, files)
+        return "; ".join(said) or "changed what the patch's files depend on"
+
+    def _name_status(self, sha: str, paths: Sequence[str]) -> list[tuple[str, str]]:
+        """(M | deleted | added | renamed, path or "old to new") of the commit's
+        first-parent diff, limited to `paths`."""
+        fields = self.git.run(
             "--literal-pathspecs",
             "diff",
             "--name-status",
@@ -121,44 +138,58 @@ class Bisector:
             "--",
             *paths,
         ).stdout.split("\0")
-        said, gone = [], []
-        position = 0
-        while position < len(listing) - 1:
-            status = listing[position]
+        found, position = [], 0
+        while position < len(fields) - 1:
+            status = fields[position]
             if status.startswith("R"):
-                said.append(f"renamed {listing[position + 1]} to {listing[position + 2]}")
+                found.append(("renamed", f"{fields[position + 1]} to {fields[position + 2]}"))
                 position += 3
                 continue
-            path = listing[position + 1]
-            if status == "D":
-                said.append(f"deleted {path}")
-                gone.append(path)
-            elif status == "M" and path in conflicting:
-                said.append(f"modified {path}")
-                gone.append(path)
-            elif status == "A":
-                said.append(f"added {path}")
+            kind = {"D": "deleted", "A": "added"}.get(status, "M")
+            found.append((kind, fields[position + 1]))
             position += 2
-        said += self._moved(sha, patch, gone)
-        return "; ".join(said) or "changed files the patch's files depend on"
+        return found
+
+    def _brought(self, sha: str, files: Sequence[str]) -> list[str]:
+        """For a merge on the first-parent line (a sync of another branch): the commits it
+        brought that touch the files in conflict, the likely culprits."""
+        if not self.git.run("rev-parse", "--verify", "--quiet", f"{sha}^2", check=False).ok:
+            return []
+        out = self.git.run(
+            "--literal-pathspecs",
+            "log",
+            "--no-merges",
+            "--format=%h %s",
+            f"{sha}^1..{sha}^2",
+            "--",
+            *files,
+            check=False,
+        ).stdout.splitlines()
+        if not out:
+            return []
+        if len(out) > 3:
+            return [f"a merge: it brought {len(out)} commits touching them ({out[-1][:60]} ...)"]
+        return ["a merge: it brought " + "; ".join(line[:80] for line in reversed(out))]
 
     def _moved(self, sha: str, patch: Patch, paths: list[str]) -> list[str]:
-        """Functions or classes the patch edits that the commit removed from their file and
-        added to another one."""
+        """Functions or classes the patch edits that the commit took out of their file and
+        added to exactly one other file (a name added in several, like `forward`, says
+        nothing)."""
         edited = _edited_functions(patch)
         if not edited or not paths:
             return []
         removed = self._defs(sha, "-", paths=paths)
-        moved_names = sorted(edited & removed.keys())
-        if not moved_names:
+        kept = self._defs(sha, "+", paths=paths)
+        names = sorted(n for n in edited & removed.keys() if len(kept.get(n, [])) < len(removed[n]))
+        if not names:
             return []
-        pattern = r"^\s*(async\s+)?(def|class)\s+(" + "|".join(moved_names) + r")\b"
+        pattern = r"^\s*(async\s+)?(def|class)\s+(" + "|".join(names) + r")\b"
         added = self._defs(sha, "+", options=["-G", pattern])
         found = []
-        for name in moved_names:
-            for path in added.get(name, []):
-                if path not in removed[name]:
-                    found.append(f"moved {name}() to {path}")
+        for name in names:
+            elsewhere = sorted({path for path in added.get(name, []) if path not in removed[name]})
+            if len(elsewhere) == 1:
+                found.append(f"moved {name}() to {elsewhere[0]}")
         return found
 
     def _defs(
@@ -216,6 +247,11 @@ class Bisector:
                 break
             conflicted.append(name)
         return fields[0], sorted(set(conflicted))
+
+
+def _names_any(changes: list[tuple[str, str]], files: Sequence[str]) -> bool:
+    """Whether any change is about one of `files` (a rename names two paths)."""
+    return any(file in path for _, path in changes for file in files)
 
 
 def _edited_functions(patch: Patch) -> set[str]:

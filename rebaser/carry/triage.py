@@ -321,7 +321,10 @@ class Triage:
         if self.bisector is None or not self.upstream.related:
             return None, [], False
         applied, theirs = _earlier(row, earlier)
-        own = [path for path in self._conflicts(row, applied) if path not in theirs]
+        # A blocked patch's own conflicts are in files the patches it lacks never touch;
+        # a dropped one needs none of them (carry/knockon.py): all its conflicts are its own.
+        mine = self._conflicts(row, applied)
+        own = [path for path in mine if path not in theirs] if row.status == "blocked" else mine
         if (
             own
             and theirs & set(row.patch.touched_paths)
