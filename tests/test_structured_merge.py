@@ -419,3 +419,41 @@ def test_a_dataclass_field_without_default_after_a_defaulted_one_stays(tmp_path)
     )
     assert not result.resolved
     assert "dataclass field c without a default would follow b" in result.kept[0]
+
+
+def test_items_the_patch_adds_where_upstream_removed_some_stay_a_conflict(tmp_path):
+    """Upstream removed hand-written flags (it now makes them from a config); the patch
+    adds flags beside them: a place upstream reworked, not an order-free insertion."""
+    flags = (
+        "def add(p):\n"
+        "    p.add_argument('--norm')\n"
+        "    p.add_argument('--eps')\n"
+        "    p.add_argument('--seed')\n"
+    )
+    result = merge_files(
+        tmp_path,
+        flags,
+        flags.replace("    p.add_argument('--norm')\n    p.add_argument('--eps')\n", ""),
+        flags.replace(
+            "    p.add_argument('--eps')\n",
+            "    p.add_argument('--eps')\n    p.add_argument('--post-norm')\n",
+        ),
+    )
+    assert not result.resolved
+    assert (
+        "upstream removes flag --norm, flag --eps where the patch adds flag --post-norm"
+        in result.kept[0]
+    )
+
+
+def test_a_parameter_the_patch_removes_next_to_upstreams_stays_a_conflict(tmp_path):
+    """Upstream's callers may still pass it (on the real fork: router_replay)."""
+    base = "def route(logits, fused=False, replay=None):\n    return logits\n"
+    result = merge_files(
+        tmp_path,
+        base,
+        base.replace("replay=None)", "replay=None, dense=False)"),
+        base.replace("replay=None)", "is_mtp=False)"),
+    )
+    assert not result.resolved
+    assert "the patch removes parameter replay, next to upstream's changes" in result.kept[0]

@@ -270,7 +270,7 @@ def _norm(code: str) -> str:
 def _show(key: tuple) -> str:
     return {
         "kw": f"keyword {key[1]}",
-        "alias": str(key[1]),
+        "alias": f"the import of {key[1]}",
         "param": f"parameter {key[1]}",
         "key": "a dict key",
     }.get(key[0], "an item")
@@ -298,8 +298,16 @@ def _unmergeable(base: Keyed, ours: Keyed, theirs: Keyed) -> Optional[str]:
         return "a side changes the call's positional arguments"
     if [k for k in theirs if k in base] != [k for k in base if k in theirs]:
         return "the patch reorders the items"
-    for key, (_, code) in theirs.items():
-        if key in base and key not in ours and code != base[key][1]:
+    return _reworked(base, ours, theirs)
+
+
+def _reworked(base: Keyed, ours: Keyed, theirs: Keyed) -> Optional[str]:
+    """Upstream removed items where the patch adds some, or an item the patch changes."""
+    removed = [key for key in base if key not in ours]
+    if removed and any(key not in base for key in theirs):
+        return f"upstream removes {_show(removed[0])} where the patch adds items"
+    for key in removed:
+        if key in theirs and theirs[key][1] != base[key][1]:
             return f"upstream removes {_show(key)}, which the patch changes"
     return None
 
@@ -312,8 +320,8 @@ def _pick(
     if key in base and key not in theirs:
         if changed_ours:
             return f"the patch removes {_show(key)}, which upstream changed"
-        if key[0] == "alias":  # upstream's code may still use the name
-            return f"the patch removes the import of {key[1]}, next to upstream's changes"
+        if key[0] in ("alias", "param"):  # upstream's code may still use the name, or pass it
+            return f"the patch removes {_show(key)}, next to upstream's changes"
         return None
     if key in theirs and theirs[key][1] != code:
         changed_theirs = key not in base or theirs[key][1] != base[key][1]

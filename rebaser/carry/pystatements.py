@@ -50,12 +50,12 @@ class StatementMerge:
     def __init__(self, places: dict[str, Place], sides: dict[str, "_Side"]) -> None:
         self.places, self.sides = places, sides
         self.keyed = {name: keyed(place) for name, place in places.items()}
-        touched = {
+        touched = dict.fromkeys(  # in the files' order, so reasons read the same every run
             key
-            for name in places
+            for name in ("base", "ours", "theirs")
             for key, child in self.keyed[name].items()
             if pysyntax.overlaps(child, sides[name].span)
-        }
+        )
         self.changes = {key: self._change(key) for key in touched}
 
     def merge(self, facts: "_Facts") -> Outcome:
@@ -93,18 +93,18 @@ class StatementMerge:
         return [key for key, change in self.changes.items() if change[side] == "semantic"]
 
     def _refusal(self) -> Optional[str]:
-        """Both sides change one item; both change a place where order matters (unless the
-        patch edits what upstream only moved or reformatted); or nobody changes meaning."""
-        both = [
-            key
-            for key in self._semantic("ours")
-            if key in self._semantic("theirs") and not self._same_code(key)
-        ]
+        """Both sides change one item; upstream reworked the place; both change a place
+        where order matters (unless the patch edits what upstream only moved or
+        reformatted); or nobody changes meaning."""
+        ours, theirs = self._semantic("ours"), self._semantic("theirs")
+        both = [key for key in ours if key in theirs and not self._same_code(key)]
         if both:
             if both[0] not in self.keyed["base"]:
                 return f"both sides add {label(both[0])}: the result would define it twice"
             return f"both sides change {label(both[0])}"
-        ours, theirs = self._semantic("ours"), self._semantic("theirs")
+        reworked = self._reworked(ours, theirs)
+        if reworked:
+            return reworked
         if not ours and not theirs:
             return "neither side changes what the code does here: a conflict of formatting only"
         if (
@@ -113,8 +113,21 @@ class StatementMerge:
             and not self._order_free(ours + theirs)
             and not self._edits_moved(theirs)
         ):
-            place = self.places["ours"]
-            return f"both sides change code in {place.describe(self.sides['ours'].offset)}, where order matters"
+            where = self.places["ours"].describe(self.sides["ours"].offset)
+            return f"both sides change code in {where}, where order matters"
+        return None
+
+    def _reworked(self, ours: list[Key], theirs: list[Key]) -> Optional[str]:
+        """Upstream removed items where the patch adds some: a place upstream reworked (it
+        may make those items another way now, e.g. flags from a config), not an insertion
+        in an order-free list."""
+        base = self.keyed["base"]
+        removed = [key for key in ours if key in base and key not in self.keyed["ours"]]
+        added = [key for key in theirs if key not in base]
+        if removed and added:
+            return (
+                f"upstream removes {self.names(removed)} where the patch adds {self.names(added)}"
+            )
         return None
 
     def _order_free(self, keys: list[Key]) -> bool:

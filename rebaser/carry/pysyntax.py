@@ -117,7 +117,7 @@ def _inner(place: Place, lines: Lines, span: tuple[int, int]) -> Optional[Place]
         header_end = min([body[0].lineno, *(d.lineno for d in _decorators(body[0]))]) - 1
         inner = children(lines, body, _header_floor(lines, statement, header_end))
         start, end = inner[0].start, inner[-1].end
-        if start <= span[0] and span[1] <= end and (start < span[0] or span[1] > start):
+        if start <= span[0] and span[1] <= end:
             return Place(statement, inner, (*place.path, (number, index)))
     return None
 
