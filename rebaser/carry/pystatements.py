@@ -121,8 +121,9 @@ class StatementMerge:
         """Upstream removed items where the patch adds some: a place upstream reworked (it
         may make those items another way now, e.g. flags from a config), not an insertion
         in an order-free list."""
-        base = self.keyed["base"]
-        removed = [key for key in ours if key in base and key not in self.keyed["ours"]]
+        base, upstream = self.keyed["base"], self.keyed["ours"]
+        removed = [key for key in ours if key in base and key not in upstream]
+        removed = [key for key in removed if not _replaced(key, base, upstream)]  # not edits
         added = [key for key in theirs if key not in base]
         if removed and added:
             return (
