@@ -20,6 +20,17 @@ def dedent(text: str) -> str:
     return textwrap.dedent(text).lstrip("\n")
 
 
+@pytest.fixture
+def carried(rebaser, tmp_path, upstream):
+    """carry() on this test's repositories; a text stands for pkg/mod.py."""
+
+    def run(base, fork, tip, *extra: str):
+        as_files = [f if isinstance(f, dict) else {"pkg/mod.py": f} for f in (base, fork, tip)]
+        return carry(rebaser, tmp_path, upstream, *as_files, *extra)
+
+    return run
+
+
 def carry(
     rebaser, tmp_path, upstream: SyntheticUpstream, base: dict, fork: dict, tip: dict, *extra: str
 ):
@@ -63,16 +74,13 @@ IMPORTS = "import os\nimport sys\n\nVALUE = 1\n"
 
 
 @pytest.mark.parametrize("lane", [[], ["--no-fast-lane"]], ids=["fast-lane", "per-patch"])
-def test_both_sides_add_imports(rebaser, tmp_path, upstream, lane):
+def test_both_sides_add_imports(carried, lane):
     """In the fast lane's git rebase (the scratch repository) and after the per-patch
     cherry-pick (the worktree) alike."""
-    row, tree = carry(
-        rebaser,
-        tmp_path,
-        upstream,
-        {"pkg/mod.py": IMPORTS},
-        {"pkg/mod.py": "import os\nimport json\nimport sys\n\nVALUE = 1\n"},
-        {"pkg/mod.py": "import os\nimport re\nimport sys\n\nVALUE = 1\n"},
+    row, tree = carried(
+        IMPORTS,
+        "import os\nimport json\nimport sys\n\nVALUE = 1\n",
+        "import os\nimport re\nimport sys\n\nVALUE = 1\n",
         *lane,
     )
     assert row["status"] == "structured merge"
@@ -81,19 +89,16 @@ def test_both_sides_add_imports(rebaser, tmp_path, upstream, lane):
     assert git(tree, "log", "-1", "--format=%s") == "fork: the change"
 
 
-def test_both_sides_add_members_to_a_class(rebaser, tmp_path, upstream):
+def test_both_sides_add_members_to_a_class(carried):
     base = dedent("""
         class Model:
             def forward(self, x):
                 return x
         """)
-    row, tree = carry(
-        rebaser,
-        tmp_path,
-        upstream,
-        {"pkg/mod.py": base},
-        {"pkg/mod.py": base + "\n    def detach(self):\n        return None\n"},
-        {"pkg/mod.py": base + "\n    def reset(self):\n        return 0\n"},
+    row, tree = carried(
+        base,
+        base + "\n    def detach(self):\n        return None\n",
+        base + "\n    def reset(self):\n        return 0\n",
     )
     assert row["status"] == "structured merge", row
     assert "upstream's reset first, then the patch's detach" in row["detail"]
@@ -113,14 +118,11 @@ DATACLASS = dedent("""
     """)
 
 
-def test_both_sides_add_dataclass_fields(rebaser, tmp_path, upstream):
-    row, tree = carry(
-        rebaser,
-        tmp_path,
-        upstream,
-        {"pkg/mod.py": DATACLASS},
-        {"pkg/mod.py": DATACLASS + "    topk_backend: str = 'torch'\n"},
-        {"pkg/mod.py": DATACLASS + "    dropout: float = 0.1\n"},
+def test_both_sides_add_dataclass_fields(carried):
+    row, tree = carried(
+        DATACLASS,
+        DATACLASS + "    topk_backend: str = 'torch'\n",
+        DATACLASS + "    dropout: float = 0.1\n",
     )
     assert row["status"] == "structured merge"
     assert "upstream's dropout first, then the patch's topk_backend" in row["detail"]
@@ -163,12 +165,8 @@ def test_both_sides_add_dataclass_fields(rebaser, tmp_path, upstream):
     ],
     ids=["dict", "set", "kwargs", "__all__", "import-names"],
 )
-def test_both_sides_add_items_inside_one_statement(
-    rebaser, tmp_path, upstream, base, fork, tip, expected
-):
-    row, tree = carry(
-        rebaser, tmp_path, upstream, {"pkg/mod.py": base}, {"pkg/mod.py": fork}, {"pkg/mod.py": tip}
-    )
+def test_both_sides_add_items_inside_one_statement(carried, base, fork, tip, expected):
+    row, tree = carried(base, fork, {"pkg/mod.py": tip})
     assert row["status"] == "structured merge", row
     assert merged(tree) == expected
 
@@ -184,13 +182,10 @@ MOVED_BASE = dedent("""
     """)
 
 
-def test_an_edit_to_a_function_upstream_moved(rebaser, tmp_path, upstream):
-    row, tree = carry(
-        rebaser,
-        tmp_path,
-        upstream,
-        {"pkg/mod.py": MOVED_BASE},
-        {"pkg/mod.py": MOVED_BASE.replace("x + 1", "x + 2")},
+def test_an_edit_to_a_function_upstream_moved(carried):
+    row, tree = carried(
+        MOVED_BASE,
+        MOVED_BASE.replace("x + 1", "x + 2"),
         {"pkg/mod.py": """
             def first():
                 return 0
@@ -212,18 +207,15 @@ def test_an_edit_to_a_function_upstream_moved(rebaser, tmp_path, upstream):
     assert "y = x + 2" in text and "x + 1" not in text
 
 
-def test_an_edit_to_code_upstream_reformatted(rebaser, tmp_path, upstream):
+def test_an_edit_to_code_upstream_reformatted(carried):
     base = dedent("""
         def total(a, b):
             value = compute(a, b, option=True, other=False, third=None, fourth=1)
             return value
         """)
-    row, tree = carry(
-        rebaser,
-        tmp_path,
-        upstream,
-        {"pkg/mod.py": base},
-        {"pkg/mod.py": base.replace("return value", "return value * 2")},
+    row, tree = carried(
+        base,
+        base.replace("return value", "return value * 2"),
         {"pkg/mod.py": """
             def total(a, b):
                 value = compute(
@@ -251,27 +243,21 @@ PARSER = dedent("""
     """)
 
 
-def test_a_duplicated_argparse_flag_stays_a_conflict(rebaser, tmp_path, upstream):
-    row, tree = carry(
-        rebaser,
-        tmp_path,
-        upstream,
-        {"pkg/mod.py": PARSER},
-        {"pkg/mod.py": PARSER + '    parser.add_argument("--topk", type=str)\n'},
-        {"pkg/mod.py": PARSER + '    parser.add_argument("--topk", type=int)\n'},
+def test_a_duplicated_argparse_flag_stays_a_conflict(carried):
+    row, tree = carried(
+        PARSER,
+        PARSER + '    parser.add_argument("--topk", type=str)\n',
+        PARSER + '    parser.add_argument("--topk", type=int)\n',
     )
     assert row["status"] == "dropped"
     assert row["stop"]["conflicts"] == ["pkg/mod.py"]
     assert "flag --topk: the result would define it twice" in row["detail"]
 
 
-def test_a_flag_upstream_adds_elsewhere_in_the_file_stays_a_conflict(rebaser, tmp_path, upstream):
+def test_a_flag_upstream_adds_elsewhere_in_the_file_stays_a_conflict(carried):
     base = PARSER + '\n\ndef more(parser):\n    parser.add_argument("--x")\n'
-    row, _ = carry(
-        rebaser,
-        tmp_path,
-        upstream,
-        {"pkg/mod.py": base},
+    row, _ = carried(
+        base,
         {
             "pkg/mod.py": base.replace(
                 '"--layers", type=int)\n',
@@ -289,14 +275,11 @@ def test_a_flag_upstream_adds_elsewhere_in_the_file_stays_a_conflict(rebaser, tm
     assert "argparse flag --topk twice" in row["detail"]
 
 
-def test_importing_a_name_upstream_deleted_stays_a_conflict(rebaser, tmp_path, upstream):
+def test_importing_a_name_upstream_deleted_stays_a_conflict(carried):
     util = "def helper():\n    return 1\n\n\ndef other():\n    return 2\n"
-    row, _ = carry(
-        rebaser,
-        tmp_path,
-        upstream,
+    row, _ = carried(
         {"pkg/mod.py": IMPORTS, "pkg/util.py": util},
-        {"pkg/mod.py": "import os\nfrom pkg.util import helper\nimport sys\n\nVALUE = 1\n"},
+        "import os\nfrom pkg.util import helper\nimport sys\n\nVALUE = 1\n",
         {
             "pkg/mod.py": "import os\nimport re\nimport sys\n\nVALUE = 1\n",
             "pkg/util.py": "def other():\n    return 2\n",
@@ -306,7 +289,7 @@ def test_importing_a_name_upstream_deleted_stays_a_conflict(rebaser, tmp_path, u
     assert "the patch imports helper from pkg.util, which upstream deleted" in row["detail"]
 
 
-def test_using_a_name_upstream_deleted_from_the_file_stays_a_conflict(rebaser, tmp_path, upstream):
+def test_using_a_name_upstream_deleted_from_the_file_stays_a_conflict(carried):
     base = dedent("""
         def _scale(x):
             return 2 * x
@@ -324,42 +307,33 @@ def test_using_a_name_upstream_deleted_from_the_file_stays_a_conflict(rebaser, t
             def reset(self):
                 return 0
         """
-    row, _ = carry(
-        rebaser,
-        tmp_path,
-        upstream,
-        {"pkg/mod.py": base},
-        {"pkg/mod.py": base + "\n    def scaled(self, x):\n        return _scale(x)\n"},
-        {"pkg/mod.py": without_scale},
+    row, _ = carried(
+        base,
+        base + "\n    def scaled(self, x):\n        return _scale(x)\n",
+        without_scale,
     )
     assert row["status"] == "dropped"
     assert "uses _scale, which upstream deleted" in row["detail"]
 
 
-def test_a_result_that_does_not_compile_stays_a_conflict(rebaser, tmp_path, upstream):
+def test_a_result_that_does_not_compile_stays_a_conflict(carried):
     """The patch adds a __future__ import at the top; upstream's new import goes first, so
     the merged module would not compile."""
-    row, _ = carry(
-        rebaser,
-        tmp_path,
-        upstream,
-        {"pkg/mod.py": IMPORTS},
-        {"pkg/mod.py": "from __future__ import annotations\nimport os\nimport sys\n\nVALUE = 1\n"},
-        {"pkg/mod.py": "import re\nimport os\nimport sys\n\nVALUE = 1\n"},
+    row, _ = carried(
+        IMPORTS,
+        "from __future__ import annotations\nimport os\nimport sys\n\nVALUE = 1\n",
+        "import re\nimport os\nimport sys\n\nVALUE = 1\n",
     )
     assert row["status"] == "dropped"
     assert "the result would not compile" in row["detail"]
     assert "from __future__ imports must occur at the beginning" in row["detail"]
 
 
-def test_both_sides_changing_one_function_stays_a_conflict(rebaser, tmp_path, upstream):
-    row, tree = carry(
-        rebaser,
-        tmp_path,
-        upstream,
-        {"pkg/mod.py": MOVED_BASE},
-        {"pkg/mod.py": MOVED_BASE.replace("x + 1", "x + 2")},
-        {"pkg/mod.py": MOVED_BASE.replace("x + 1", "x + 3")},
+def test_both_sides_changing_one_function_stays_a_conflict(carried):
+    row, tree = carried(
+        MOVED_BASE,
+        MOVED_BASE.replace("x + 1", "x + 2"),
+        MOVED_BASE.replace("x + 1", "x + 3"),
     )
     assert row["status"] == "dropped"
     assert row["stop"]["conflicts"] == ["pkg/mod.py"]

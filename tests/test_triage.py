@@ -8,6 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from synthetic import CALC, Change, SyntheticUpstream, build_series, edit, git
 from test_apply_synthetic import apply
 
@@ -27,6 +28,12 @@ def carried(
         tmp_path / "proj", upstream, "v1", changes, extra_directives=f"@base git:{base}\n"
     )
     return carry_series(rebaser, tmp_path, upstream, series, tip)
+
+
+@pytest.fixture
+def carry_changes(rebaser, tmp_path, upstream):
+    """carried() on this test's repositories."""
+    return lambda changes, tip="tip": carried(rebaser, tmp_path, upstream, changes, tip)
 
 
 def carry_series(rebaser, tmp_path, upstream, series: Path, tip: str = "tip"):
@@ -54,11 +61,11 @@ def history(
 # -- the colliding commit ------------------------------------------------------------------
 
 
-def test_the_colliding_commit_is_the_one_the_history_planted(rebaser, tmp_path, upstream):
+def test_the_colliding_commit_is_the_one_the_history_planted(
+    carry_changes, rebaser, tmp_path, upstream
+):
     shas = history(upstream, 30, {17: {"pkg/calc.py": edit(CALC, "return a * b", "return b * a")}})
-    rows, _, _ = carried(
-        rebaser, tmp_path, upstream, [Change("fork: double mul", {"pkg/calc.py": DOUBLED})]
-    )
+    rows, _, _ = carry_changes([Change("fork: double mul", {"pkg/calc.py": DOUBLED})])
     row = rows["0001"]
     assert row["status"] == "dropped"
     assert row["collides_with"] == {
@@ -70,7 +77,9 @@ def test_the_colliding_commit_is_the_one_the_history_planted(rebaser, tmp_path, 
     assert row["reason"] == f"a real conflict with {shas[16][:12]} (upstream 17): resolve by hand"
 
 
-def test_the_colliding_commit_of_a_file_renamed_and_then_edited(rebaser, tmp_path, upstream):
+def test_the_colliding_commit_of_a_file_renamed_and_then_edited(
+    carry_changes, rebaser, tmp_path, upstream
+):
     """Upstream renames calc.py (ort follows that), then edits the line the patch edits."""
     renamed_at, edited_at = 5, 12
     shas = []
@@ -82,20 +91,18 @@ def test_the_colliding_commit_of_a_file_renamed_and_then_edited(rebaser, tmp_pat
             files["pkg/arith.py"] = edit(CALC, "return a * b", "return b * a")
         shas.append(upstream.commit(files, f"upstream {number}"))
     git(upstream.path, "tag", "tip")
-    rows, _, _ = carried(
-        rebaser, tmp_path, upstream, [Change("fork: double mul", {"pkg/calc.py": DOUBLED})]
-    )
+    rows, _, _ = carry_changes([Change("fork: double mul", {"pkg/calc.py": DOUBLED})])
     assert rows["0001"]["collides_with"]["sha"] == shas[edited_at - 1]
     assert rows["0001"]["collides_with"]["what"] == "modified pkg/arith.py"
 
 
-def test_a_function_upstream_moved_to_another_file_is_named(rebaser, tmp_path, upstream):
+def test_a_function_upstream_moved_to_another_file_is_named(
+    carry_changes, rebaser, tmp_path, upstream
+):
     without_mul = edit(CALC, "def mul(a, b):\n    return a * b\n\n\n", "")
     moved = "def mul(a, b):\n    return b * a\n"
     shas = history(upstream, 9, {6: {"pkg/calc.py": without_mul, "pkg/ops.py": moved}})
-    rows, _, _ = carried(
-        rebaser, tmp_path, upstream, [Change("fork: double mul", {"pkg/calc.py": DOUBLED})]
-    )
+    rows, _, _ = carry_changes([Change("fork: double mul", {"pkg/calc.py": DOUBLED})])
     collision = rows["0001"]["collides_with"]
     assert collision["sha"] == shas[5]
     assert collision["what"] == "modified pkg/calc.py; moved mul() to pkg/ops.py"
@@ -107,12 +114,9 @@ def test_a_function_upstream_moved_to_another_file_is_named(rebaser, tmp_path, u
 TOPK = "def select_topk(scores, k):\n    return scores.topk(k)\n"
 
 
-def test_a_patch_upstream_has_is_dropped(rebaser, tmp_path, upstream):
+def test_a_patch_upstream_has_is_dropped(carry_changes, rebaser, tmp_path, upstream):
     history(upstream, 3, {2: {"pkg/calc.py": DOUBLED}})
-    rows, _, _ = carried(
-        rebaser,
-        tmp_path,
-        upstream,
+    rows, _, _ = carry_changes(
         [
             Change("fork: double mul", {"pkg/calc.py": DOUBLED}),
             Change(
@@ -126,7 +130,9 @@ def test_a_patch_upstream_has_is_dropped(rebaser, tmp_path, upstream):
     assert rows["0002"]["proposal"] == "keep" and rows["0002"]["reason"] == "applied as it is"
 
 
-def test_a_patch_whose_names_upstream_added_is_superseded(rebaser, tmp_path, upstream):
+def test_a_patch_whose_names_upstream_added_is_superseded(
+    carry_changes, rebaser, tmp_path, upstream
+):
     shas = history(
         upstream,
         8,
@@ -137,10 +143,7 @@ def test_a_patch_whose_names_upstream_added_is_superseded(rebaser, tmp_path, ups
     )
     fork_topk = TOPK.replace("scores.topk(k)", "scores.topk(k, sorted=False)")
     fork_calc = DOUBLED + "\n\ndef topk_backend():\n    return 'flashinfer'\n"
-    rows, _, _ = carried(
-        rebaser,
-        tmp_path,
-        upstream,
+    rows, _, _ = carry_changes(
         [Change("fork: explicit top-k", {"pkg/topk.py": fork_topk, "pkg/calc.py": fork_calc})],
     )
     row = rows["0001"]
@@ -151,20 +154,22 @@ def test_a_patch_whose_names_upstream_added_is_superseded(rebaser, tmp_path, ups
     )
 
 
-def test_a_stopped_patch_whose_lines_upstream_has_is_superseded(rebaser, tmp_path, upstream):
+def test_a_stopped_patch_whose_lines_upstream_has_is_superseded(
+    carry_changes, rebaser, tmp_path, upstream
+):
     guard = "    if b == 0:\n        raise ZeroDivisionError(b)\n    assert isinstance(b, float)\n"
     checked = edit(CALC, "    return a / b\n", guard + "    return a / b\n")
     upstream_version = edit(checked, "    return a / b\n", "    return a / float(b)\n")
     history(upstream, 4, {3: {"pkg/calc.py": upstream_version}})
-    rows, _, _ = carried(
-        rebaser, tmp_path, upstream, [Change("fork: check div", {"pkg/calc.py": checked})]
-    )
+    rows, _, _ = carry_changes([Change("fork: check div", {"pkg/calc.py": checked})])
     assert rows["0001"]["status"] == "dropped"
     assert rows["0001"]["proposal"] == "drop"
     assert rows["0001"]["reason"] == "superseded: upstream already has 3 of the 3 lines it adds"
 
 
-def test_a_stopped_patch_whose_feature_upstream_made_is_superseded(rebaser, tmp_path, upstream):
+def test_a_stopped_patch_whose_feature_upstream_made_is_superseded(
+    carry_changes, rebaser, tmp_path, upstream
+):
     """An upstream commit on the patch's file whose subject shares words rare in upstream's
     history ("int4", "qat": once in 700 subjects) re-made the feature."""
     many_commits(upstream, 700)
@@ -173,10 +178,7 @@ def test_a_stopped_patch_whose_feature_upstream_made_is_superseded(rebaser, tmp_
         "Add int4 qat training support",
     )
     upstream.commit({"pkg/other.py": "VERSION = 2\n"}, "upstream 2", tag="tip")
-    rows, _, _ = carried(
-        rebaser,
-        tmp_path,
-        upstream,
+    rows, _, _ = carry_changes(
         [Change("feat: add INT4 fake QAT for grouped linear", {"pkg/calc.py": DOUBLED})],
     )
     row = rows["0001"]
@@ -188,16 +190,15 @@ def test_a_stopped_patch_whose_feature_upstream_made_is_superseded(rebaser, tmp_
     assert row["collides_with"]["sha"] == made
 
 
-def test_words_common_in_upstreams_subjects_do_not_make_a_feature(rebaser, tmp_path, upstream):
+def test_words_common_in_upstreams_subjects_do_not_make_a_feature(
+    carry_changes, rebaser, tmp_path, upstream
+):
     many_commits(upstream, 700)
     upstream.commit(
         {"pkg/calc.py": edit(CALC, "return a * b", "return b * a")}, "tune knob3 for layer3"
     )
     upstream.commit({"pkg/other.py": "VERSION = 2\n"}, "upstream 2", tag="tip")
-    rows, _, _ = carried(
-        rebaser,
-        tmp_path,
-        upstream,
+    rows, _, _ = carry_changes(
         [Change("tune knob3 for layer3 again", {"pkg/calc.py": DOUBLED})],
     )
     assert rows["0001"]["proposal"] == "keep", rows["0001"]["reason"]
@@ -225,7 +226,9 @@ def many_commits(upstream: SyntheticUpstream, count: int) -> None:
     git(upstream.path, "reset", "-q", "--hard", "main")
 
 
-def test_patches_that_follow_up_a_dropped_one_are_dropped(rebaser, tmp_path, upstream):
+def test_patches_that_follow_up_a_dropped_one_are_dropped(
+    carry_changes, rebaser, tmp_path, upstream
+):
     """0001 is superseded; 0002 is blocked on it; 0003 names its pull request; 0004 shares
     its topic and a file; 0005 packages the folder only 0001 creates; 0006 stands alone."""
     history(upstream, 5, {3: {"pkg/topk.py": TOPK}})
@@ -253,7 +256,7 @@ def test_patches_that_follow_up_a_dropped_one_are_dropped(rebaser, tmp_path, ups
         ),
         Change("fix: check div", {"pkg/other2.py": "CHECKED = True\n"}),
     ]
-    rows, _, _ = carried(rebaser, tmp_path, upstream, changes)
+    rows, _, _ = carry_changes(changes)
     proposals = {number: (row["proposal"], row["reason"]) for number, row in rows.items()}
     assert rows["0001"]["status"] == "dropped"
     assert proposals["0001"][0] == "drop" and proposals["0001"][1].startswith("superseded: ")
@@ -271,7 +274,7 @@ def test_patches_that_follow_up_a_dropped_one_are_dropped(rebaser, tmp_path, ups
     assert proposals["0006"] == ("keep", "applied as it is")
 
 
-def test_a_blocked_patch_names_its_own_conflicts(rebaser, tmp_path, upstream):
+def test_a_blocked_patch_names_its_own_conflicts(carry_changes, rebaser, tmp_path, upstream):
     """0002 is blocked on 0001 in calc.py and, on its own, conflicts in util.py, a file
     0001 never touches; its colliding commit is the one that edited util.py."""
     util = "def clamp(x):\n    return max(0, x)\n"
@@ -285,10 +288,7 @@ def test_a_blocked_patch_names_its_own_conflicts(rebaser, tmp_path, upstream):
             8: {"pkg/util.py": util.replace("max(0, x)", "max(1, x)")},
         },
     )
-    rows, _, _ = carried(
-        rebaser,
-        tmp_path,
-        upstream,
+    rows, _, _ = carry_changes(
         [
             Change("fork: double mul", {"pkg/calc.py": DOUBLED}),
             Change(
@@ -315,17 +315,14 @@ def test_a_blocked_patch_names_its_own_conflicts(rebaser, tmp_path, upstream):
 
 
 def test_every_patch_row_has_a_proposal_and_no_triage_runs_without_a_stop(
-    rebaser, tmp_path, upstream, monkeypatch
+    carry_changes, rebaser, tmp_path, upstream, monkeypatch
 ):
     def refuse(*args, **kwargs):
         raise AssertionError("the triage looked at upstream on a run without stops")
 
     monkeypatch.setattr(triage_module, "Upstream", refuse)
     history(upstream, 3, {})
-    rows, report, result = carried(
-        rebaser,
-        tmp_path,
-        upstream,
+    rows, report, result = carry_changes(
         [Change("fork: double mul", {"pkg/calc.py": DOUBLED})],
     )
     assert result.code == ExitCode.OK
@@ -334,7 +331,9 @@ def test_every_patch_row_has_a_proposal_and_no_triage_runs_without_a_stop(
     assert report["steps"][0]["proposal"] is None  # the overlay is not a patch
 
 
-def test_the_table_and_the_markdown_start_with_what_needs_a_decision(rebaser, tmp_path, upstream):
+def test_the_table_and_the_markdown_start_with_what_needs_a_decision(
+    carry_changes, rebaser, tmp_path, upstream
+):
     upstream_has = edit(CALC, "return a - b", "return a - b  # upstream's")
     history(upstream, 4, {2: {"pkg/calc.py": edit(upstream_has, "return a * b", "return b * a")}})
     changes = [
@@ -367,7 +366,7 @@ def test_the_table_and_the_markdown_start_with_what_needs_a_decision(rebaser, tm
             },
         ),
     ]
-    rows, _, result = carried(rebaser, tmp_path, upstream, changes)
+    rows, _, result = carry_changes(changes)
     assert [rows[n]["proposal"] for n in ("0001", "0002", "0003")] == ["keep", "drop", "keep"]
     out = result.out
     resolve, confirm, applied = (

@@ -337,25 +337,13 @@ def _pick(
 
 
 def _insert(picks: list[_Pick], base: Keyed, ours: Keyed, theirs: Keyed) -> list[_Pick]:
-    def past_upstream(position: int) -> int:  # upstream's own additions there come first
-        while (
-            position < len(picks)
-            and picks[position].key not in base
-            and picks[position].key not in theirs
-        ):
-            position += 1
-        return position
-
-    cursor = past_upstream(0)
-    for key, (item, _) in theirs.items():
-        if key in base or key in ours:
-            found = [n for n, pick in enumerate(picks) if pick.key == key]
-            if found:
-                cursor = past_upstream(found[0] + 1)
-            continue
-        picks.insert(cursor, _Pick(key, item, "theirs"))
-        cursor += 1
-    return picks
+    """The patch's new items, each after the item it follows on the patch's side."""
+    keys = [pick.key for pick in picks]
+    old = iter(picks)
+    return [
+        next(old) if key in keys else _Pick(key, theirs[key][0], "theirs")
+        for key in pysyntax.with_additions(keys, base, ours, list(theirs))
+    ]
 
 
 def _problems(

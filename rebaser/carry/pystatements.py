@@ -340,22 +340,9 @@ def _insert_theirs(
     items: list[Optional[_Item]], base: Keyed, ours: Keyed, theirs: Keyed
 ) -> list[Optional[_Item]]:
     """The patch's new items, each after the item it follows on the patch's side."""
-
-    def upstreams(item: Optional[_Item]) -> bool:  # gone, or added by upstream alone
-        return item is None or (item.key not in base and item.key not in theirs)
-
-    def after(position: int) -> int:  # past upstream's own additions right there
-        while position < len(items) and upstreams(items[position]):
-            position += 1
-        return position
-
-    cursor = after(0)
-    for key, child in theirs.items():
-        if key in ours or key in base:
-            found = [n for n, item in enumerate(items) if item is not None and item.key == key]
-            if found:
-                cursor = after(found[0] + 1)
-            continue
-        items.insert(cursor, _Item(key, child, "theirs"))
-        cursor += 1
-    return items
+    keys = [item.key if item is not None else None for item in items]
+    old = iter(items)
+    return [
+        next(old) if key is None or key in keys else _Item(key, theirs[key], "theirs")
+        for key in pysyntax.with_additions(keys, base, ours, list(theirs))
+    ]

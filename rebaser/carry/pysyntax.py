@@ -16,7 +16,7 @@ import functools
 import io
 import tokenize
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence
+from typing import Container, Hashable, Iterator, Optional, Sequence
 
 Lines = list[str]
 Key = tuple[str, ...]
@@ -148,6 +148,37 @@ def overlaps(child: Child, span: tuple[int, int]) -> bool:
     if span[0] == span[1]:  # a point: inside the statement, or right after its last line
         return child.start < span[0] <= child.end
     return child.start < span[1] and span[0] < child.end
+
+
+def with_additions(
+    merged: Sequence[Optional[Hashable]],
+    base: Container,
+    ours: Container,
+    theirs: Sequence[Hashable],
+) -> list[Optional[Hashable]]:
+    """Upstream's keys in its order (None where an item went) with the keys only the patch
+    has, each after the key it follows on the patch's side and after upstream's own
+    additions right there ("upstream's items first")."""
+    result = list(merged)
+    mine = set(theirs)
+
+    def after(position: int) -> int:
+        while position < len(result) and (
+            result[position] is None
+            or (result[position] not in base and result[position] not in mine)
+        ):
+            position += 1
+        return position
+
+    cursor = after(0)
+    for key in theirs:
+        if key in base or key in ours:
+            if key in result:
+                cursor = after(result.index(key) + 1)
+            continue
+        result.insert(cursor, key)
+        cursor += 1
+    return result
 
 
 # -- what a statement is -------------------------------------------------------------------

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from rebaser.carry import pymerge, pysyntax
+from rebaser.carry import objects, pymerge, pysyntax
 from rebaser.repo.git import Git
 
 _cache: dict[tuple[str, ...], tuple[str, list[str], list[str], bool]] = {}
@@ -97,19 +97,13 @@ def _stages(git: Git) -> dict[str, tuple[str, str, str]]:
 
 
 def _blobs(git: Git, shas: list[str]) -> dict[str, Optional[str]]:
-    unique = sorted(set(shas))
-    out = git.output_bytes("cat-file", "--batch", stdin="".join(f"{s}\n" for s in unique).encode())
+    """The blobs' texts (None: not UTF-8)."""
     texts: dict[str, Optional[str]] = {}
-    cursor = 0
-    for sha in unique:
-        end = out.index(b"\n", cursor)
-        size = int(out[cursor:end].split()[2])
-        cursor = end + 1
+    for sha, data in objects.read(git, shas).items():
         try:
-            texts[sha] = out[cursor : cursor + size].decode("utf-8")
+            texts[sha] = data.decode("utf-8") if data is not None else None
         except UnicodeDecodeError:
             texts[sha] = None
-        cursor += size + 1
     return texts
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 
+from rebaser.carry import objects
 from rebaser.carry.collision import Bisector
 from rebaser.carry.difflines import file_lines, present_lines
 from rebaser.repo.git import Git
@@ -169,23 +170,15 @@ class Upstream:
 
     def texts(self, paths: Sequence[str]) -> dict[str, Optional[str]]:
         """The target's version of each file (None: it has none)."""
-        query = "".join(f"{self.target}:{path}\n" for path in paths).encode()
-        if not query:
-            return {}
-        out = self.repo.output_bytes("cat-file", "--batch", stdin=query)
-        texts: dict[str, Optional[str]] = {}
-        cursor = 0
-        for path in paths:
-            end = out.index(b"\n", cursor)
-            header = out[cursor:end].split()
-            cursor = end + 1
-            if len(header) == 3 and header[1] == b"blob":
-                size = int(header[2])
-                texts[path] = out[cursor : cursor + size].decode("utf-8", "replace")
-                cursor += size + 1
-            else:
-                texts[path] = None
-        return texts
+        found = objects.read(self.repo, [f"{self.target}:{path}" for path in paths])
+        return {
+            path: (
+                data.decode("utf-8", "replace")
+                if (data := found[f"{self.target}:{path}"])
+                else None
+            )
+            for path in paths
+        }
 
 
 def words(subject: str) -> list[str]:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from rebaser.carry import structured
+from rebaser.carry import objects, structured
 from rebaser.carry.knockon import needed_patch
 from rebaser.repo import late_checkout
 from rebaser.repo import scratch
@@ -247,23 +247,7 @@ def _carried(worktree: Git, head: str) -> dict[str, dict[str, _Change]]:
 
 def _texts(worktree: Git, names: list[str]) -> Texts:
     """`<commit>:<path>` -> the file's bytes (None: no such file), in one git call."""
-    if not names:
-        return {}
-    query = "".join(f"{name}\n" for name in names).encode()
-    out = worktree.output_bytes("cat-file", "--batch", stdin=query)
-    texts: Texts = {}
-    cursor = 0
-    for name in names:
-        end = out.index(b"\n", cursor)
-        header = out[cursor:end].split()
-        cursor = end + 1
-        if len(header) == 3 and header[1] == b"blob":
-            size = int(header[2])
-            texts[name] = out[cursor : cursor + size]
-            cursor += size + 1
-        else:
-            texts[name] = None
-    return texts
+    return objects.read(worktree, names)
 
 
 def _blob_id(data: bytes) -> str:
