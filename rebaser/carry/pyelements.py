@@ -18,16 +18,13 @@ from __future__ import annotations
 import ast
 import textwrap
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from rebaser.carry import pysyntax
-
-if TYPE_CHECKING:  # pymerge imports this module
-    from rebaser.carry.pymerge import _Facts, _Side
-    from rebaser.carry.pysyntax import Place
+from rebaser.carry.pysyntax import Facts, Place, Side
 
 _CONTAINERS = (ast.Dict, ast.Set, ast.Call, ast.List, ast.Tuple, ast.ImportFrom)
 _KINDS = {ast.Dict: cst.Dict, ast.Set: cst.Set, ast.Call: cst.Call, ast.List: cst.List}
@@ -82,7 +79,7 @@ class _Pick:
     side: str
 
 
-def merge(places: dict[str, "Place"], sides: dict[str, "_Side"], facts: "_Facts") -> Outcome:
+def merge(places: dict[str, Place], sides: dict[str, Side], facts: Facts) -> Outcome:
     """(first line, end, new lines, reason) in upstream's file; a refusal; or None when no
     dict, set, call, `__all__`, import or parameter list holds the hunk (the statement merge
     then tries)."""
@@ -143,7 +140,7 @@ def _positional(picks: list[_Pick], base: Keyed) -> Union[str, list[_Pick]]:
 # -- finding the container -----------------------------------------------------------------
 
 
-def _statement(node: ast.stmt, side: "_Side") -> Optional[_Statement]:
+def _statement(node: ast.stmt, side: Side) -> Optional[_Statement]:
     """The statement's deepest container holding the hunk, in LibCST."""
     target = _target(node, side.span)
     if target is None:
@@ -347,7 +344,7 @@ def _insert(picks: list[_Pick], base: Keyed, ours: Keyed, theirs: Keyed) -> list
 
 
 def _problems(
-    merged: dict[str, list[_Pick]], statements: dict[str, _Statement], facts: "_Facts"
+    merged: dict[str, list[_Pick]], statements: dict[str, _Statement], facts: Facts
 ) -> Optional[str]:
     """Names the patch's new items read that upstream deleted; names imported twice."""
     base = statements["base"]

@@ -31,16 +31,11 @@ import ast
 import difflib
 import functools
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 from rebaser.carry import pysyntax
 from rebaser.carry.pystatements import StatementMerge
-from rebaser.carry.pysyntax import Lines, Place
-
-# An in-repository module's top-level names on upstream's side (None: not in the repository
-# or unknowable), for "does the patch import a name upstream deleted?": given the module as
-# written (`a.b`, or `.b` relative to the file) and the importing file's path.
-ModuleNames = Callable[[str, str], Optional[set[str]]]
+from rebaser.carry.pysyntax import Facts, Lines, ModuleNames, Place, Side
 
 
 @dataclass
@@ -117,7 +112,7 @@ def merge(
     """Resolve what can be resolved of the hunks in `diff3` (git merge-file --diff3 of the
     three files); the others stay, as diff3 hunks."""
     segments = parse_diff3(diff3, marker_size)
-    facts = _Facts(base, ours, theirs, modules, path)
+    facts = Facts(base, ours, theirs, modules, path)
     resolved, kept = [], []
     whole: Optional[_Whole] = None
     done: set[int] = set()
@@ -182,38 +177,6 @@ def _whole_file(text: str, ours: str) -> Optional[str]:
     return None
 
 
-class _Facts:
-    """What holds for the whole file: the names upstream deleted from it, and where its
-    imports point."""
-
-    def __init__(
-        self, base: str, ours: str, theirs: str, modules: Optional[ModuleNames], path: str
-    ) -> None:
-        self.modules, self.path = modules, path
-        self._texts = (base, ours, theirs)
-
-    @functools.cached_property
-    def deleted(self) -> set[str]:
-        """The names the module bound on the base and upstream's side no longer does."""
-        before, after = _names(self._texts[0]), _names(self._texts[1])
-        return (before - after) if before is not None and after is not None else set()
-
-    @functools.cached_property
-    def patch_binds(self) -> set[str]:
-        """Every name the patch's version of the file binds somewhere."""
-        try:
-            return pysyntax.all_bound(ast.parse(self._texts[2]))
-        except (SyntaxError, ValueError):
-            return set()
-
-
-def _names(text: str) -> Optional[set[str]]:
-    try:
-        return pysyntax.module_names(ast.parse(text))
-    except (SyntaxError, ValueError):
-        return None
-
-
 def _line_of(segments: list[Segment], region: Region) -> int:
     line = 1
     for segment in segments:
@@ -224,17 +187,6 @@ def _line_of(segments: list[Segment], region: Region) -> int:
 
 
 # -- one hunk ------------------------------------------------------------------------------
-
-
-@dataclass
-class _Side:
-    """The file with this hunk as one side wrote it (the other hunks as upstream's)."""
-
-    name: str
-    lines: Lines
-    tree: ast.Module
-    span: tuple[int, int]  # the hunk's lines
-    offset: int = 0  # where these lines start in the file (a class or function parsed alone)
 
 
 class _Whole:
@@ -268,7 +220,7 @@ def _window(whole: _Whole, span: tuple[int, int]) -> tuple[int, int]:
 
 
 def _resolve(
-    segments: list[Segment], region: Region, facts: _Facts, whole: _Whole
+    segments: list[Segment], region: Region, facts: Facts, whole: _Whole
 ) -> Union[str, tuple]:
     """(new segments, reason), or why the hunk stays a conflict."""
     _, span = _variant(segments, region, "ours")
@@ -283,7 +235,7 @@ def _resolve(
             tree = ast.parse("".join(lines))
         except (SyntaxError, ValueError):
             return _UNPARSABLE
-        sides[name] = _Side(name, lines, tree, (span[0] - low, span[0] - low + len(mine)), low)
+        sides[name] = Side(name, lines, tree, (span[0] - low, span[0] - low + len(mine)), low)
     places = _places(sides)
     if isinstance(places, str):
         return places
@@ -322,7 +274,7 @@ def _variant(segments: list[Segment], region: Region, side: str) -> tuple[Lines,
     return lines, span
 
 
-def _places(sides: dict[str, _Side]) -> Union[str, dict[str, Place]]:
+def _places(sides: dict[str, Side]) -> Union[str, dict[str, Place]]:
     """The same place in the three files (the shallowest of the three, when one side's
     hunk reaches further out)."""
     found = {n: pysyntax.place_of(s.tree, s.lines, s.span) for n, s in sides.items()}
@@ -335,7 +287,7 @@ def _places(sides: dict[str, _Side]) -> Union[str, dict[str, Place]]:
     return found
 
 
-def _one_statement(places: dict[str, Place], sides: dict[str, _Side]) -> bool:
+def _one_statement(places: dict[str, Place], sides: dict[str, Side]) -> bool:
     """Whether every side's hunk lies inside one and the same statement of the place."""
     numbers = set()
     for name, place in places.items():
@@ -353,7 +305,7 @@ def _one_statement(places: dict[str, Place], sides: dict[str, _Side]) -> bool:
 # -- the whole file ------------------------------------------------------------------------
 
 
-def _check(lines: Lines, sides: dict[str, _Side], facts: _Facts, whole: _Whole) -> Optional[str]:
+def _check(lines: Lines, sides: dict[str, Side], facts: Facts, whole: _Whole) -> Optional[str]:
     """What the code with this hunk resolved must not do."""
     text = "".join(lines)
     problem = pysyntax.parses(text)
@@ -375,7 +327,7 @@ def _check(lines: Lines, sides: dict[str, _Side], facts: _Facts, whole: _Whole) 
     return _imports_deleted(tree, sides, facts)
 
 
-def _imports_deleted(tree: ast.Module, sides: dict[str, _Side], facts: _Facts) -> Optional[str]:
+def _imports_deleted(tree: ast.Module, sides: dict[str, Side], facts: Facts) -> Optional[str]:
     """A name the patch's new imports take from a module of the repository that upstream's
     side does not have."""
     if facts.modules is None:

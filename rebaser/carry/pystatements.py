@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Optional, Union
+from typing import Iterable, Optional, Union
 
 from rebaser.carry import pysyntax
-from rebaser.carry.pysyntax import Child, Key, Lines, Place
-
-if TYPE_CHECKING:  # pymerge imports this module
-    from rebaser.carry.pymerge import _Facts, _Side
+from rebaser.carry.pysyntax import Child, Facts, Key, Lines, Place, Side
 
 Keyed = dict[Key, Child]
 Outcome = Union[str, tuple[int, int, Lines, str]]
@@ -47,7 +44,7 @@ class StatementMerge:
     """The three sides' statements of one place, and how each side changed those the hunk
     touches: none, format (the same code written differently, or moved), semantic."""
 
-    def __init__(self, places: dict[str, Place], sides: dict[str, "_Side"]) -> None:
+    def __init__(self, places: dict[str, Place], sides: dict[str, Side]) -> None:
         self.places, self.sides = places, sides
         self.keyed = {name: keyed(place) for name, place in places.items()}
         touched = dict.fromkeys(  # in the files' order, so reasons read the same every run
@@ -58,7 +55,7 @@ class StatementMerge:
         )
         self.changes = {key: self._change(key) for key in touched}
 
-    def merge(self, facts: "_Facts") -> Outcome:
+    def merge(self, facts: Facts) -> Outcome:
         """(first line, end, the new lines, reason) in upstream's lines, or why not."""
         refusal = self._refusal() or self._lost_words()
         if refusal:
@@ -179,7 +176,7 @@ class StatementMerge:
 
     # -- what the merged list must not do ---------------------------------------------------
 
-    def _problem(self, items: list[_Item], facts: "_Facts") -> Optional[str]:
+    def _problem(self, items: list[_Item], facts: Facts) -> Optional[str]:
         problem = self._defined_twice([item.key for item in items]) or self._imported_twice(items)
         if problem:
             return problem

@@ -16,7 +16,7 @@ import functools
 import io
 import tokenize
 from dataclasses import dataclass
-from typing import Container, Hashable, Iterator, Optional, Sequence
+from typing import Callable, Container, Hashable, Iterator, Optional, Sequence
 
 Lines = list[str]
 Key = tuple[str, ...]
@@ -418,3 +418,54 @@ def flag_counts(tree: ast.Module) -> dict[str, int]:
         if isinstance(node, ast.Expr) and (flag := argparse_flag(node)) is not None:
             counts[flag] = counts.get(flag, 0) + 1
     return counts
+
+
+# -- what the merge of one file works with ---------------------------------------------
+
+# An in-repository module's top-level names on upstream's side (None: not in the repository
+# or unknowable), for "does the patch import a name upstream deleted?": given the module as
+# written (`a.b`, or `.b` relative to the file) and the importing file's path.
+ModuleNames = Callable[[str, str], Optional[set[str]]]
+
+
+@dataclass
+class Side:
+    """The file with this hunk as one side wrote it (the other hunks as upstream's)."""
+
+    name: str
+    lines: Lines
+    tree: ast.Module
+    span: tuple[int, int]  # the hunk's lines
+    offset: int = 0  # where these lines start in the file (a class or function parsed alone)
+
+
+class Facts:
+    """What holds for the whole file: the names upstream deleted from it, and where its
+    imports point."""
+
+    def __init__(
+        self, base: str, ours: str, theirs: str, modules: Optional[ModuleNames], path: str
+    ) -> None:
+        self.modules, self.path = modules, path
+        self._texts = (base, ours, theirs)
+
+    @functools.cached_property
+    def deleted(self) -> set[str]:
+        """The names the module bound on the base and upstream's side no longer does."""
+        before, after = _bound_names(self._texts[0]), _bound_names(self._texts[1])
+        return (before - after) if before is not None and after is not None else set()
+
+    @functools.cached_property
+    def patch_binds(self) -> set[str]:
+        """Every name the patch's version of the file binds somewhere."""
+        try:
+            return all_bound(ast.parse(self._texts[2]))
+        except (SyntaxError, ValueError):
+            return set()
+
+
+def _bound_names(text: str) -> Optional[set[str]]:
+    try:
+        return module_names(ast.parse(text))
+    except (SyntaxError, ValueError):
+        return None
