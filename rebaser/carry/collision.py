@@ -201,6 +201,8 @@ class Bisector:
             "diff",
             "-U0",
             "--no-color",
+            "--no-ext-diff",  # the neutral diff.external (repo/git.py) is no command to run
+            "--no-textconv",
             *options,
             f"{sha}^1",
             sha,

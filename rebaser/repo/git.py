@@ -114,6 +114,7 @@ NEUTRAL_SETTINGS: dict[str, str] = {
     "diff.suppressBlankEmpty": "false",
     "diff.relative": "false",
     "diff.orderFile": "/dev/null",
+    # Not a command: a `git diff` that prints patch text must pass --no-ext-diff.
     "diff.external": "",
     "diff.submodule": "short",
     "diff.colorMoved": "no",
