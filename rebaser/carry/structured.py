@@ -18,7 +18,6 @@ touches what git left in conflict.
 from __future__ import annotations
 
 import ast
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,10 +117,8 @@ def _merge(
         for name, text in (("ours", ours), ("base", base), ("theirs", theirs)):
             (Path(folder) / name).write_text(text, encoding="utf-8")
             files.append(str(Path(folder) / name))
-        diff3 = subprocess.run(
-            ["git", "merge-file", "-p", "--diff3", "-L", "HEAD", "-L", "base", "-L", label, *files],
-            capture_output=True,
-        ).stdout.decode("utf-8")
+        labels = ["-L", "HEAD", "-L", "base", "-L", label]
+        diff3 = Git(folder).run("merge-file", "-p", "--diff3", *labels, *files, check=False).stdout
     try:
         merged = pymerge.merge(
             base, ours, theirs, diff3, modules=_ModuleReader(git).names, path=path
