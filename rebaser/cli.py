@@ -63,12 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd = verbs.add_parser(
         "verify", help="apply the series to several bases; one summary table"
     )
-    verify_cmd.add_argument(
+    what = verify_cmd.add_mutually_exclusive_group(required=True)
+    what.add_argument(
         "--bases",
         nargs="+",
-        required=True,
         metavar="BASE",
         help="pypi:megatron-core==X, or tags/shas/branches of --repo",
+    )
+    what.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="REPORT",
+        help="apply nothing: merge the --json reports of earlier verify runs (one CI job per "
+        "base) into one table, JSON and Markdown",
     )
     _series_option(verify_cmd)
     _repo_option(verify_cmd, _REPO_HELP["verify"])

@@ -52,6 +52,38 @@ def test_verify_matrix_over_tags_with_json_and_markdown(rebaser, tmp_path, upstr
     assert rebaser("status", "--repo", upstream.path).out.strip() == "no apply in progress"
 
 
+
+def test_verify_merges_the_reports_of_one_base_each_into_the_same_matrix(
+    rebaser, tmp_path, upstream
+):
+    """CI runs one job per base; `verify --merge` makes their JSON reports the table, JSON
+    and Markdown one `verify --bases` run over all of them writes, and its exit code."""
+    series = two_patch_series(tmp_path, upstream)
+    conflicting_upstream(upstream)
+    common = ["--series", series, "--repo", upstream.path, "--test", "none"]
+    for name, bases in (("all", ["v1", "v2", "nope"]), ("v1", ["v1"]), ("v2", ["v2", "nope"])):
+        rebaser(
+            "verify", *common, "--bases", *bases,
+            "--json", tmp_path / f"{name}.json", "--markdown", tmp_path / f"{name}.md",
+        )  # fmt: skip
+    merged_json, merged_md = tmp_path / "merged.json", tmp_path / "merged.md"
+    result = rebaser(
+        "verify", "--merge", tmp_path / "v1.json", tmp_path / "v2.json",
+        "--json", merged_json, "--markdown", merged_md,
+    )  # fmt: skip
+    assert result.code == ExitCode.NOT_APPLIED, result.out + result.err
+    assert json.loads(merged_json.read_text()) == json.loads((tmp_path / "all.json").read_text())
+    assert merged_md.read_text() == (tmp_path / "all.md").read_text()
+    assert "│ v1 " in result.out and "v2 0002-change-2.patch dropped" in result.out
+
+
+def test_verify_merge_names_a_file_that_is_not_a_verify_report(rebaser, tmp_path):
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"bases": [{"base": "v1", "report": {"steps": 3}}]}))
+    result = rebaser("verify", "--merge", report)
+    assert result.code == ExitCode.USAGE
+    assert f"{report} is not the JSON report of `rebaser verify`" in result.err
+
 def test_verify_never_disturbs_an_apply_in_progress(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream)
     conflicting_upstream(upstream)

@@ -8,6 +8,7 @@ and patch, printed for a terminal and written as JSON and Markdown for CI.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,10 +56,13 @@ def resolve_base(base: str, repo: Optional[Path]) -> Target:
 
 def run(args: argparse.Namespace) -> ExitCode:
     out = Output()
-    with out.progress() as progress:
-        results = verify_bases(
-            series_file(args.series), args.bases, args.repo, args.test, progress, keep=args.keep
-        )
+    if args.merge:  # one CI job per base: their reports become one matrix
+        results = [result for path in args.merge for result in read_matrix(path)]
+    else:
+        with out.progress() as progress:
+            results = verify_bases(
+                series_file(args.series), args.bases, args.repo, args.test, progress, keep=args.keep
+            )
     if args.json:
         write_json(args.json, matrix_json(results))
     if args.markdown:
@@ -175,6 +179,27 @@ def _triage_markdown(result: BaseResult) -> list[str]:
             where = f" — collides with {collided(row)}" if row.collides_with else ""
             lines.append(f"- `{row.name}` ({row.status}): **{row.proposal}**, {row.reason}{where}")
     return lines
+
+
+def read_matrix(path: Path) -> list[BaseResult]:
+    """The rows of a matrix `matrix_json` wrote."""
+    try:
+        return [
+            BaseResult(
+                row["base"],
+                row["exit_code"],
+                Report.from_json(row["report"]) if row["report"] else None,
+                row["error"],
+            )
+            for row in json.loads(path.read_bytes())["bases"]
+        ]
+    except OSError as exc:
+        raise RebaserError(f"cannot read {path}: {exc.strerror}") from None
+    except (ValueError, TypeError, KeyError) as exc:  # not JSON, or another shape
+        raise RebaserError(
+            f"{path} is not the JSON report of `rebaser verify` ({type(exc).__name__}: {exc})",
+            next_step="pass the files `rebaser verify --json` wrote, by the same rebaser version",
+        ) from None
 
 
 def matrix_json(results: Sequence[BaseResult]) -> dict:

@@ -49,6 +49,20 @@ class Report:
             suite.pop("outcomes", None)
         return data
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Report":
+        """A report read back from `to_json` (`verify --merge`); a field this version does
+        not know, or a missing one, is a TypeError."""
+        return cls(
+            **{
+                **data,
+                "steps": [StepRow(**row) for row in data["steps"]],
+                "checks": [Check(**check) for check in data["checks"]],
+                "suites": [SuiteResult(**suite) for suite in data["suites"]],
+                "stop": Stop.from_json(data["stop"]) if data["stop"] else None,
+            }
+        )
+
 
 def outcome_text(
     code: ExitCode,
