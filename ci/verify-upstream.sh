@@ -4,12 +4,15 @@
 # Markdown summary; fail loudly when the series stops applying or its tests fail.
 #
 #   ci/verify-upstream.sh [--repo PATH [--ref REV]...] [--releases "0.19.0 0.19.2"]
-#                         [--series FILE] [--test cpu|none] [--out DIR]
+#                         [--pypi VERSION | --no-latest] [--series FILE]
+#                         [--test cpu|gpu|none] [--out DIR]
 #
 # Latest upstream: each --ref (default HEAD) of a Megatron-LM clone given with --repo, else
-# the newest megatron-core release on PyPI. `rebaser verify` goes on past a patch that does not
-# apply, so the report holds every patch's outcome on every base. Where a patch applied to a
-# latest base only by a fallback (3-way or cherry-pick merge, codemod, replayed resolution)
+# the newest megatron-core release on PyPI (--pypi VERSION: that release). --no-latest: none
+# of the bases is the latest upstream (an older release, a fork's branch): no newest release
+# is added and no refreshed series offered. --releases defaults to the README's table.
+# `rebaser verify` goes on past a patch that does not apply, so the report holds every
+# patch's outcome on every base. Where a patch applied to a latest base only by a fallback (3-way or cherry-pick merge, codemod, replayed resolution)
 # and that base is green (applied, verified, tests passed), the series refreshed from its
 # branch is written to DIR/refreshed-series/<base>/ with its range-diff, which also goes to
 # the job summary: a maintainer can take the fix as it is. Never from a base whose tests
@@ -19,8 +22,7 @@
 set -uo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
-# The releases the README says the series serves (tests/test_ci.py keeps them the same).
-repo="" refs=() releases="0.16.0 0.16.1 0.17.0 0.17.1 0.18.0 0.18.1 0.18.2 0.19.0 0.19.1 0.19.2"
+repo="" refs=() releases="-" pypi="" no_latest=0
 test_mode="cpu" out="forkkit-report"
 series="$here/patches/series"
 while [ $# -gt 0 ]; do
@@ -31,10 +33,14 @@ while [ $# -gt 0 ]; do
         --series) series="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2 ;;
         --test) test_mode="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        --pypi) pypi="==$2"; shift 2 ;;
+        --no-latest) no_latest=1; shift ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) echo "ci/verify-upstream.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
+# By default, the releases the README says the series serves.
+[ "$releases" != "-" ] || releases="$(python3 "$here/ci/matrix.py" --releases)" || exit 2
 
 # How to run rebaser: $REBASER (e.g. "python -m rebaser"), else the console script, else python3.
 if [ -n "${REBASER:-}" ]; then
@@ -59,10 +65,15 @@ if [ -n "$repo" ]; then
         bases+=("$sha")
     done
     repo_args=(--repo "$repo")
-else
-    bases+=("pypi:megatron-core")  # the newest release on PyPI
+elif [ "$no_latest" = 0 ]; then
+    bases+=("pypi:megatron-core$pypi")  # the newest release on PyPI, or the one given
 fi
 latest=${#bases[@]}  # the bases so far are the latest upstream; the rest, the releases matrix
+[ "$no_latest" = 0 ] || latest=0
+if [ ${#bases[@]} -eq 0 ] && [ -z "$releases" ]; then
+    echo "ci/verify-upstream.sh: nothing to verify (--no-latest and no --releases)" >&2
+    exit 2
+fi
 for release in $releases; do
     bases+=("pypi:megatron-core==$release")
 done

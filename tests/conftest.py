@@ -4,6 +4,7 @@ cache), small synthetic upstream repositories, and series built from real commit
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,21 +17,7 @@ from rebaser.upstream import pypi_cache
 
 PROJECT = Path(__file__).resolve().parents[1]
 SERIES = PROJECT / "patches" / "series"
-
-
-def readme_pypi_rows() -> list[tuple[list[str], set[str], list[str]]]:
-    """(versions, the yanked ones, statuses of overlay and patches) of each PyPI row."""
-    section = (PROJECT / "README.md").read_text().split("## Supported upstream\n")[1]
-    rows = []
-    for line in section.split("\n## ")[0].splitlines():
-        if not line.startswith("| megatron-core "):
-            continue
-        release, _, statuses, _ = (cell.strip() for cell in line.strip("|").split("|"))
-        names = release.removeprefix("megatron-core ").split(", ")
-        versions = [name.split()[0] for name in names]
-        yanked = {name.split()[0] for name in names if name.endswith("(yanked)")}
-        rows.append((versions, yanked, [status.strip() for status in statuses.split(",")]))
-    return rows
+sys.path.append(str(PROJECT / "ci"))  # the CI kit's scripts, e.g. matrix.py
 
 
 @pytest.fixture(scope="session")

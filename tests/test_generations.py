@@ -9,7 +9,8 @@ import json
 import re
 
 import pytest
-from conftest import SERIES, readme_pypi_rows
+from conftest import SERIES
+from matrix import readme_pypi_rows
 from packaging.version import Version
 from synthetic import edit
 
