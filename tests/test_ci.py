@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PROJECT, readme_pypi_rows
+from conftest import PROJECT
+from matrix import supported_releases
 from synthetic import ADD_DOC, CALC, calc_series, edit, git
 
 WORKFLOW = PROJECT / "ci" / "github-workflow.yml"
@@ -33,58 +34,141 @@ def test_workflow_triggers_nightly_and_on_series_changes(workflow):
     assert "workflow_dispatch" in triggers
 
 
-def test_workflow_jobs_run_the_script_cache_wheels_and_upload_reports(workflow):
+def local_action(path: str) -> dict:
+    return yaml.safe_load((PROJECT / path / "action.yml").read_text())
+
+
+def test_workflow_fans_out_from_a_plan_and_merges_one_table(workflow):
+    """A plan job computes the bases; each is its own job through the kit's action; one job
+    merges their reports; the GPU job waits on a runner label; least privilege; one run per
+    ref at a time."""
+    jobs = workflow["jobs"]
+    assert workflow["permissions"] == {"contents": "read"}
+    assert workflow["concurrency"]["cancel-in-progress"] is True
+    assert "github.ref" in workflow["concurrency"]["group"]
+    assert "python ci/matrix.py" in jobs["plan"]["steps"][-1]["run"]
+    verify = jobs["verify"]
+    assert verify["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    assert verify["strategy"]["fail-fast"] is False
+    (uses,) = [step for step in verify["steps"] if step.get("uses") == "./ci"]
+    assert set(uses["with"]) <= set(local_action("ci")["inputs"])
+    assert jobs["report"]["needs"] == ["verify", "gpu"] and jobs["report"]["if"] == "always()"
+    assert [step.get("uses") for step in jobs["report"]["steps"]][-1] == "./ci/merge"
+    gpu = jobs["gpu"]
+    assert gpu["if"] == "needs.plan.outputs.gpu-runner != ''"
+    assert gpu["runs-on"] == ["self-hosted", "${{ needs.plan.outputs.gpu-runner }}"]
+    (uses,) = [step for step in gpu["steps"] if step.get("uses") == "./ci"]
+    assert uses["with"]["test"] == "gpu" and set(uses["with"]) <= set(local_action("ci")["inputs"])
+    assert all(job["timeout-minutes"] <= 90 for job in jobs.values())
+
+
+@pytest.mark.parametrize("path", ["ci", "ci/merge"])
+def test_the_actions_use_only_inputs_they_declare_and_scripts_that_exist(path):
+    action = local_action(path)
+    text = (PROJECT / path / "action.yml").read_text()
+    assert set(re.findall(r"inputs\.([\w-]+)", text)) <= set(action["inputs"])
+    assert action["runs"]["using"] == "composite"
+    for step in action["runs"]["steps"]:
+        assert "run" not in step or step["shell"] == "bash"
+        for script in re.findall(r"\$GITHUB_ACTION_PATH/([\w./-]+\.sh)", step.get("run", "")):
+            assert os.access(PROJECT / path / script, os.X_OK), script
     extras = tomllib.loads((PROJECT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
     ]
-    for name, job in workflow["jobs"].items():
-        steps = job["steps"]
-        runs = "\n".join(step.get("run", "") for step in steps)
-        assert "ci/verify-upstream.sh" in runs, name
-        for line in runs.splitlines():
-            if line.startswith("ci/"):
-                assert (PROJECT / shlex.split(line)[0]).is_file()
-        installed = re.findall(r"pip install -e '\.\[(\w+)\]'", runs)
-        assert installed and all(extra in extras for extra in installed), name
-        uploads = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@")]
-        assert (
-            uploads
-            and uploads[0]["if"] == "always()"
-            and uploads[0]["with"]["path"] == "forkkit-report/"
-        )
-        assert job["timeout-minutes"] <= 90
-    cache = [
-        s
-        for s in workflow["jobs"]["pypi-releases"]["steps"]
-        if s.get("uses", "").startswith("actions/cache@")
+    assert local_action("ci")["inputs"]["extras"]["default"] in extras
+
+
+def test_the_wheel_cache_is_keyed_by_release():
+    (cache,) = [
+        s for s in local_action("ci")["runs"]["steps"] if "actions/cache@" in s.get("uses", "")
     ]
-    assert cache and cache[0]["with"]["path"] == ".wheel-cache"
-    assert workflow["jobs"]["pypi-releases"]["env"]["DSA_FORKKIT_WHEELS"].endswith("/.wheel-cache")
-    assert os.access(SCRIPT, os.X_OK)
+    assert cache["with"]["key"] == "megatron-core-${{ inputs.release }}"
+    assert cache["if"] == "inputs.repository == '' && inputs.release != 'latest'"
 
 
-def test_workflow_verifies_the_readme_supported_releases(workflow):
-    """The nightly job checks every release the README says the series serves."""
-    runs = "\n".join(s.get("run", "") for s in workflow["jobs"]["pypi-releases"]["steps"])
-    (releases,) = re.findall(r'--releases "([^"]*)"', runs)
-    supported = [version for versions, _, _ in readme_pypi_rows() for version in versions]
-    assert releases.split() == supported
-    default = re.search(r'releases="([^"]*)"', SCRIPT.read_text()).group(1)
-    assert default.split() == supported  # the script's own default too
+def plan(*args: str) -> tuple[list[dict], str]:
+    result = subprocess.run(
+        [sys.executable, str(PROJECT / "ci" / "matrix.py"), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    outputs = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    return json.loads(outputs["matrix"])["include"], outputs["gpu-runner"]
 
 
-def test_workflow_checks_upstream_main_and_dev_and_uploads_the_refreshed_series(workflow):
-    job = workflow["jobs"]["upstream"]
-    assert job["strategy"]["matrix"]["ref"] == ["main", "dev"]
-    (upstream,) = [s for s in job["steps"] if s.get("with", {}).get("path") == "upstream"]
-    assert upstream["with"]["ref"] == "${{ matrix.ref }}"
-    for job in workflow["jobs"].values():
-        (refreshed,) = [
-            s
-            for s in job["steps"]
-            if s.get("with", {}).get("path", "").endswith("refreshed-series/")
-        ]
-        assert refreshed["if"].startswith("always() && hashFiles('forkkit-report/refreshed-series/")
+def test_the_plan_is_every_readme_release_then_nvidia_main_and_dev_and_the_forks():
+    rows, gpu_runner = plan("--offline", "--fork-branches", "radixark/Megatron-LM@miles-main")
+    releases = [row["release"] for row in rows if row["release"]]
+    assert releases == supported_releases() and len(releases) >= 10
+    assert len({row["id"] for row in rows}) == len(rows)  # artifact names
+    assert [(row["repository"], row["ref"], row["refresh"]) for row in rows if row["ref"]] == [
+        ("NVIDIA/Megatron-LM", "main", True),
+        ("NVIDIA/Megatron-LM", "dev", True),
+        ("radixark/Megatron-LM", "miles-main", False),  # a fork's shape: no refreshed series
+    ]
+    assert not any(row["refresh"] for row in rows if row["release"])  # no newest known
+    assert gpu_runner == ""  # ci/bases.toml as shipped: the GPU job is skipped
+    bad = subprocess.run(
+        [sys.executable, str(PROJECT / "ci" / "matrix.py"), "--offline", "--fork-branches", "x"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode != 0 and "'x' is not owner/repo@branch" in bad.stderr
+
+
+def test_the_newest_release_on_pypi_offers_a_refresh_and_gets_a_job_when_new(fake_pypi):
+    rows, _ = plan()  # fake PyPI: 9.9.0 only
+    newest = [row for row in rows if row["release"] == "9.9.0"]
+    assert [(row["refresh"], "not in the README yet" in row["name"]) for row in newest] == [
+        (True, True)
+    ]
+    fake_pypi.add(supported_releases()[-1])
+    fake_pypi.yanked["9.9.0"] = "broken"
+    rows, _ = plan()
+    assert [row["release"] for row in rows if row["refresh"] and row["release"]] == [
+        supported_releases()[-1]
+    ]
+    assert len([row for row in rows if row["release"]]) == len(supported_releases())  # no twice
+
+
+def action_arguments(tmp_path, **inputs: str) -> list[str]:
+    """The arguments the kit's action passes to verify-upstream.sh for these inputs (the
+    step's own bash, run with the script replaced by one that prints them)."""
+    action = local_action("ci")
+    (step,) = [s for s in action["runs"]["steps"] if s.get("name") == "Verify the series"]
+    fake = tmp_path / "action"
+    fake.mkdir(exist_ok=True)
+    (fake / "verify-upstream.sh").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (fake / "verify-upstream.sh").chmod(0o755)
+    defaults = {name: spec["default"] for name, spec in action["inputs"].items()}
+    values = {**defaults, **inputs}
+    env = {name.upper(): values[name.lower()] for name in step["env"] if name.lower() in values}
+    env = dict(os.environ, GITHUB_ACTION_PATH=str(fake), **env)
+    out = subprocess.run(["bash", "-c", step["run"]], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+def test_the_action_maps_each_kind_of_base_to_the_script(tmp_path):
+    older = action_arguments(tmp_path, release="0.16.0", refresh="false")
+    assert older[:2] == ["--releases", "0.16.0"] and "--no-latest" in older
+    newest = action_arguments(tmp_path, release="0.19.2", refresh="true")
+    assert newest[:2] == ["--releases", ""] and newest[-2:] == ["--pypi", "0.19.2"]
+    assert "--no-latest" not in newest
+    assert "--pypi" not in action_arguments(tmp_path, release="latest")
+    dev = action_arguments(tmp_path, repository="NVIDIA/Megatron-LM", ref="dev")
+    assert dev[:2] == ["--releases", ""] and dev[-4:] == [
+        "--repo",
+        "forkkit-upstream",
+        "--ref",
+        "HEAD",
+    ]
+    fork = action_arguments(tmp_path, repository="radixark/Megatron-LM", refresh="false")
+    assert "--no-latest" in fork and "--repo" in fork
+    series = action_arguments(tmp_path, series="patches/series", test="gpu")
+    assert ["--series", "patches/series"] == series[series.index("--series") :][:2]
+    assert ["--test", "gpu"] == series[series.index("--test") :][:2]
 
 
 def run_script(tmp_path, *args: str) -> subprocess.CompletedProcess:
@@ -143,6 +227,17 @@ def test_script_verifies_a_clone(tmp_path, release_clone):
 # -- offline: a synthetic upstream with a `main` and a `dev` branch ---------------------------
 
 
+NO_DEV_MARKER = """\
+    import inspect
+
+    import pkg.calc
+
+
+    def test_no_dev_marker():
+        assert "# dev" not in inspect.getsource(pkg.calc)
+    """
+
+
 def fork_upstream(tmp_path, upstream, overlay_tests=None):
     """A series of one patch on v1; `dev` drifts inside the patch's context, `main` does not."""
     overlay = {"pkg/extra.py": "X = 1\n", **(overlay_tests or {})}
@@ -199,16 +294,7 @@ def test_script_hands_back_the_refreshed_series_with_its_range_diff(tmp_path, up
 def test_script_offers_no_refreshed_series_from_a_base_whose_tests_failed(tmp_path, upstream):
     """dev needs a merge to carry the patch and the series' test fails there: the merged
     series is no fix to take."""
-    no_dev_marker = """\
-        import inspect
-
-        import pkg.calc
-
-
-        def test_no_dev_marker():
-            assert "# dev" not in inspect.getsource(pkg.calc)
-        """
-    series = fork_upstream(tmp_path, upstream, {"tests/test_calc_marker.py": no_dev_marker})
+    series = fork_upstream(tmp_path, upstream, {"tests/test_calc_marker.py": NO_DEV_MARKER})
     result = run_script(
         tmp_path, "--repo", str(upstream.path), "--ref", "main", "--ref", "dev",
         "--releases", "", "--series", str(series), "--test", "cpu",
@@ -223,3 +309,57 @@ def test_script_offers_no_refreshed_series_from_a_base_whose_tests_failed(tmp_pa
     assert f"no refreshed series for `{dev}`: a patch needed a fallback there, but" in summary
     assert "### Patch series changes" not in summary
     assert "forkkit" not in git(upstream.path, "branch", "--list")
+
+
+def test_script_offers_no_refreshed_series_from_a_base_that_is_not_the_latest(tmp_path, upstream):
+    """--no-latest (an older release, a fork's branch): dev needs a merge, but a series
+    refreshed from a base of another shape is none to take."""
+    series = fork_upstream(tmp_path, upstream)
+    result = run_script(
+        tmp_path, "--repo", str(upstream.path), "--ref", "dev", "--no-latest",
+        "--releases", "", "--series", str(series), "--test", "none",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    (row,) = json.loads((tmp_path / "out" / "report.json").read_text())["bases"]
+    assert row["report"]["steps"][1]["status"] in ("3-way", "cherry-pick")
+    assert not (tmp_path / "out" / "refreshed-series").exists()
+    assert "forkkit" not in git(upstream.path, "branch", "--list")
+    nothing = run_script(tmp_path, "--no-latest", "--releases", "", "--test", "none")
+    assert nothing.returncode == 2 and "nothing to verify" in nothing.stderr
+
+
+def test_the_merge_action_makes_one_table_and_fails_when_a_base_is_red(tmp_path, upstream):
+    """The merge step's own bash on the reports of two jobs (dev red): one Markdown table in
+    the job summary, the merged JSON, and the exit code of the worst base."""
+    series = fork_upstream(tmp_path, upstream, {"tests/test_calc_marker.py": NO_DEV_MARKER})
+    for ref in ("main", "dev"):
+        run_script(
+            tmp_path / ref, "--repo", str(upstream.path), "--ref", ref,
+            "--releases", "", "--series", str(series), "--test", "cpu",
+        )  # fmt: skip
+        job = tmp_path / "work" / "forkkit-reports" / f"dsa-forkkit-report-{ref}"
+        job.mkdir(parents=True)
+        (tmp_path / ref / "out" / "report.json").rename(job / "report.json")
+    (step,) = [
+        s for s in local_action("ci/merge")["runs"]["steps"] if s.get("name") == "Merge the reports"
+    ]
+    summary = tmp_path / "summary.md"
+    env = dict(
+        os.environ,
+        GITHUB_STEP_SUMMARY=str(summary),
+        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        PYTHONPATH=str(PROJECT),
+    )
+    merged = subprocess.run(
+        ["bash", "-c", step["run"]], cwd=tmp_path / "work", env=env, capture_output=True, text=True
+    )
+    assert merged.returncode == 1, merged.stdout + merged.stderr  # dev's tests failed
+    rows = json.loads((tmp_path / "work" / "forkkit-report" / "report.json").read_text())["bases"]
+    assert [row["exit_code"] for row in rows] == [1, 0]  # the artifacts' order: dev, main
+    text = summary.read_text()
+    assert text.startswith("### dsa-forkkit: the series needs attention")
+    assert text.count("| `") == 2  # one table, a row per job
+    empty = subprocess.run(
+        ["bash", "-c", step["run"]], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert empty.returncode == 2 and "no dsa-forkkit report to merge" in empty.stdout
