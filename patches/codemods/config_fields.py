@@ -48,10 +48,16 @@ class ConfigFields(PatchCodemod):
         config = self.find_class(tree, "TransformerConfig")
         body = list(config.body.body)
         existing = {_field_name(statement) for statement in body}
-        new_statements = statements(FIELDS)
-        wanted = [s for s in new_statements if _field_name(s) is not None]
-        if all(_field_name(s) in existing for s in wanted):
+        additions = _missing_fields(statements(FIELDS), existing)
+        if not additions:
             return tree
+        at = self._after_last_dsa_field(body, existing)
+        additions[0] = additions[0].with_changes(leading_lines=[blank_line()])
+        new_body = config.body.with_changes(body=[*body[:at], *additions, *body[at:]])
+        return tree.deep_replace(config, config.with_changes(body=new_body))
+
+    def _after_last_dsa_field(self, body: list[cst.BaseStatement], existing: set) -> int:
+        """Where the new fields go: after the last dsa_* field and its docstring."""
         dsa_fields = [i for i, s in enumerate(body) if (_field_name(s) or "").startswith("dsa_")]
         if not dsa_fields:
             raise self.missing(
@@ -59,16 +65,19 @@ class ConfigFields(PatchCodemod):
                 [name for name in existing if name and "topk" in name],
             )
         at = dsa_fields[-1] + 1
-        if at < len(body) and _is_docstring(body[at]):
-            at += 1
-        # Keep only the fields (with their docstrings) the class does not have yet.
-        additions: list[cst.BaseStatement] = []
-        for statement in new_statements:
-            name = _field_name(statement)
-            if name is not None:
-                keep = name not in existing
-            if keep:
-                additions.append(statement)
-        additions[0] = additions[0].with_changes(leading_lines=[blank_line()])
-        new_body = config.body.with_changes(body=[*body[:at], *additions, *body[at:]])
-        return tree.deep_replace(config, config.with_changes(body=new_body))
+        return at + 1 if at < len(body) and _is_docstring(body[at]) else at
+
+
+def _missing_fields(
+    new_statements: list[cst.BaseStatement], existing: set
+) -> list[cst.BaseStatement]:
+    """The new fields (each with the docstring after it) the class does not have yet."""
+    additions: list[cst.BaseStatement] = []
+    keep = False
+    for statement in new_statements:
+        name = _field_name(statement)
+        if name is not None:
+            keep = name not in existing
+        if keep:
+            additions.append(statement)
+    return additions
