@@ -372,6 +372,24 @@ def test_only_the_real_hunks_stay_as_markers(tmp_path):
     assert "|||||||" not in shown and shown.count("=======") == 1
 
 
+def test_a_hunk_upstream_emptied_stays_when_another_resolves(tmp_path):
+    """Upstream deleted g, which the patch edits: that hunk's upstream side is empty. It
+    stays a conflict (it was lost once another hunk of the file was resolved)."""
+    base = "import os\nimport sys\n\n\ndef f():\n    return 1\n\n\ndef g():\n    return 2\n"
+    upstream = base.replace("import sys", "import re\nimport sys").replace(
+        "\n\ndef g():\n    return 2\n", ""
+    )
+    result = merge_files(
+        tmp_path,
+        base,
+        upstream,
+        base.replace("import sys", "import json\nimport sys").replace("return 2", "return 3"),
+    )
+    assert len(result.resolved) == 1 and len(result.kept) == 1, result
+    assert result.text.startswith("import os\nimport re\nimport json\nimport sys\n")
+    assert result.text.count("<<<<<<<") == 1 and "return 3" in result.text
+
+
 def test_identical_additions_on_both_sides_are_kept_once(tmp_path):
     result = merge_files(
         tmp_path,

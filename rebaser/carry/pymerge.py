@@ -355,28 +355,46 @@ def _map_back(
     the hunk's resolution (and maybe other lines changed, e.g. a moved function edited at its
     new place); no other hunk's lines may change."""
     owner: list[Optional[int]] = []  # for each line of `before`: the segment it comes from
+    # Another hunk with no lines on upstream's side (upstream deleted what the patch edits)
+    # has none in `before`: it stays where it was, between the same two lines.
+    empty: dict[int, list[Segment]] = {}
     for number, segment in enumerate(segments):
         if isinstance(segment, str):
             owner.append(number)
+        elif segment is not region and not segment.ours:
+            empty.setdefault(len(owner), []).append(segment)
         else:
             owner.extend([number if segment is region else -1 - number] * len(segment.ours))
     result: list[Segment] = []
     matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         sources = owner[i1:i2]
-        if tag != "equal" and any(source is not None and source < 0 for source in sources):
+        touched = tag != "equal" and any(i1 <= at <= i2 for at in empty)
+        if touched or (
+            tag != "equal" and any(source is not None and source < 0 for source in sources)
+        ):
             return "the resolution would change another conflict hunk"
         if tag == "equal":
-            result.extend(_copy(segments, region, sources, after[j1:j2]))
+            result.extend(_copy(segments, region, sources, after[j1:j2], empty, i1))
         else:
             result.extend(after[j1:j2])
+    result.extend(empty.pop(len(before), []))
     return result
 
 
-def _copy(segments: list[Segment], region: Region, sources, lines: Lines) -> list[Segment]:
-    """Lines that stay as they were: other hunks go back as hunks (once each)."""
+def _copy(
+    segments: list[Segment],
+    region: Region,
+    sources,
+    lines: Lines,
+    empty: dict[int, list[Segment]],
+    first: int,
+) -> list[Segment]:
+    """Lines that stay as they were: other hunks go back as hunks (once each), the empty
+    ones (`empty`, by the line of `before` they precede) before their line."""
     copied: list[Segment] = []
-    for source, line in zip(sources, lines):
+    for at, (source, line) in enumerate(zip(sources, lines), start=first):
+        copied.extend(empty.pop(at, []))
         if source >= 0:
             copied.append(line)
         elif not copied or copied[-1] is not segments[-1 - source]:
