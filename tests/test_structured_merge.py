@@ -171,6 +171,57 @@ def test_both_sides_add_items_inside_one_statement(carried, base, fork, tip, exp
     assert merged(tree) == expected
 
 
+SIGNATURE = dedent('''
+    def build(
+        experts=None,
+        norm=False,
+    ) -> Spec:
+        """Build the spec."""
+        return Spec(experts, norm)
+    ''')
+SIGNATURE_TIP = SIGNATURE.replace(
+    '    norm=False,\n) -> Spec:\n    """Build the spec."""',
+    "    norm=False,\n    fusion=False,\n) -> Submodules:\n"
+    '    """Build the submodules\n    (no longer a spec)."""',
+)
+POST_NORM = SIGNATURE.replace("    norm=False,\n", "    norm=False,\n    post_norm=False,\n")
+
+
+def test_parameters_beside_upstreams_new_signature_and_docstring(carried):
+    """The hunk runs from the def's parameters into its docstring: upstream adds a
+    parameter, changes the return annotation and the docstring, the patch only adds a
+    parameter. Merged as the def's parameters, the rest upstream's (on the real fork:
+    post_self_attn_layernorm in get_gpt_layer_with_transformer_engine_submodules)."""
+    assert SIGNATURE_TIP != SIGNATURE
+    row, tree = carried(SIGNATURE, POST_NORM, SIGNATURE_TIP)
+    assert row["status"] == "structured merge", row
+    assert "upstream's fusion first, then the patch's post_norm" in row["detail"]
+    assert merged(tree) == SIGNATURE_TIP.replace(
+        "    fusion=False,\n", "    fusion=False,\n    post_norm=False,\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "fork",
+    [
+        POST_NORM.replace("Build the spec.", "Build the spec, normed after."),
+        SIGNATURE.replace("    norm=False,\n", "    norm=False,\n    fusion=True,\n"),
+        "NORM = False\n"
+        + SIGNATURE.replace("    norm=False,\n", "    norm=False,\n    post_norm=NORM,\n"),
+    ],
+    ids=["patch-changes-docstring", "same-parameter-differently", "name-upstream-deleted"],
+)
+def test_a_signature_hunk_into_the_body_stays_a_conflict(carried, fork):
+    """Refused: the patch also changes the docstring; both sides add parameter fusion,
+    differently (it would be defined twice); the patch's default reads NORM, which upstream
+    deleted."""
+    base = "NORM = False\n" + SIGNATURE if "post_norm=NORM" in fork else SIGNATURE
+    row, tree = carried(base, fork, SIGNATURE_TIP)
+    assert row["status"] == "dropped", row
+    assert row["stop"]["conflicts"] == ["pkg/mod.py"]
+    assert "the structured merge kept every hunk" in row["detail"]
+
+
 MOVED_BASE = dedent("""
     def step(x):
         y = x + 1

@@ -11,6 +11,12 @@ both sides' code with only the commas between items made consistent.
 Parameters are the cautious case: keyword-only ones go in any order, but a positional one
 added by the patch lands after upstream's, so it must come after every existing parameter
 and have a default (callers that passed it by position would otherwise shift).
+
+A hunk that starts in a def's parameters and runs on into its body (git's lines joined
+the parameters to a return annotation or docstring upstream changed) is merged as the
+def's parameters only when, in the hunk, the patch changes nothing but parameters:
+upstream's annotation and body stay as upstream wrote them. Anything else is left to the
+statement merge, as before.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ class _Statement:
     module: cst.Module
     container: cst.CSTNode
     offset: int = 0  # where the lines `start` counts from begin in the file
+    into_body: bool = False  # a def's parameters, the hunk running on into its body
 
     def fields(self) -> tuple[str, ...]:
         return _FIELDS.get(type(self.container), ("elements",))
@@ -92,6 +99,13 @@ def merge(places: dict[str, Place], sides: dict[str, Side], facts: Facts) -> Out
         statements[name] = found
     if len({type(s.container) for s in statements.values()}) != 1:
         return None
+    merged = _merge_statements(statements, facts)
+    if isinstance(merged, str) and any(s.into_body for s in statements.values()):
+        return None  # not the parameters alone: the statement merge decides, as before
+    return merged
+
+
+def _merge_statements(statements: dict[str, _Statement], facts: Facts) -> Outcome:
     base, ours, theirs = statements["base"], statements["ours"], statements["theirs"]
     if theirs.around() != base.around():
         return "the patch also changes the statement around these items"
@@ -159,23 +173,18 @@ def _statement(node: ast.stmt, side: Side) -> Optional[_Statement]:
         container = _at(module, target, node.lineno, len(indent))
     if container is None:
         return None
-    return _Statement(start, end, indent, module, container, side.offset)
+    into_body = isinstance(container, cst.Parameters) and side.span[1] > _header_end(node)
+    return _Statement(start, end, indent, module, container, side.offset, into_body)
 
 
 def _target(node: ast.stmt, span: tuple[int, int]) -> Optional[ast.AST]:
     """The smallest dict, set, call, `__all__` list or import holding the span; the def
-    itself when the span lies in its header."""
+    itself when the span lies in its header, or starts there and ends in its body."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-        header_end = (
-            min(
-                [
-                    node.body[0].lineno,
-                    *(d.lineno for d in getattr(node.body[0], "decorator_list", [])),
-                ]
-            )
-            - 1
-        )
+        header_end = _header_end(node)
         if node.lineno - 1 <= span[0] and span[1] <= header_end:
+            return node
+        if node.lineno - 1 <= span[0] < header_end < span[1] <= (node.end_lineno or 0):
             return node
     holders = [
         inner
@@ -185,6 +194,12 @@ def _target(node: ast.stmt, span: tuple[int, int]) -> Optional[ast.AST]:
         and (not isinstance(inner, (ast.List, ast.Tuple)) or _is_all(node))
     ]
     return min(holders, key=lambda n: (n.end_lineno or 0) - n.lineno) if holders else None
+
+
+def _header_end(node: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> int:
+    """The line (0-based) where a def's body begins: its first statement or decorator."""
+    first = node.body[0]
+    return min([first.lineno, *(d.lineno for d in getattr(first, "decorator_list", []))]) - 1
 
 
 def _holds(node: ast.AST, span: tuple[int, int]) -> bool:
