@@ -222,6 +222,77 @@ def test_a_signature_hunk_into_the_body_stays_a_conflict(carried, fork):
     assert "the structured merge kept every hunk" in row["detail"]
 
 
+FUNCTIONS = dedent("""
+    import os
+
+
+    def save_grads(path):
+        return os.path.join(path, "grads")
+
+
+    def save_checkpoint(iteration, model, release=False):
+        return iteration
+    """)
+FUNCTIONS_TIP = FUNCTIONS.replace(
+    "def save_checkpoint(iteration, model, release=False):",
+    "def save_checkpoint(\n    iteration,\n    model,\n    release=False,\n    prefix: str = '',\n):",
+)
+HELPER = '\n\ndef _nvme_dir(name, sub="nvme"):\n    return os.path.join(name, sub)\n'
+
+
+def test_a_function_the_patch_adds_beside_one_upstream_changed(carried):
+    """At the module, functions go in any order, as members of a class: the patch's new
+    function lands where it put it, upstream's changed signature as upstream wrote it (on
+    the real fork: _iter_nvme_state_stores before save_checkpoint)."""
+    fork = FUNCTIONS.replace("\n\ndef save_checkpoint", HELPER + "\n\ndef save_checkpoint")
+    row, tree = carried(FUNCTIONS, fork, FUNCTIONS_TIP)
+    assert row["status"] == "structured merge", row
+    assert "upstream's save_checkpoint, the patch's _nvme_dir" in row["detail"]
+    assert merged(tree) == FUNCTIONS_TIP.replace(
+        "\n\ndef save_checkpoint", HELPER + "\n\ndef save_checkpoint"
+    )
+
+
+@pytest.mark.parametrize(
+    "added, why",
+    [
+        (  # a decorator made further down the module: it runs when the module is imported
+            "\n\n@cached\ndef _nvme_dir(name):\n    return name\n",
+            "where order matters",
+        ),
+        (  # a default read when the def runs
+            "\n\ndef _nvme_dir(name, sub=SUBDIR):\n    return name\n",
+            "where order matters",
+        ),
+        ("\n\nclass Store:\n    pass\n", ""),  # a class: its body runs on import
+        ("\n\nPREFIX = 'nvme'\n", "where order matters"),  # a statement
+        (  # the same name twice
+            "\n\ndef save_checkpoint(iteration):\n    return 0\n",
+            "both sides change save_checkpoint",
+        ),
+    ],
+    ids=["decorator", "default", "class", "statement", "defined-twice"],
+)
+def test_module_level_additions_that_stay_a_conflict(carried, added, why):
+    base = FUNCTIONS + "\n\nSUBDIR = 'x'\n\n\ndef cached(f):\n    return f\n"
+    tip = FUNCTIONS_TIP + "\n\nSUBDIR = 'x'\n\n\ndef cached(f):\n    return f\n"
+    fork = base.replace("\n\ndef save_checkpoint", added + "\n\ndef save_checkpoint")
+    row, tree = carried(base, fork, tip)
+    assert row["status"] == "dropped", row
+    assert "the structured merge kept every hunk" in row["detail"]
+    assert why in row["detail"]
+
+
+def test_a_function_the_patch_removes_beside_one_upstream_changed_stays(carried):
+    """Other modules may still call save_grads."""
+    fork = FUNCTIONS.replace(
+        '\n\ndef save_grads(path):\n    return os.path.join(path, "grads")\n', ""
+    )
+    row, tree = carried(FUNCTIONS, fork, FUNCTIONS_TIP)
+    assert row["status"] == "dropped", row
+    assert "the structured merge kept every hunk" in row["detail"]
+
+
 MOVED_BASE = dedent("""
     def step(x):
         y = x + 1

@@ -130,7 +130,29 @@ class StatementMerge:
 
     def _order_free(self, keys: list[Key]) -> bool:
         kinds = {pysyntax.kind_of(self.version(key).node) for key in keys}
-        return pysyntax.order_free(self.places["ours"], kinds)
+        return pysyntax.order_free(self.places["ours"], kinds) or self._module_functions(keys)
+
+    def _module_functions(self, keys: list[Key]) -> bool:
+        """Functions of the module go in any order, as members of a class do, when the
+        patch's read nothing of the module when they are defined (a decorator, a default or
+        an annotation naming something defined further down fails on import) and the patch
+        removes none (other modules may call it)."""
+        if self.places["ours"].owner is not None:
+            return False
+        functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+        if not all(isinstance(self.version(key).node, functions) for key in keys):
+            return False
+        imported = {
+            name
+            for node in self.sides["ours"].tree.body
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            for name in pysyntax.bound_by(node)
+        }
+        for key in self._semantic("theirs"):
+            mine = self.keyed["theirs"].get(key)
+            if mine is None or pysyntax.definition_time_names(mine.node) - imported:
+                return False
+        return True
 
     def _edits_moved(self, keys: list[Key]) -> bool:
         """Whether every item the patch changes is one upstream moved away or reformatted."""
@@ -226,6 +248,13 @@ class StatementMerge:
             return (
                 f"both sides add {'/'.join(kinds)}s to {where}: upstream's "
                 f"{self.names(added['ours'])} first, then the patch's {self.names(added['theirs'])}"
+            )
+        ours, theirs = self._semantic("ours"), self._semantic("theirs")
+        if ours and theirs and not self._edits_moved(theirs):
+            where = self.places["ours"].describe(self.sides["ours"].offset)
+            return (
+                f"the sides change different items of {where}, where order does not matter: "
+                f"upstream's {self.names(ours)}, the patch's {self.names(theirs)}"
             )
         editor = "theirs" if self._semantic("theirs") else "ours"
         other = "ours" if editor == "theirs" else "theirs"

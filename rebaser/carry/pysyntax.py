@@ -16,7 +16,7 @@ import functools
 import io
 import tokenize
 from dataclasses import dataclass
-from typing import Callable, Container, Hashable, Iterator, Optional, Sequence
+from typing import Callable, Container, Hashable, Iterator, Optional, Sequence, Union
 
 Lines = list[str]
 Key = tuple[str, ...]
@@ -340,6 +340,18 @@ def used_names(node: ast.AST) -> set[str]:
                 if isinstance(part, ast.Constant) and isinstance(part.value, str):
                     loads |= _quoted_names(part.value)
     return loads - own - set(dir(builtins))
+
+
+def definition_time_names(node: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> set[str]:
+    """The names a def reads when it runs (its decorators, defaults and annotations), not
+    Python's builtins."""
+    arguments = node.args
+    parts: list[Optional[ast.expr]] = [*node.decorator_list, node.returns]
+    parts += [*arguments.defaults, *arguments.kw_defaults]
+    every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+    every += [arg for arg in (arguments.vararg, arguments.kwarg) if arg is not None]
+    parts += [arg.annotation for arg in every]
+    return set().union(*(used_names(part) for part in parts if part is not None))
 
 
 def _annotations(node: ast.AST) -> list[ast.expr]:
