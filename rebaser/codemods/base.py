@@ -19,24 +19,9 @@ from typing import Callable, ClassVar, Iterable, Optional, Sequence, Union
 import libcst as cst
 from libcst.codemod import Codemod
 
+from rebaser.codemods.anchors import AnchorNotFound
+
 Body = Union[cst.Module, cst.IndentedBlock]
-
-
-class AnchorNotFound(Exception):
-    def __init__(
-        self, codemod: str, path: str, anchor: str, candidates: Sequence[str] = ()
-    ) -> None:
-        super().__init__(anchor)
-        self.codemod = codemod
-        self.path = path
-        self.anchor = anchor
-        self.candidates = list(candidates)
-
-    def __str__(self) -> str:
-        text = f"{self.path}: cannot find {self.anchor}"
-        if self.candidates:
-            text += f" (nearest candidates: {', '.join(self.candidates)})"
-        return text
 
 
 class PatchCodemod(Codemod):

@@ -15,13 +15,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
-import libcst as cst
-from libcst.codemod import CodemodContext
-
-from rebaser.codemods.base import AnchorNotFound, PatchCodemod
+from rebaser.codemods.anchors import AnchorNotFound
 from rebaser.errors import RebaserError
+
+if TYPE_CHECKING:  # LibCST is imported when a codemod is loaded or run, not before
+    import libcst as cst
+
+    from rebaser.codemods.base import PatchCodemod
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,8 @@ class Codemods:
         A codemod whose requirement is not among `names` needs that requirement's change to
         be in the source already (an earlier patch made it); otherwise it stops, saying so.
         """
+        import libcst as cst
+
         order = self.ordered(names)
         results = dict(sources)
         for path in dict.fromkeys(self.lookup(name).PATH for name in order):
@@ -173,6 +177,8 @@ def _import(file: Path, folder: Path) -> ModuleType:
 
 
 def _codemods_in(module: ModuleType) -> list[type[PatchCodemod]]:
+    from rebaser.codemods.base import PatchCodemod
+
     return [
         value
         for value in vars(module).values()
@@ -183,4 +189,6 @@ def _codemods_in(module: ModuleType) -> list[type[PatchCodemod]]:
 
 
 def _instance(codemod: type[PatchCodemod]) -> PatchCodemod:
+    from libcst.codemod import CodemodContext
+
     return codemod(CodemodContext(filename=codemod.PATH))
