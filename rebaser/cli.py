@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from rebaser import __version__, crash
-from rebaser.commands import apply, bisect, import_series, refresh, verify
 from rebaser.commands.output import Output, check_writable
 from rebaser.config import require_writable_cache
 from rebaser.errors import MACHINE_ERRNOS, ExitCode, RebaserError, machine_failure
@@ -229,18 +229,19 @@ def _json_option(parser: argparse.ArgumentParser, help_text: str) -> None:
     parser.add_argument("--json", type=Path, metavar="FILE", help=help_text)
 
 
-# Each command's module and function (commands/<verb>.py): `run(args) -> ExitCode`.
-_COMMANDS: dict[str, Callable[[argparse.Namespace], ExitCode]] = {
-    "apply": apply.run,
-    "continue": apply.resume,
-    "skip": apply.skip,
-    "retry": apply.retry,
-    "abort": apply.abort,
-    "status": apply.status,
-    "verify": verify.run,
-    "bisect": bisect.run,
-    "refresh": refresh.run,
-    "import": import_series.run,
+# Each command's module and function (commands/<verb>.py): `run(args) -> ExitCode`. Only
+# the command given is imported: a `skip` at a stop never loads what `verify` needs.
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "apply": ("apply", "run"),
+    "continue": ("apply", "resume"),
+    "skip": ("apply", "skip"),
+    "retry": ("apply", "retry"),
+    "abort": ("apply", "abort"),
+    "status": ("apply", "status"),
+    "verify": ("verify", "run"),
+    "bisect": ("bisect", "run"),
+    "refresh": ("refresh", "run"),
+    "import": ("import_series", "run"),
 }
 # Commands that write the cache (releases, the registry of applies in progress).
 _CACHE_WRITERS = frozenset({"apply", "continue", "retry", "abort", "verify", "bisect"})
@@ -264,7 +265,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 check_writable(target, option)
         if args.command in _CACHE_WRITERS:
             require_writable_cache()
-        return int(_COMMANDS[args.command](args))
+        module, function = _COMMANDS[args.command]
+        command = getattr(importlib.import_module(f"rebaser.commands.{module}"), function)
+        return int(command(args))
     except RebaserError as error:
         Output().error(error)
         return int(error.code)
