@@ -13,9 +13,8 @@ from typing import Optional, Sequence
 
 from rebaser import __version__, crash
 from rebaser.commands.output import Output, check_writable
-from rebaser.config import require_writable_cache
+from rebaser.config import TEST_MODES, require_writable_cache
 from rebaser.errors import MACHINE_ERRNOS, ExitCode, RebaserError, machine_failure
-from rebaser.steps.testrun import TEST_MODES
 
 
 def build_parser() -> argparse.ArgumentParser:

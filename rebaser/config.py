@@ -11,6 +11,7 @@ from rebaser.errors import unwritable
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INDEX = "https://pypi.org/pypi"
+TEST_MODES = ("cpu", "gpu", "none")  # --test
 
 
 def series_file(given: Optional[Path]) -> Path:

@@ -80,10 +80,12 @@ class Codemods:
         A codemod whose requirement is not among `names` needs that requirement's change to
         be in the source already (an earlier patch made it); otherwise it stops, saying so.
         """
-        import libcst as cst
-
         order = self.ordered(names)
         results = dict(sources)
+        if not order:
+            return results
+        import libcst as cst
+
         for path in dict.fromkeys(self.lookup(name).PATH for name in order):
             tree = cst.parse_module(sources[path])
             for name in order:

@@ -13,16 +13,18 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from rebaser.errors import RebaserError, machine_refused
-from rebaser.sequencer.machine import Progress
-from rebaser.sequencer.report import Report
-from rebaser.steps.records import LEFT_OFF, StepRow
+
+if TYPE_CHECKING:  # only named here: a command that prints no report never loads them
+    from rebaser.sequencer.machine import Progress
+    from rebaser.sequencer.report import Report
+    from rebaser.steps.records import StepRow
 
 Part = Union[str, tuple[str, str]]  # plain text, or (text, style)
 
@@ -204,6 +206,8 @@ def triage_groups(report: Report) -> list[tuple[str, list[StepRow]]]:
     """The patch rows of a run with stops, grouped so a maintainer starts with what needs a
     decision: the stopped patches to keep (resolve them), then the proposed drops (confirm
     them), then what applied. Empty for a run without stops."""
+    from rebaser.steps.records import LEFT_OFF  # loaded with the report it groups
+
     rows = [row for row in report.steps if row.proposal]
     stopped = {row.name for row in rows if row.status in LEFT_OFF or row.status == "failed"}
     if not stopped and not any(row.proposal == "drop" for row in rows):

@@ -27,7 +27,6 @@ from __future__ import annotations
 import email.errors
 import email.header
 import email.parser
-import email.policy
 import email.utils
 import os
 import re
@@ -163,7 +162,8 @@ class Patch:
                 where=where,
                 next_step="export patches with `rebaser refresh` (git format-patch format)",
             )
-        headers = email.parser.Parser(policy=email.policy.compat32).parsestr(header + "\n")
+        # The default policy is compat32: headers as written, nothing decoded.
+        headers = email.parser.Parser().parsestr(header + "\n")
         if not headers.get("From") or not headers.get("Subject"):
             raise RebaserError("patch has no From: or Subject: header", where=where)
         subject = _header(headers["Subject"], where)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from rebaser.config import TEST_MODES
 from rebaser.repo import tempdirs, workspace
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo.git import Git
@@ -34,7 +35,6 @@ from rebaser.repo.processes import run_own_group
 PLUGIN = "forkkit_pytest_plugin"
 _PLUGIN_SOURCE = Path(__file__).resolve().parents[1] / "testing" / "pytest_plugin.py"
 GPU_SUFFIX = "_gpu.py"  # overlay test files that need CUDA (run by --test gpu)
-TEST_MODES = ("cpu", "gpu", "none")
 _FAILURE_LINES = 6
 
 
