@@ -160,20 +160,40 @@ def apply_exactly(text: Optional[bytes], diff: FileDiff) -> Optional[tuple[bytes
 
 
 def _hunks_onto(text: bytes, diff: FileDiff) -> Optional[tuple[bytes, list[str]]]:
-    image = text.splitlines(keepends=True)
-    patched = [False] * len(image)
+    image = _Image(text)
     offsets = []
     for number, hunk in enumerate(diff.hunks, start=1):
-        pre, post = hunk.preimage, hunk.postimage
-        expected = hunk.new_start - 1 if hunk.new_start else 0
-        at = _find(image, patched, pre, expected, hunk)
+        at, expected = image.place(hunk)
         if at < 0:
             return None
         if at != expected:
             offsets.append(f"hunk {number} at line {at + 1} (offset {at - expected:+d})")
-        image[at : at + len(pre)] = post
-        patched[at : at + len(pre)] = [True] * len(post)
-    return b"".join(image), offsets
+    return b"".join(image.lines), offsets
+
+
+def rejected_hunks(text: bytes, diff: FileDiff) -> list[Hunk]:
+    """The hunks `git apply --reject` rejects on this file: each is placed as git places it
+    (no fuzz), on the file as the hunks before it left it; a rejected one changes nothing."""
+    image = _Image(text)
+    return [hunk for hunk in diff.hunks if image.place(hunk)[0] < 0]
+
+
+class _Image:
+    """A file's lines as `git apply` patches them: lines a hunk wrote are not matched again."""
+
+    def __init__(self, text: bytes) -> None:
+        self.lines = text.splitlines(keepends=True)
+        self.patched = [False] * len(self.lines)
+
+    def place(self, hunk: Hunk) -> tuple[int, int]:
+        """Apply `hunk` where git would: (the line it went to or -1, the line it expected)."""
+        pre, post = hunk.preimage, hunk.postimage
+        expected = hunk.new_start - 1 if hunk.new_start else 0
+        at = _find(self.lines, self.patched, pre, expected, hunk)
+        if at >= 0:
+            self.lines[at : at + len(pre)] = post
+            self.patched[at : at + len(pre)] = [True] * len(post)
+        return at, expected
 
 
 def _find(image: list[bytes], patched: list[bool], pre: list[bytes], line: int, hunk: Hunk) -> int:
@@ -186,19 +206,23 @@ def _find(image: list[bytes], patched: list[bool], pre: list[bytes], line: int, 
         line = len(image) - len(pre)
     if line < 0 or line > len(image):  # git compares unsigned: a negative line is past the end
         line = len(image)
-    backwards = forwards = line
-    candidates = [line]
-    while backwards > 0 or forwards < len(image):
-        if forwards < len(image):
-            forwards += 1
-            candidates.append(forwards)
-        if backwards > 0:
-            backwards -= 1
-            candidates.append(backwards)
-    for at in candidates:
-        if _matches(image, patched, pre, at, match_beginning, match_end):
-            return at
-    return -1
+    # git tries the lines in that order and takes the first that matches: the match nearest
+    # the nominal line, the one below it on a tie. Only lines holding the preimage's first
+    # line can match (found by list.index, in C: a rejected hunk used to test every line).
+    starts = _starts(image, pre[0]) if pre else [line]
+    matching = [
+        at for at in starts if _matches(image, patched, pre, at, match_beginning, match_end)
+    ]
+    return min(matching, key=lambda at: (abs(at - line), at < line), default=-1)
+
+
+def _starts(image: list[bytes], first: bytes) -> list[int]:
+    found: list[int] = []
+    try:
+        while True:
+            found.append(image.index(first, found[-1] + 1 if found else 0))
+    except ValueError:
+        return found
 
 
 def _matches(
