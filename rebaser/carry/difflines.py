@@ -6,6 +6,7 @@ words to say anything about where a change came from.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Optional
@@ -30,8 +31,13 @@ def meaningful(line: str) -> bool:
 
 def file_lines(patch: Patch) -> dict[str, FileLines]:
     """Per file the patch changes (deleted files left out), stripped meaningful lines."""
+    return _file_lines(patch.raw)
+
+
+@functools.lru_cache(maxsize=256)  # asked again for every later patch that fails
+def _file_lines(raw: bytes) -> dict[str, FileLines]:
     result = {}
-    for patched in unidiff.PatchSet(patch.raw.decode("utf-8")):
+    for patched in unidiff.PatchSet(raw.decode("utf-8")):
         if patched.is_removed_file:
             continue
         lines = [line for hunk in patched for line in hunk if meaningful(line.value)]

@@ -12,11 +12,14 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import unidiff
 
+from rebaser.carry.rawdiff import parse_diff, rejected_hunks
 from rebaser.repo.git import Git
+
+Reader = Callable[[str], Optional[str]]  # a file's text, None when there is no such file
 
 _MAX_DIFF_LINES = 24
 MIN_SIMILARITY = 0.5  # below this the "closest" text is noise, not a lead
@@ -60,9 +63,41 @@ def failing_hunks(worktree: Git, patch_file: Path, conflicts: Sequence[str]) -> 
     """
     check = worktree.run("apply", "--check", "--reject", "--verbose", str(patch_file), check=False)
     rejected = {(path, int(line)) for path, line in _REJECTED_RE.findall(check.stderr)}
+    return _kept(diagnose(patch_file.read_text(), worktree.path), rejected, conflicts)
+
+
+def hunks_in_texts(
+    patch_raw: bytes, texts: Mapping[str, Optional[bytes]], conflicts: Sequence[str]
+) -> Optional[list[HunkReport]]:
+    """What failing_hunks says, from the files' bytes as the branch holds them (path ->
+    bytes, None: no such file) instead of git and a clean worktree: the rejected hunks are
+    found as `git apply --reject` finds them (rawdiff). None when rawdiff cannot read the
+    patch (a rename, a binary or quoted path): then only git can tell."""
+    files = parse_diff(patch_raw)
+    if files is None:
+        return None
+    rejected = {
+        (diff.path, hunk.old_start)
+        for diff in files
+        if (text := texts.get(diff.path)) is not None and not diff.created
+        for hunk in rejected_hunks(text, diff)
+    }
+
+    def read(path: str) -> Optional[str]:
+        data = texts.get(path)
+        return data.decode("utf-8", errors="replace") if data is not None else None
+
+    return _kept(
+        diagnose_with(patch_raw.decode("utf-8", errors="replace"), read), rejected, conflicts
+    )
+
+
+def _kept(
+    reports: list[HunkReport], rejected: set[tuple[str, int]], conflicts: Sequence[str]
+) -> list[HunkReport]:
     return [
         report
-        for report in diagnose(patch_file.read_text(), worktree.path)
+        for report in reports
         if (report.found_at == 0 or (report.file, report.start) in rejected)
         and (not conflicts or report.file in conflicts)
     ]
@@ -70,19 +105,29 @@ def failing_hunks(worktree: Git, patch_file: Path, conflicts: Sequence[str]) -> 
 
 def diagnose(patch_text: str, tree: Path) -> list[HunkReport]:
     """Check every hunk of a patch against the files in `tree`."""
+
+    def read(path: str) -> Optional[str]:
+        target = tree / path
+        return target.read_text(encoding="utf-8", errors="replace") if target.exists() else None
+
+    return diagnose_with(patch_text, read)
+
+
+def diagnose_with(patch_text: str, read: Reader) -> list[HunkReport]:
+    """Check every hunk of a patch against the files `read` gives."""
     reports = []
     for patched in unidiff.PatchSet(patch_text):
         path = patched.source_file[2:] if patched.source_file.startswith("a/") else patched.path
-        target = tree / path
         if patched.is_added_file:
             continue
-        if not target.exists():
+        text = read(path)
+        if text is None:
             for hunk in patched:
                 reports.append(
                     HunkReport(path, _header(hunk), hunk.source_start, False, 0, 0.0, [])
                 )
             continue
-        current = _IndexedFile(target.read_text(encoding="utf-8", errors="replace").splitlines())
+        current = _IndexedFile(text.splitlines())
         for hunk in patched:
             expected = [line.value.rstrip("\n") for line in hunk.source_lines()]
             reports.append(_locate(path, hunk, expected, current))

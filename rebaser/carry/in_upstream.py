@@ -20,20 +20,27 @@ class UpstreamHistory:
     """The upstream commits between the series' recorded base and the new base, by patch-id."""
 
     def __init__(
-        self, repo: Git, recorded_base: Optional[str], new_base: str, files: list[list[str]]
+        self, repo: Git, recorded_base: Optional[str], new_base: str, patches: list[Patch]
     ) -> None:
-        """`files`: the files each of the series' patches touches. A commit with a patch's
-        patch-id touches exactly that patch's files: only such commits are diffed."""
+        """`patches`: the series'. A commit with a patch's patch-id touches exactly that
+        patch's files: only such commits are diffed."""
         self.repo = repo
         self.recorded_base = recorded_base
         self.new_base = new_base
-        self.file_sets = {frozenset(paths) for paths in files}
+        self.patches = patches
+        self.file_sets = {frozenset(patch.touched_paths) for patch in patches}
         self._by_patch_id: Optional[dict[str, str]] = None
+        self._own: Optional[dict[str, Optional[str]]] = None  # patch name -> its patch-id
 
     def commit_with_same_change(self, patch: Patch) -> Optional[str]:
         """The upstream commit whose patch-id equals the patch's, if any."""
-        own = patch_id(self.repo, patch.raw)
-        return self._ids().get(own) if own else None
+        ids = self._ids()
+        if not ids:  # no upstream commit can have it: no need for the patch's own id
+            return None
+        if self._own is None:  # the series' patch-ids, in one `git patch-id`
+            self._own = own_patch_ids(self.repo, self.patches)
+        own = self._own[patch.name] if patch.name in self._own else patch_id(self.repo, patch.raw)
+        return ids.get(own) if own else None
 
     def _ids(self) -> dict[str, str]:
         if self._by_patch_id is None:
@@ -88,6 +95,20 @@ class UpstreamHistory:
             if frozenset(filter(None, names)) in self.file_sets:
                 candidates.append(sha)
         return candidates
+
+
+def own_patch_ids(repo: Git, patches: list[Patch]) -> dict[str, Optional[str]]:
+    """Each patch's `git patch-id --stable` (None for one without a diff), in one call: each
+    patch goes in under a made-up commit id, its position, which patch-id echoes back."""
+    stream = b"".join(
+        f"commit {number:040x}\n".encode() + patch.raw.split(b"\n", 1)[-1]
+        for number, patch in enumerate(patches)
+    )
+    ids: dict[str, Optional[str]] = {patch.name: None for patch in patches}
+    for line in repo.run("patch-id", "--stable", stdin=stream).stdout.splitlines():
+        change, number = line.split()
+        ids[patches[int(number, 16)].name] = change
+    return ids
 
 
 def patch_id(repo: Git, diff: bytes) -> Optional[str]:

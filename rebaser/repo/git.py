@@ -232,6 +232,26 @@ class Git:
             self.run(*args, stdin=stdin)  # again, for the error run() describes
         return completed.stdout
 
+    def blobs(self, names: Sequence[str]) -> dict[str, Optional[bytes]]:
+        """`<rev>:<path>` -> the file's bytes (None: no such file), in one git call."""
+        if not names:
+            return {}
+        query = "".join(f"{name}\n" for name in names).encode()
+        out = self.output_bytes("cat-file", "--batch", stdin=query)
+        texts: dict[str, Optional[bytes]] = {}
+        cursor = 0
+        for name in names:
+            end = out.index(b"\n", cursor)
+            header = out[cursor:end].split()
+            cursor = end + 1
+            if len(header) == 3 and header[1] == b"blob":
+                size = int(header[2])
+                texts[name] = out[cursor : cursor + size]
+                cursor += size + 1
+            else:
+                texts[name] = None
+        return texts
+
     def _completed(
         self, args: tuple[str, ...], env: Optional[Mapping[str, str]], stdin: Optional[bytes]
     ) -> subprocess.CompletedProcess[bytes]:
