@@ -16,9 +16,11 @@ from rebaser.repo.git import Git
 from rebaser.steps.records import StepStatus, cherry_picked
 from rebaser.steps.step import SeriesContext
 from rebaser.series.patches import Patch
-from rebaser.carry.hunks import HunkReport, failing_hunks
+from rebaser.carry.hunks import HunkReport, failing_hunks, hunks_in_texts
 from rebaser.carry.in_upstream import files_under, reverse_applies, superseded_in
 
+NO_CODEMOD = "the patch names no codemod"
+EMPTY_PICK = "its cherry-pick is empty: upstream has its change"
 _OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
 
 # ort follows renames (of files and folders) only when asked: the neutral config turns diff
@@ -65,7 +67,7 @@ def apply_patch(worktree: Git, patch: Patch, context: SeriesContext) -> PatchOut
         notes = applied.detail if applied is not None else ""
         return _after_git_failed(worktree, patch, context, commit, notes)
     if applied.status == StepStatus.IN_UPSTREAM:
-        return _in_upstream(patch, context, applied.detail)
+        return in_upstream(patch, context, applied.detail)
     applied.superseded = superseded
     return applied
 
@@ -90,26 +92,55 @@ def _after_git_failed(
     (left in the worktree for the user, or for a recorded resolution, when asked). `notes`:
     what the structured merge resolved and kept."""
     conflicts = worktree.unmerged_paths()
-    # The worktree was clean before this patch (the sequencer checks): this loses nothing.
-    worktree.discard_changes()
-    how = "cherry-pick" if commit else "3-way merge"
-    reason = f"{how} conflicts in " + ", ".join(conflicts) if conflicts else f"{how} failed"
+    reason = failure_reason("cherry-pick" if commit else "3-way merge", conflicts)
     reason = "; ".join(filter(None, [reason, notes]))
-    hunks = failing_hunks(worktree, patch.path, conflicts)
+    # Conflicts git left (and what the structured merge did) stay as they are, for the user
+    # or a recorded resolution: the hunks are told from the branch's own files. Doing the
+    # merge again after a reset cost two resets and a second merge of a large tree per stop.
+    texts = head_texts(worktree, patch) if conflicts else None
+    hunks = hunks_in_texts(patch.raw, texts, conflicts) if texts is not None else None
+    left = hunks is not None and patch.codemod is None
+    if not left:  # the worktree was clean before this patch (the sequencer checks)
+        worktree.discard_changes()
+        hunks = failing_hunks(worktree, patch.path, conflicts) if hunks is None else hunks
     by_codemod, reason = _codemod(worktree, patch, context, reason)
     if by_codemod is not None:
         return by_codemod
+    if (upstream := made_upstream(patch, context)) is not None:
+        if left:
+            worktree.discard_changes()
+        return upstream
+    # A codemod that gives up has written nothing (it changes its files in memory first).
+    keep = context.leave_failed(patch)
+    if keep and not left:
+        _leave_for_user(worktree, patch, commit, conflicts, lambda: context.structured(patch))
+    elif left and not keep:
+        worktree.discard_changes()
+    return PatchOutcome(StepStatus.FAILED, reason, conflicts=conflicts, hunks=hunks, left=keep)
+
+
+def failure_reason(how: str, conflicts: list[str]) -> str:
+    return f"{how} conflicts in " + ", ".join(conflicts) if conflicts else f"{how} failed"
+
+
+def made_upstream(patch: Patch, context: SeriesContext) -> Optional[PatchOutcome]:
+    """`in upstream` for a patch git could not apply when an upstream commit has its
+    patch-id, else None."""
     if context.history and (upstream := context.history.commit_with_same_change(patch)):
         return PatchOutcome(
             StepStatus.IN_UPSTREAM,
             f"upstream commit {upstream[:12]} made the same change (and later ones conflict)",
         )
-    # The worktree is clean here: a codemod that gives up has written nothing (it changes
-    # its files in memory first).
-    left = context.leave_failed(patch)
-    if left:
-        _leave_for_user(worktree, patch, commit, conflicts, lambda: context.structured(patch))
-    return PatchOutcome(StepStatus.FAILED, reason, conflicts=conflicts, hunks=hunks, left=left)
+    return None
+
+
+def head_texts(git: Git, patch: Patch, rev: str = "HEAD") -> Optional[dict[str, Optional[bytes]]]:
+    """The files the patch touches as `rev` (the branch's tip) holds them (None: no such
+    file); None for a path `cat-file --batch` cannot be asked about (one with a newline)."""
+    if any("\n" in path for path in patch.touched_paths):
+        return None
+    found = git.blobs([f"{rev}:{path}" for path in patch.touched_paths])
+    return {path: found[f"{rev}:{path}"] for path in patch.touched_paths}
 
 
 def _codemod(
@@ -118,14 +149,14 @@ def _codemod(
     """The patch's change made by its codemod (None when it has none or gave up), and the
     failure's reason with what the codemod said."""
     if patch.codemod is None:
-        return None, f"{reason}; the patch names no codemod"
+        return None, f"{reason}; {NO_CODEMOD}"
     try:
         changed = context.codemods.run([patch.codemod], worktree.path, write=True)
     except AnchorNotFound as missing:
         return None, f"{reason}; codemod {patch.codemod}: {missing}"
     if not changed:
         found = f"{reason}; codemod {patch.codemod} found the change there"
-        return _in_upstream(patch, context, found), reason
+        return in_upstream(patch, context, found), reason
     worktree.run("add", "--", *changed)
     made = f"{reason}; codemod {patch.codemod} changed {', '.join(changed)}"
     return PatchOutcome(StepStatus.CODEMOD, made), reason
@@ -158,9 +189,7 @@ def _cherry_pick(
         return PatchOutcome(StepStatus.FAILED, structured.notes(results, applied=False))
     landed = worktree.out("diff", "--cached", "--name-only", "HEAD", "--").split()
     if not landed:
-        return PatchOutcome(
-            StepStatus.IN_UPSTREAM, "its cherry-pick is empty: upstream has its change"
-        )
+        return PatchOutcome(StepStatus.IN_UPSTREAM, EMPTY_PICK)
     moved = sorted(set(landed) - set(patch.touched_paths))
     if results:
         notes = structured.notes(results, applied=True)
@@ -193,7 +222,7 @@ def _three_way(worktree: Git, patch: Patch) -> Optional[PatchOutcome]:
     )
 
 
-def _in_upstream(patch: Patch, context: SeriesContext, why: str) -> PatchOutcome:
+def in_upstream(patch: Patch, context: SeriesContext, why: str) -> PatchOutcome:
     upstream = context.history.commit_with_same_change(patch) if context.history else None
     named = f" (upstream commit {upstream[:12]})" if upstream else ""
     return PatchOutcome(StepStatus.IN_UPSTREAM, why + named)
