@@ -39,6 +39,9 @@ _OWN_CONFIG = """[core]
 \tfsmonitor = false
 \tsparseCheckout = true
 \tsparseCheckoutCone = false
+\tpreloadIndex = false
+[sparse]
+\texpectFilesOutsideOfPatterns = true
 """
 
 
