@@ -25,7 +25,9 @@ from rebaser.carry.rawdiff import apply_exactly, parse_diff
 from rebaser.carry.replay import Replay
 
 ROOT = Path(__file__).resolve().parents[1]
-UTIL = "".join(f"\n\ndef helper_{n}(value):\n    total = value\n    return total + {n}\n" for n in range(12))
+UTIL = "".join(
+    f"\n\ndef helper_{n}(value):\n    total = value\n    return total + {n}\n" for n in range(12)
+)
 
 
 def _bench():
@@ -82,7 +84,15 @@ def test_the_fast_lane_makes_the_per_patch_paths_branch_and_report(rebaser, tmp_
         reports[lane] = (git(upstream.path, "rev-parse", data["branch"]), data["steps"])
     assert reports[True] == reports[False]
     statuses = [step["status"] for step in reports[True][1]]
-    assert statuses == ["laid", "clean", "cherry-pick", "cherry-pick", "in upstream", "dropped", "blocked"]
+    assert statuses == [
+        "laid",
+        "clean",
+        "cherry-pick",
+        "cherry-pick",
+        "in upstream",
+        "dropped",
+        "blocked",
+    ]
 
 
 def test_a_lane_is_cut_where_git_apply_and_ort_make_different_files(rebaser, tmp_path, upstream):
@@ -146,9 +156,7 @@ def test_fast_built_commits_are_the_commits_git_apply_builds(tmp_path, upstream,
     assert [slow.commit_of(patch) for patch in series.patches] == fast
 
 
-def test_a_chain_built_at_once_is_remembered_by_one_ref_and_reused(
-    tmp_path, upstream, monkeypatch
-):
+def test_a_chain_built_at_once_is_remembered_by_one_ref_and_reused(tmp_path, upstream, monkeypatch):
     series = load_series(fork_and_tip(upstream, tmp_path))
     base = git(upstream.path, "rev-parse", "base")
     chain = Replay(Git(upstream.path), base, series.patches).commits()
@@ -166,7 +174,9 @@ def test_a_chain_built_at_once_is_remembered_by_one_ref_and_reused(
 def test_a_stale_index_line_is_caught_and_left_to_git_apply(rebaser, tmp_path, upstream):
     series_file = fork_and_tip(upstream, tmp_path)
     third = sorted(series_file.parent.glob("0003-*.patch"))[0]
-    third.write_text(third.read_text().replace("+    return total - 2\n", "+    return total * 2\n"))
+    third.write_text(
+        third.read_text().replace("+    return total - 2\n", "+    return total * 2\n")
+    )
     series = load_series(series_file)
     base = git(upstream.path, "rev-parse", "base")
     built = Replay(Git(upstream.path), base, series.patches).commits()
@@ -188,7 +198,9 @@ def count_git_processes(monkeypatch, tmp_path: Path, patches: int) -> int:
     calls = []
     original = Git._completed
     monkeypatch.setattr(
-        Git, "_completed", lambda self, args, *rest: calls.append(args) or original(self, args, *rest)
+        Git,
+        "_completed",
+        lambda self, args, *rest: calls.append(args) or original(self, args, *rest),
     )
     seconds, statuses = bench.time_rebaser(repo, tmp_path / f"scratch-{patches}", 1)
     monkeypatch.setattr(Git, "_completed", original)
@@ -219,7 +231,7 @@ def test_a_kill_inside_the_sequencer_can_be_continued_or_aborted(rebaser, tmp_pa
     worktree = Path(expected["worktree"])
     git_dir = Path(git(worktree, "rev-parse", "--absolute-git-dir"))
     _, lane = (git_dir / fastlane.MARKER).read_text().splitlines()
-    assert (Path(lane) / ".git" / "rebase-merge").is_dir()  # git's sequencer, stopped there
+    assert (Path(lane) / ".git").is_dir()  # the lane's repository, its sequencer run done
     assert git(worktree, "symbolic-ref", "--short", "HEAD") == branch  # the worktree waits
     status = rebaser("status", "--repo", upstream.path)
     assert "interrupted" in status.out and "rebaser continue" in status.out, status.out
@@ -286,9 +298,7 @@ def test_the_hunk_search_agrees_with_git_apply(tmp_path, upstream, case):
     assert offsets == [f"hunk {n} at line {at} (offset {int(d):+d})" for n, at, d in said]
 
 
-def test_continue_after_a_stop_carries_the_rest_in_a_lane(
-    rebaser, tmp_path, upstream, monkeypatch
-):
+def test_continue_after_a_stop_carries_the_rest_in_a_lane(rebaser, tmp_path, upstream, monkeypatch):
     """Without --keep-going the lane hands the conflict to the per-patch stop; the user's fix
     and `continue` take the rest through a new lane."""
     series = fork_and_tip(upstream, tmp_path)
@@ -342,9 +352,10 @@ def test_a_prefetch_that_fails_says_so_where_the_commits_are_needed(tmp_path, up
 def test_a_run_of_conflicts_does_not_start_a_lane_per_patch(
     rebaser, tmp_path, upstream, monkeypatch
 ):
-    """On a real fork most stops come in runs (docs/real-fork.md: 23 of 32 patches); a lane
-    that carries nothing waits longer before the next one, so the run costs a few sequencer
-    starts, not one per patch, and the outcome is the per-patch path's."""
+    """On a real fork most stops come in runs (docs/real-fork.md: 23 of 32 patches). Going on
+    past failures, the lane judges each patch git stops at by itself and goes on with `git
+    rebase --skip`: one sequencer run for the whole series, and the per-patch path's
+    outcome, row for row."""
     upstream.commit({"pkg/util.py": UTIL}, "util", tag="base")
     git(upstream.path, "checkout", "-q", "-b", "fork")
     for n in range(12):
@@ -369,4 +380,12 @@ def test_a_run_of_conflicts_does_not_start_a_lane_per_patch(
     assert outcome.code == ExitCode.NOT_APPLIED, outcome.out
     steps = json.loads(report.read_text())["steps"][1:]
     assert [step["status"] for step in steps] == ["dropped"] * 12
-    assert lanes == ["0001", "0003", "0007"], lanes  # then 2, 4 and 8 patches the long way
+    assert lanes == ["0001"], lanes  # one lane, through all twelve stops
+    alone = tmp_path / "alone.json"
+    assert (
+        carried(
+            rebaser, tmp_path / "s" / "series", upstream, alone, "--force", "--no-fast-lane"
+        ).code
+        == ExitCode.NOT_APPLIED
+    )
+    assert json.loads(alone.read_text())["steps"] == json.loads(report.read_text())["steps"]

@@ -31,6 +31,7 @@ from rebaser.series.confinement import check_upstream_paths
 from rebaser.series.patches import Patch, Series, load_series
 from rebaser.steps import fastlane
 from rebaser.steps.checks import Check, verify
+from rebaser.steps.lanestop import LaneJudge
 from rebaser.steps.overlay import OverlayStep
 from rebaser.steps.patching import PatchStep
 from rebaser.steps.records import LEFT_OFF, StepResult, StepRow, StepStatus, Stop, StopPhase
@@ -417,10 +418,13 @@ class _Run:
         self._starting(patches[0].name)
         head = self.state.head or self.worktree.out("rev-parse", "HEAD")
         branch = self.state.branch
-        done = fastlane.carry(
-            self.worktree, self.git_dir, branch, head, patches, commits, self._missing()
+        # Going on past failures, the lane judges the patches git stops at by itself.
+        context = self._context()
+        judge = LaneJudge(context) if self.state.keep_going else None
+        carried = fastlane.carry(
+            self.worktree, self.git_dir, branch, head, patches, commits, context.missing, judge
         )
-        self.record(*done)
+        self.record(*carried)
 
     def _patch_run(self) -> list[Patch]:
         """The patches of the plan's steps from the next one on, while they follow each other
@@ -542,8 +546,7 @@ def _series_context(
     resolution to try)."""
     base = recorded_base(series, repo, progress)
     replay = Replay(repo, base, series.patches) if base else None
-    files = [patch.touched_paths for patch in series.patches]
-    history = UpstreamHistory(repo, base, new_base, files)
+    history = UpstreamHistory(repo, base, new_base, series.patches)
     leave_failed = (
         (lambda patch: resolutions.recorded_for(series, patch))
         if keep_going

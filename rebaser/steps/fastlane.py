@@ -27,17 +27,24 @@ recorded step (`rebaser continue` then redoes the lane, `abort` drops it).
 from __future__ import annotations
 
 import hashlib
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from rebaser.carry import objects, structured
+from rebaser.carry import structured
 from rebaser.carry.knockon import needed_patch
 from rebaser.repo import late_checkout
 from rebaser.repo import scratch
 from rebaser.repo.git import Git, committer_env
-from rebaser.steps.records import StepResult, StepRow, StepStatus, cherry_picked, patch_row
+from rebaser.steps.records import (
+    LEFT_OFF,
+    StepResult,
+    StepRow,
+    StepStatus,
+    cherry_picked,
+    patch_row,
+)
 from rebaser.series.patches import Patch
 from rebaser.carry.rawdiff import ABSENT, FileDiff, apply_exactly, parse_diff
 from rebaser.carry.in_upstream import superseded_in
@@ -49,6 +56,11 @@ MARKER = "forkkit-fast-lane"  # in the worktree's git dir while a lane runs: bra
 _SEQUENCER = ("-c", "merge.renames=true", "-c", "merge.directoryRenames=true")
 
 
+# Where git stopped at a patch (on a commit; what the structured merge did and kept): None,
+# the lane ends there; or what gives the patch's row (None after all: the lane is cut there).
+Judge = Callable[[Patch, Git, str, str], Optional[Callable[[], Optional[StepRow]]]]
+
+
 def carry(
     worktree: Git,
     git_dir: Path,
@@ -57,11 +69,14 @@ def carry(
     patches: list[Patch],
     commits: list[str],
     missing: Sequence[Patch] = (),
+    judge: Optional[Judge] = None,
 ) -> list[StepResult]:
     """Carry `patches` (their own commits `commits`, a first-parent chain) onto `head`, the
     branch's tip; as many as git's sequencer takes and the status check keeps, each with its
     commit as the branch's tip after it. `missing`: patches left off the branch so far (a
-    patch that needs one is not merged by syntax)."""
+    patch that needs one is not merged by syntax). Where git stops at a patch, `judge` (an
+    apply that goes on, steps/lanestop.py) may give its row (left off the branch, or in
+    upstream): the lane then goes on past it with `git rebase --skip`."""
     marker = git_dir / MARKER
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forkkit-lane") as pool:
         # The worktree's files, if not written yet, are written while the sequencer runs
@@ -69,19 +84,16 @@ def carry(
         writing = pool.submit(late_checkout.finish, worktree, git_dir)
         with scratch.repository(git_dir, head) as lane:
             marker.write_text(f"{branch}\n{lane.path}\n")
-            merged = _sequence(lane, head, commits, dict(zip(commits, patches)), list(missing))
+            merged, judged = _sequence(lane, head, patches, commits, list(missing), judge)
             # The commits' objects go to the repository (HEAD: the last pick git made, also
             # where it stopped) while the rows are worked out.
             back = pool.submit(scratch.bring_back, lane, worktree, "HEAD", head)
-            changes = _carried(lane, head)
-            made = list(changes)
-            rows = _rows(lane, head, patches[: len(made)], changes)
-            rows = [_structured(row, merged.get(commit)) for row, commit in zip(rows, commits)]
+            results = _results(lane, head, patches, _carried(lane, head), judged, merged)
             back.result()
         writing.result()
-    _move_branch(worktree, branch, made[len(rows) - 1] if rows else head)
+    _move_branch(worktree, branch, results[-1].head if results else head)
     marker.unlink()
-    return [StepResult(row, commit) for row, commit in zip(rows, made)]
+    return results
 
 
 def _move_branch(worktree: Git, branch: str, tip: str) -> None:
@@ -90,12 +102,18 @@ def _move_branch(worktree: Git, branch: str, tip: str) -> None:
 
 
 def _sequence(
-    worktree: Git, head: str, commits: list[str], patches: dict[str, Patch], missing: list[Patch]
-) -> dict[str, list[structured.FileResult]]:
+    lane: Git,
+    head: str,
+    patches: list[Patch],
+    commits: list[str],
+    missing: list[Patch],
+    judge: Optional[Judge],
+) -> tuple[dict[int, list[structured.FileResult]], dict[int, Optional[StepRow]]]:
     """git's sequencer: the commits onto `head`, stopping where git stops. Where a pick
-    conflicts only in Python hunks the structured merge resolves, it goes on; what it did,
-    by the commit picked."""
-    ran = worktree.run(
+    conflicts only in Python hunks the structured merge resolves, it goes on (what it did,
+    by the patch's position); past the patches `judge` takes, too (their rows, by
+    position)."""
+    lane.run(
         *_SEQUENCER,
         "rebase",
         "--quiet",
@@ -109,22 +127,58 @@ def _sequence(
         check=False,
         env=committer_env(),
     )
-    merged: dict[str, list[structured.FileResult]] = {}
-    while not ran.ok and (picking := worktree.rev_parse("REBASE_HEAD")) in patches:
-        if missing and needed_patch(patches[picking], missing, _reader(worktree)) is not None:
-            break  # a knock-on: the per-patch path says which patch it needs
-        results = structured.resolve_conflicts(worktree, label=patches[picking].name, sparse=True)
-        if not results or worktree.unmerged_paths():
-            break
-        merged[picking] = results
-        ran = worktree.run(
-            *_SEQUENCER,
-            "rebase",
-            "--continue",
-            check=False,
-            env={**committer_env(), "GIT_EDITOR": "true"},
-        )
-    return merged
+    position = {commit: number for number, commit in enumerate(commits)}
+    merged: dict[int, list[structured.FileResult]] = {}
+    verdicts: dict[int, Future[Optional[StepRow]]] = {}
+
+    def left_off() -> list[Patch]:  # the patches missing so far, those judged in this lane too
+        judged = [number for number, verdict in verdicts.items() if _left_off(verdict.result())]
+        return missing + [patches[number] for number in judged]
+
+    # The rows are worked out (Python, and upstream's history) while git goes on.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkkit-judge") as rows:
+        while (stopped := _stopped_at(lane)) is not None and stopped[0] in position:
+            number = position[stopped[0]]
+            results = _by_syntax(lane, patches[number], left_off)
+            if results and not lane.unmerged_paths():
+                merged[number] = results
+                env = {**committer_env(), "GIT_EDITOR": "true"}
+                lane.run(*_SEQUENCER, "rebase", "--continue", check=False, env=env)
+                continue
+            notes = structured.notes(results or [], applied=False)
+            verdict = judge(patches[number], lane, stopped[1], notes) if judge else None
+            if verdict is None:
+                break
+            verdicts[number] = rows.submit(verdict)
+            lane.run(*_SEQUENCER, "rebase", "--skip", check=False, env=committer_env())
+    return merged, {number: verdict.result() for number, verdict in verdicts.items()}
+
+
+def _by_syntax(
+    lane: Git, patch: Patch, missing: Callable[[], list[Patch]]
+) -> Optional[list[structured.FileResult]]:
+    """What the structured merge did to a pick git stopped at in conflict; None where it is
+    not tried: an empty pick, or a patch that needs a missing one (a knock-on, which the
+    per-patch path or the judge names)."""
+    if not lane.unmerged_paths():
+        return None
+    left = missing()
+    if left and needed_patch(patch, left, _reader(lane)) is not None:
+        return None
+    return structured.resolve_conflicts(lane, label=patch.name, sparse=True)
+
+
+def _left_off(row: Optional[StepRow]) -> bool:
+    return row is not None and row.status in LEFT_OFF
+
+
+def _stopped_at(lane: Git) -> Optional[tuple[str, str]]:
+    """Where the lane's sequencer stopped (a conflict, an empty pick), if it did: the commit
+    it was picking, and the one it stood on."""
+    git_dir = lane.path / ".git"
+    if not (git_dir / "rebase-merge").is_dir() or not (git_dir / "REBASE_HEAD").is_file():
+        return None
+    return (git_dir / "REBASE_HEAD").read_text().strip(), (git_dir / "HEAD").read_text().strip()
 
 
 def leave_interrupted(git_dir: Path) -> bool:
@@ -149,31 +203,50 @@ class _Change:
     after: str
 
 
-def _rows(
-    worktree: Git, head: str, patches: list[Patch], changes: dict[str, dict[str, _Change]]
-) -> list[StepRow]:
-    """The rows of the carried patches up to the first whose status cannot be told (the
-    lane is cut there)."""
-    made = list(changes)
-    diffs = [parse_diff(patch.raw) for patch in patches]
-    parents = [head, *made[:-1]]
+def _results(
+    lane: Git,
+    head: str,
+    patches: list[Patch],
+    changes: dict[str, dict[str, _Change]],
+    judged: dict[int, Optional[StepRow]],
+    merged: dict[int, list[structured.FileResult]],
+) -> list[StepResult]:
+    """The carried and judged patches, in order, up to the first whose status cannot be
+    told (the lane is cut there) or that git left to the per-patch path; `merged`: what the
+    structured merge did to a patch's pick."""
+    made = iter(changes)
+    order: list[tuple[int, str, Optional[str]]] = []  # position, parent, its commit
+    tip = head
+    for number in range(len(patches)):
+        commit = None if number in judged else next(made, None)
+        if number not in judged and commit is None:
+            break
+        order.append((number, tip, commit))
+        tip = commit or tip
+    diffs = {number: parse_diff(patches[number].raw) for number, _, commit in order if commit}
     names = [
         f"{parent}:{diff.path}"
-        for parent, files in zip(parents, diffs)
-        for diff in files or []
+        for number, parent, commit in order
+        if commit
+        for diff in diffs[number] or []
         if not diff.created
     ]
-    texts = _texts(worktree, names)
-    rows = []
-    for parent, commit, patch, files in zip(parents, made, patches, diffs):
-        row = None
+    texts = lane.blobs(names)
+    results = []
+    for number, parent, commit in order:
+        if commit is None:
+            if (judged_row := judged[number]) is None:
+                break
+            results.append(StepResult(judged_row, parent))
+            continue
+        row, files = None, diffs[number]
         if files is not None:
             before = {diff.path: texts.get(f"{parent}:{diff.path}") for diff in files}
-            row = _row(patch, files, changes[commit], before)
+            row = _row(patches[number], files, changes[commit], before)
         if row is None:
             break
-        rows.append(row)
-    return rows
+        results.append(StepResult(_structured(row, merged.get(number)), commit))
+    return results
 
 
 def _reader(worktree: Git) -> Callable[[str], Optional[str]]:
@@ -243,11 +316,6 @@ def _carried(worktree: Git, head: str) -> dict[str, dict[str, _Change]]:
             _, _, before, after, _ = meta.lstrip(b"\n")[1:].decode().split(" ")
             changed[path.decode()] = _Change(before, after)
     return carried
-
-
-def _texts(worktree: Git, names: list[str]) -> Texts:
-    """`<commit>:<path>` -> the file's bytes (None: no such file), in one git call."""
-    return objects.read(worktree, names)
 
 
 def _blob_id(data: bytes) -> str:

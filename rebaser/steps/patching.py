@@ -57,17 +57,26 @@ def _failed(
     """A stop for the user; going on (--keep-going), the patch left off the branch, the stop
     kept in its row. Blocked when it needs a patch already left off (`needed`)."""
     worktree = context.worktree
+    left_row, stop = left_off(patch, outcome, row, needed)
+    if not context.keep_going:
+        return StepResult(row, context.head, stop)
+    if outcome.left:  # what the patch got to is in the worktree (else it is clean already)
+        worktree.discard_changes()
+    return StepResult(left_row, context.head)
+
+
+def left_off(
+    patch: Patch, outcome: PatchOutcome, row: StepRow, needed: Optional[Patch]
+) -> tuple[StepRow, Stop]:
+    """A failed patch's stop, and its row when it is left off the branch: `blocked` when it
+    needs `needed` (a patch left off before it, carry/knockon.py), else `dropped`."""
     if needed is not None:
         stop = Stop(StopPhase.APPLY, patch.name, f"needs {number(needed)}, which did not apply")
     else:
         hunks = [report.describe() for report in outcome.hunks]
         stop = Stop(StopPhase.APPLY, patch.name, outcome.detail, outcome.conflicts, hunks)
-    if not context.keep_going:
-        return StepResult(row, context.head, stop)
-    if outcome.left:  # what the patch got to is in the worktree (else it is clean already)
-        worktree.discard_changes()
     status = StepStatus.BLOCKED if needed is not None else StepStatus.DROPPED
-    return StepResult(replace(row, status=status, detail=stop.reason, stop=stop), context.head)
+    return replace(row, status=status, detail=stop.reason, stop=stop), stop
 
 
 def _replay_resolution(
