@@ -9,18 +9,33 @@ the patch adds already exists in the file it touches ("possibly superseded").
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from rebaser.repo.git import Git
 from rebaser.series.patches import Patch
 from rebaser.carry.difflines import file_lines, present_lines
 
 
+class Memo(Protocol):
+    """Where what was learnt about upstream's history is kept between commands (the
+    sequencer gives one: each `skip` or `continue` is a new process)."""
+
+    def load(self) -> Optional[dict[str, Any]]: ...
+
+    def save(self, data: dict[str, Any]) -> None: ...
+
+
 class UpstreamHistory:
-    """The upstream commits between the series' recorded base and the new base, by patch-id."""
+    """The upstream commits between the series' recorded base and the new base that touch
+    the series' files: their patch-ids, and which touch which files."""
 
     def __init__(
-        self, repo: Git, recorded_base: Optional[str], new_base: str, patches: list[Patch]
+        self,
+        repo: Git,
+        recorded_base: Optional[str],
+        new_base: str,
+        patches: list[Patch],
+        memo: Optional[Memo] = None,
     ) -> None:
         """`patches`: the series'. A commit with a patch's patch-id touches exactly that
         patch's files: only such commits are diffed."""
@@ -29,12 +44,13 @@ class UpstreamHistory:
         self.new_base = new_base
         self.patches = patches
         self.file_sets = {frozenset(patch.touched_paths) for patch in patches}
-        self._by_patch_id: Optional[dict[str, str]] = None
+        self.memo = memo
+        self._known: Optional[dict[str, Any]] = None  # "commits" and "ids", see _upstream
         self._own: Optional[dict[str, Optional[str]]] = None  # patch name -> its patch-id
 
     def commit_with_same_change(self, patch: Patch) -> Optional[str]:
         """The upstream commit whose patch-id equals the patch's, if any."""
-        ids = self._ids()
+        ids: dict[str, str] = self._upstream()["ids"]
         if not ids:  # no upstream commit can have it: no need for the patch's own id
             return None
         if self._own is None:  # the series' patch-ids, in one `git patch-id`
@@ -42,37 +58,60 @@ class UpstreamHistory:
         own = self._own[patch.name] if patch.name in self._own else patch_id(self.repo, patch.raw)
         return ids.get(own) if own else None
 
-    def _ids(self) -> dict[str, str]:
-        if self._by_patch_id is None:
-            self._by_patch_id = {}
-            base = self.recorded_base
-            related = (
-                base is not None
-                and self.repo.run(
-                    "merge-base", "--is-ancestor", base, self.new_base, check=False
-                ).ok
-            )
-            candidates = self._candidates(base) if related else []
-            if candidates:
-                log = self.repo.run(
-                    "log",
-                    "--no-walk=unsorted",
-                    "--stdin",
-                    "-p",
-                    "--no-renames",
-                    "--no-color",
-                    "--format=commit %H",
-                    stdin="".join(f"{sha}\n" for sha in candidates).encode(),
-                ).stdout
-                ids = self.repo.run("patch-id", "--stable", stdin=log.encode()).stdout
-                for line in ids.splitlines():
-                    change, commit = line.split()
-                    self._by_patch_id.setdefault(change, commit)
-        return self._by_patch_id
+    def touching(self, paths: Sequence[str]) -> list[tuple[str, str]]:
+        """(sha, subject) of the upstream commits that touch any of `paths` (files of the
+        series), newest first."""
+        wanted = set(paths)
+        return [
+            (sha, subject)
+            for sha, subject, files in self._upstream()["commits"]
+            if wanted.intersection(files)
+        ]
 
-    def _candidates(self, base: Optional[str]) -> list[str]:
-        """The upstream commits (newest first) that touch exactly the files of a patch:
-        names only, cheap; only these are diffed."""
+    def _upstream(self) -> dict[str, Any]:
+        """Read once, from the memo when an earlier command of the apply read it."""
+        if self._known is None and self.memo:
+            known = self.memo.load()
+            self._known = known if known and set(known) == {"commits", "ids"} else None
+        if self._known is None:
+            commits = self._commits() if self._related() else []
+            self._known = {"commits": commits, "ids": self._ids(commits)}
+            if self.memo:
+                self.memo.save(self._known)
+        return self._known
+
+    def _related(self) -> bool:
+        base = self.recorded_base
+        return (
+            base is not None
+            and self.repo.run("merge-base", "--is-ancestor", base, self.new_base, check=False).ok
+        )
+
+    def _ids(self, commits: list[list[Any]]) -> dict[str, str]:
+        """patch-id -> the newest upstream commit with it, for the commits that touch
+        exactly the files of a patch (only these can share a patch's patch-id)."""
+        candidates = [sha for sha, _, files in commits if frozenset(files) in self.file_sets]
+        if not candidates:
+            return {}
+        log = self.repo.run(
+            "log",
+            "--no-walk=unsorted",
+            "--stdin",
+            "-p",
+            "--no-renames",
+            "--no-color",
+            "--format=commit %H",
+            stdin="".join(f"{sha}\n" for sha in candidates).encode(),
+        ).stdout
+        by_patch_id: dict[str, str] = {}
+        for line in self.repo.run("patch-id", "--stable", stdin=log.encode()).stdout.splitlines():
+            change, commit = line.split()
+            by_patch_id.setdefault(change, commit)
+        return by_patch_id
+
+    def _commits(self) -> list[list[Any]]:
+        """[sha, subject, files] of the upstream commits (newest first) that touch the
+        series' files, with every file each touches: names only, cheap."""
         paths = sorted(set().union(*self.file_sets))
         if not paths:
             return []
@@ -84,17 +123,17 @@ class UpstreamHistory:
             "--full-diff",  # every file a commit touches, not only the series' ones
             "--name-only",
             "-z",  # names as they are, not quoted
-            "--format=%x01%H",
-            f"{base}..{self.new_base}",
+            "--format=%x01%H%x02%s",
+            f"{self.recorded_base}..{self.new_base}",
             "--",
             *paths,
         ).stdout
-        candidates = []
+        commits = []
         for record in listing.split("\x01")[1:]:
-            sha, names = record[:40], record[40:].removeprefix("\0\n").split("\0")
-            if frozenset(filter(None, names)) in self.file_sets:
-                candidates.append(sha)
-        return candidates
+            sha, _, rest = record.partition("\x02")
+            subject, _, names = rest.partition("\0\n")
+            commits.append([sha, subject, sorted(filter(None, names.split("\0")))])
+        return commits
 
 
 def own_patch_ids(repo: Git, patches: list[Patch]) -> dict[str, Optional[str]]:

@@ -22,6 +22,7 @@ from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo import late_checkout, refs, workspace
 from rebaser.repo.git import Git
 from rebaser.repo.lock import repository_lock, throwaway_lock
+from rebaser.repo.memo import memo
 from rebaser.sequencer import fix, proposals, recovery
 from rebaser.sequencer import retry as retrying
 from rebaser.sequencer import state as state_store
@@ -546,7 +547,10 @@ def _series_context(
     resolution to try)."""
     base = recorded_base(series, repo, progress)
     replay = Replay(repo, base, series.patches) if base else None
-    history = UpstreamHistory(repo, base, new_base, series.patches)
+    # Keyed by everything the listing depends on: commits and the series' files.
+    files = sorted("\0".join(sorted(patch.touched_paths)) for patch in series.patches)
+    known = memo(repo, "upstream", str(base), new_base, *files)
+    history = UpstreamHistory(repo, base, new_base, series.patches, known)
     leave_failed = (
         (lambda patch: resolutions.recorded_for(series, patch))
         if keep_going
