@@ -7,6 +7,7 @@ are refused before anything happens, or saved under refs/forkkit/backups/ first.
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Optional
@@ -107,10 +108,18 @@ def restore_last_step(state: ApplyState, worktree: Git) -> Optional[str]:
 
 def snapshot(git: Git, message: str) -> str:
     """A commit of HEAD plus everything in the worktree (untracked files too), made with a
-    private index: the worktree, its index and its branch stay as they are."""
+    private index: the worktree, its index and its branch stay as they are.
+
+    The private index starts as a copy of the worktree's, whose file stats spare `add` from
+    hashing every file again (0.2 s of a `skip` on a 3,000-file tree); conflicts in it
+    are resolved by what the files hold."""
+    own = workspace.worktree_git_dir(git.path) / "index"
     with tempdirs.owned("forkkit-index-") as folder:
         env = {"GIT_INDEX_FILE": str(folder / "index")}
-        git.run("read-tree", "HEAD", env=env)
+        try:
+            shutil.copyfile(own, env["GIT_INDEX_FILE"])
+        except OSError:  # no index (killed before it was written): from HEAD
+            git.run("read-tree", "HEAD", env=env)
         git.run("add", "--all", env=env)
         tree = git.out("write-tree", env=env)
     return commit_tree(git, tree, ["HEAD"], message, date=f"{int(time.time())} +0000")
