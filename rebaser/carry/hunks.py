@@ -8,6 +8,7 @@ context enough to help; below that the report says nothing similar is left.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -127,11 +128,16 @@ def diagnose_with(patch_text: str, read: Reader) -> list[HunkReport]:
                     HunkReport(path, _header(hunk), hunk.source_start, False, 0, 0.0, [])
                 )
             continue
-        current = _IndexedFile(text.splitlines())
+        current = _indexed(text)
         for hunk in patched:
             expected = [line.value.rstrip("\n") for line in hunk.source_lines()]
             reports.append(_locate(path, hunk, expected, current))
     return reports
+
+
+@functools.lru_cache(maxsize=32)  # the same file at the same tip, at stop after stop
+def _indexed(text: str) -> "_IndexedFile":
+    return _IndexedFile(text.splitlines())
 
 
 class _IndexedFile:
