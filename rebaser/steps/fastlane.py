@@ -214,15 +214,7 @@ def _results(
     """The carried and judged patches, in order, up to the first whose status cannot be
     told (the lane is cut there) or that git left to the per-patch path; `merged`: what the
     structured merge did to a patch's pick."""
-    made = iter(changes)
-    order: list[tuple[int, str, Optional[str]]] = []  # position, parent, its commit
-    tip = head
-    for number in range(len(patches)):
-        commit = None if number in judged else next(made, None)
-        if number not in judged and commit is None:
-            break
-        order.append((number, tip, commit))
-        tip = commit or tip
+    order = _order(head, len(patches), list(changes), judged)
     diffs = {number: parse_diff(patches[number].raw) for number, _, commit in order if commit}
     names = [
         f"{parent}:{diff.path}"
@@ -234,18 +226,13 @@ def _results(
     texts = lane.blobs(names)
     results = []
     for number, parent, commit in order:
-        if commit is None:
-            if (judged_row := judged[number]) is None:
-                break
-            results.append(StepResult(judged_row, parent))
-            continue
-        row, files = None, diffs[number]
-        if files is not None:
+        row = judged.get(number)
+        if commit is not None and (files := diffs[number]) is not None:
             before = {diff.path: texts.get(f"{parent}:{diff.path}") for diff in files}
             row = _row(patches[number], files, changes[commit], before)
         if row is None:
             break
-        results.append(StepResult(_structured(row, merged.get(number)), commit))
+        results.append(StepResult(_structured(row, merged.get(number)), commit or parent))
     return results
 
 
@@ -266,6 +253,23 @@ def _structured(row: StepRow, results: Optional[list[structured.FileResult]]) ->
         return row
     notes = structured.notes(results, applied=True)
     return replace(row, status=StepStatus.STRUCTURED_MERGE, detail=f"{row.detail}; {notes}")
+
+
+def _order(
+    head: str, count: int, made: list[str], judged: dict[int, Optional[StepRow]]
+) -> list[tuple[int, str, Optional[str]]]:
+    """(position, the branch's tip before it, its commit or None when judged) of the lane's
+    patches, as far as git carried or the judge took them."""
+    picks = iter(made)
+    order: list[tuple[int, str, Optional[str]]] = []
+    tip = head
+    for number in range(count):
+        commit = None if number in judged else next(picks, None)
+        if number not in judged and commit is None:
+            break
+        order.append((number, tip, commit))
+        tip = commit or tip
+    return order
 
 
 def _row(
