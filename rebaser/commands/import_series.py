@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -27,7 +27,7 @@ from rebaser.series.export import (
 )
 from rebaser.repo import tempdirs
 from rebaser.repo.git import Git, find_repo
-from rebaser.series.patches import PATCH_TRAILER, load_series, valid_series_name
+from rebaser.series.patches import PATCH_TRAILER, is_test_file, load_series, valid_series_name
 
 _LOG_FORMAT = "%x1e%H%x1f%P%x1f%h%x1f%s%x1f%B%x1f"  # records and fields split by ASCII separators
 
@@ -39,6 +39,10 @@ def run(args: argparse.Namespace) -> ExitCode:
     out = Output()
     for empty in imported.skipped_empty:
         out.say(f"  skipped (changes nothing): {empty}")
+    if imported.fork_tests:
+        out.say(f"  {len(imported.fork_tests)} test files of the fork recorded (@fork-test)")
+    for path in imported.unnamed_tests:
+        out.say(f"  not recorded (a series file cannot name it): {path!r}")
     out.say(
         f"imported {len(imported.patches)} patches into {imported.series_file} "
         f"(@base git:{imported.base})"
@@ -52,6 +56,8 @@ class Imported:
     base: str
     patches: list[str]
     skipped_empty: list[str]  # "<short sha> <subject>" of commits that change nothing
+    fork_tests: list[str] = field(default_factory=list)  # recorded as @fork-test
+    unnamed_tests: list[str] = field(default_factory=list)  # tests the series cannot name
 
 
 def import_range(
@@ -93,7 +99,7 @@ def import_range(
         scratch.path.rename(series_dir)
     finally:
         scratch.release()
-    return Imported(series_dir / "series", base, imported.patches, imported.skipped_empty)
+    return replace(imported, series_file=series_dir / "series")
 
 
 def _repository(repo: Path) -> Git:
@@ -198,10 +204,12 @@ def _write_series(git: Git, commits: list[_Commit], folder: Path, name: str, bas
         (folder / file_name).write_text(text, encoding="utf-8")
         patches.append(file_name)
     series_file = folder / "series"
+    tests, unnameable = _fork_tests(git, base, commits[-1].sha)
     lines = [
         f"# Imported by `rebaser import` from {len(commits)} commits on top of {base[:12]}.",
         f"@name {name}",
         f"@base git:{base}",
+        *(f"@fork-test {path}" for path in tests),
         *patches,
     ]
     series_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -216,7 +224,19 @@ def _write_series(git: Git, commits: list[_Commit], folder: Path, name: str, bas
             where=str(git.path),
             next_step="fix that commit (its message and author must be UTF-8), then import again",
         ) from None
-    return Imported(series_file, base, patches, skipped)
+    return Imported(series_file, base, patches, skipped, tests, unnameable)
+
+
+def _fork_tests(git: Git, base: str, tip: str) -> tuple[list[str], list[str]]:
+    """The test files the range adds or changes, as TIP has them: `apply --test cpu` runs
+    them in the patched tree. Also those the series file cannot name (`#` starts a comment
+    there, a line break ends the line), which the command says it left out."""
+    changed = git.run(
+        "diff", "--name-only", "-z", "--no-renames", "--diff-filter=AMT", base, tip, "--"
+    ).stdout
+    tests = sorted(path for path in changed.split("\0") if is_test_file(path))
+    unnameable = [path for path in tests if "#" in path or "\n" in path]
+    return [path for path in tests if path not in unnameable], unnameable
 
 
 def _exported(git: Git, base: str, tip: str, commits: list[_Commit]) -> list[str]:

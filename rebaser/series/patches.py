@@ -7,6 +7,9 @@ Series file syntax, one item a line, `#` starts a comment:
     @overlay ../megatron_overlay            new files laid before the patches (mirrors upstream)
     @codemods codemods                      the series' codemods (default: codemods/ if present)
     @upstream-test tests/unit_tests/...     an upstream test file to run (when the base has it)
+    @fork-test tests/unit_tests/...         a test file of the fork's own (its commits added or
+                                            changed it; `rebaser import` lists them): run in
+                                            the patched tree, judged against the fork's branch
     @test-requires torch                    a module the tests import (checked before applying)
     0001-config-fields.patch                a patch, applied in file order
 
@@ -42,8 +45,16 @@ from rebaser.series.confinement import check_inside, check_records, overlay_file
 from rebaser.errors import RebaserError
 from rebaser.upstream import RecordedBase
 
-_DIRECTIVES = ("name", "base", "overlay", "codemods", "upstream-test", "test-requires")
-_LISTS = ("upstream-test", "test-requires")  # directives that may be given several times
+_DIRECTIVES = (
+    "name",
+    "base",
+    "overlay",
+    "codemods",
+    "upstream-test",
+    "fork-test",
+    "test-requires",
+)
+_LISTS = ("upstream-test", "fork-test", "test-requires")  # may be given several times
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 PATCH_TRAILER = "Forkkit-Patch"
 # How rebaser's exports begin (--zero-commit): their subjects and messages are kept as they
@@ -218,6 +229,7 @@ class Series:
     patches: list[Patch]
     test_requires: list[str] = field(default_factory=list)
     codemods_dir: Optional[Path] = None
+    fork_tests: list[str] = field(default_factory=list)
 
     @cached_property
     def codemods(self) -> Codemods:
@@ -260,6 +272,7 @@ class Series:
             patches=[Patch.load(file.parent / name, name) for name in listing.names],
             test_requires=listing.lists["test-requires"],
             codemods_dir=codemods_dir,
+            fork_tests=listing.lists["fork-test"],
         )
 
 
@@ -302,6 +315,12 @@ class _Listing:
                 f"@{key} after the first patch",
                 where=where,
                 next_step="put directives at the top of the series file",
+            )
+        if key in ("upstream-test", "fork-test") and not _inside_tree(value):
+            raise RebaserError(
+                f"@{key} names a path outside the tree: {value!r}",
+                where=where,
+                next_step="write it relative to the tree's root, without '..'",
             )
         if key == "test-requires" and not _MODULE_RE.match(value):
             raise RebaserError(
@@ -348,6 +367,16 @@ class _Listing:
                 next_step="fix the name or add the patch file",
             )
         self.names.append(name)
+
+
+def _inside_tree(path: str) -> bool:
+    return not path.startswith("/") and ".." not in Path(path).parts
+
+
+def is_test_file(path: str) -> bool:
+    """A file pytest collects by default (test_*.py or *_test.py)."""
+    name = Path(path).name
+    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
 
 
 def _same_file_name(names: list[str], name: str) -> Optional[str]:
