@@ -101,3 +101,87 @@ def test_a_listed_upstream_test_missing_on_the_base_is_reported(rebaser, tmp_pat
     assert suite["status"] == "passed" and suite["note"].startswith(found)
     assert suite["missing_files"] == ["tests/test_gone.py"]
     assert "1 of 2 listed upstream test files exist on this base" in result.out
+
+
+HONEST_TEST = """\
+import pytest
+
+from pkg.calc import add, mul
+
+
+@pytest.fixture
+def dataset():
+    raise ValueError("the dataset is not on this machine")
+
+
+@pytest.fixture
+def six():
+    if mul(2, 3) != 6:
+        raise AssertionError("mul changed")
+    return 6
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_mul():
+    assert mul(2, 3) == 6
+
+
+def test_needs_data(dataset):
+    pass
+
+
+@pytest.mark.skip(reason="slow: run nightly")
+def test_slow():
+    pass
+
+
+def test_uses_six(six):
+    assert six == 6
+"""
+
+
+def test_errors_and_skips_are_named_never_folded_into_no_regressions(rebaser, tmp_path, upstream):
+    """Issue 17: upstream tests that error or are skipped are counted and named with a
+    reason in the table, the JSON and the Markdown; a regression is a test that passed on
+    the base and fails or errors on the branch."""
+    upstream.commit({"tests/test_up.py": HONEST_TEST}, "upstream tests", tag="v1.1")
+    series = double_mul_series(tmp_path, upstream, "v1.1", "@upstream-test tests/test_up.py\n")
+    report, markdown = tmp_path / "r.json", tmp_path / "r.md"
+    result = rebaser(
+        "apply", "--series", series, "--repo", upstream.path, "--base", "v1.1", "--json", report
+    )
+    assert result.code == ExitCode.TESTS_FAILED, result.out + result.err
+    suite = {s["name"]: s for s in json.loads(report.read_text())["suites"]}["upstream"]
+    tests = {note["test"]: (note["outcome"], note["verdict"]) for note in suite["tests"]}
+    assert tests == {
+        "tests.test_up::test_mul": ("failed", "regression"),
+        "tests.test_up::test_uses_six": ("error", "regression"),
+        "tests.test_up::test_needs_data": ("error", "also error on the base"),
+        "tests.test_up::test_slow": ("skipped", "skipped"),
+    }
+    reasons = {note["test"]: note["reason"] for note in suite["tests"]}
+    assert "the dataset is not on this machine" in reasons["tests.test_up::test_needs_data"]
+    assert reasons["tests.test_up::test_slow"] == "slow: run nightly"
+    assert suite["note"].endswith("2 regressions; 2 other tests did not pass (listed with reasons)")
+    assert (suite["errors"], suite["skipped"]) == (2, 1)
+    for shown in ("test_needs_data", "the dataset is not on this machine", "slow: run nightly"):
+        assert shown in result.out
+    matrix = rebaser(
+        "verify",
+        "--series",
+        series,
+        "--repo",
+        upstream.path,
+        "--bases",
+        "v1.1",
+        "--markdown",
+        markdown,
+    )
+    assert matrix.code == ExitCode.TESTS_FAILED, matrix.out + matrix.err
+    text = markdown.read_text()
+    assert "upstream: 2 regression, 1 also error on the base, 1 skipped" in text
+    assert "- error `tests.test_up::test_needs_data`: failed on setup with" in text
+    assert "(1/1/2/1)" in matrix.out.replace(" ", "")  # pass/fail/error/skip

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # only named here: a command that prints no report never load
     from rebaser.sequencer.machine import Progress
     from rebaser.sequencer.report import Report
     from rebaser.steps.records import StepRow
+    from rebaser.steps.testrun import SuiteResult
 
 Part = Union[str, tuple[str, str]]  # plain text, or (text, style)
 
@@ -190,8 +191,7 @@ def _render_report(report: Report, console: Console) -> None:
     if triage is not None:
         console.print(triage)
     for suite in report.suites:
-        for failure in suite.failures[:10]:
-            console.print(Text.assemble("  ", (suite.name, "red"), " ", failure))
+        _render_tests(suite, console)
     for title, stop in report.stops():
         console.print(Text.assemble((title, "bold red"), f": {stop.reason}"))
         for line in stop.hunks:
@@ -255,6 +255,30 @@ def _triage_table(report: Report) -> Optional[Table]:
     return table
 
 
+_SHOWN = 10  # tests of one kind shown per suite; the JSON report has them all
+
+
+def _render_tests(suite: "SuiteResult", console: Console) -> None:
+    """Every test of the suite that did not pass, by verdict (regressions first), each with
+    its reason; the run's own failure when it gave no tests."""
+    if not suite.tests:
+        for failure in suite.failures[:_SHOWN]:
+            console.print(Text.assemble("  ", (suite.name, "red"), " ", failure))
+        return
+    verdicts = sorted({note.verdict for note in suite.tests}, key=lambda v: v != "regression")
+    for verdict in verdicts:
+        notes = [note for note in suite.tests if note.verdict == verdict]
+        style = "bold red" if verdict in ("regression", "") else "yellow"
+        title = f"{suite.name} - {verdict or 'did not pass'} ({len(notes)})"
+        console.print(Text.assemble("  ", (title, style)))
+        for note in notes[:_SHOWN]:
+            blame = f" [fails from {note.blame} on]" if note.blame else ""
+            reason = f": {note.reason}" if note.reason else ""
+            console.print(Text(f"    {note.outcome} {note.test}{blame}{reason}"))
+        if len(notes) > _SHOWN:
+            console.print(Text(f"    ... and {len(notes) - _SHOWN} more (all in the JSON report)"))
+
+
 def _report_table(report: Report) -> Table:
     table = Table(show_header=True, header_style="bold", expand=False)
     table.add_column("step")
@@ -264,6 +288,8 @@ def _report_table(report: Report) -> Table:
         files = ", ".join(Path(f).name for f in step.files) if len(step.files) <= 3 else ""
         hunks = f" ({step.hunks} hunk{'s' if step.hunks > 1 else ''})" if step.hunks else ""
         detail = "; ".join(filter(None, [f"{files}{hunks}" if files else "", step.detail]))
+        if step.proposal:
+            detail += f"; proposal: {step.proposal}" + (f" ({step.reason})" if step.reason else "")
         table.add_row(step.name, styled(step.status), Text(detail))
     for check in report.checks:
         problems = "; ".join(check.problems[:3])

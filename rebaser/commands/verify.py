@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -20,7 +21,7 @@ from rebaser.errors import ExitCode, RebaserError
 from rebaser.sequencer import machine
 from rebaser.sequencer.report import Report
 from rebaser.series.patches import load_series
-from rebaser.steps.testrun import check_interpreter
+from rebaser.steps.testrun import SuiteResult, check_interpreter
 from rebaser.upstream import PypiSpec, Target, resolve_pypi, resolve_target
 
 # The exit code of a matrix is its most serious row's.
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> ExitCode:
         "base",
         *(name.split("-")[0] if name[:4].isdigit() else name for name in steps),
         "verify",
-        "tests (pass/fail/skip)",
+        "tests (pass/fail/error/skip)",
         "outcome",
     ]
     rows = []
@@ -139,7 +140,7 @@ def _row(result: BaseResult, steps: list[str]) -> tuple[list[str], str, str, str
     )
     tests = (
         "; ".join(
-            f"{s.name}: {s.status} ({s.passed}/{s.failed + s.errors}/{s.skipped})"
+            f"{s.name}: {s.status} ({s.passed}/{s.failed}/{s.errors}/{s.skipped})"
             for s in result.report.suites
         )
         or "-"
@@ -149,7 +150,7 @@ def _row(result: BaseResult, steps: list[str]) -> tuple[list[str], str, str, str
 
 def matrix_markdown(results: Sequence[BaseResult]) -> str:
     steps = _columns(results)
-    header = ["base", *steps, "verify", "tests (pass/fail/skip)", "outcome"]
+    header = ["base", *steps, "verify", "tests (pass/fail/error/skip)", "outcome"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for result in results:
         cells, verify, tests, outcome = _row(result, steps)
@@ -159,6 +160,8 @@ def matrix_markdown(results: Sequence[BaseResult]) -> str:
         for title, stop in result.report.stops("`") if result.report else []:
             lines += ["", f"**{result.base}** {title}: {stop.reason}"]
             lines += ["", "```", *stop.hunks[:5], "```"] if stop.hunks else []
+        for suite in result.report.suites if result.report else []:
+            lines += _tests_markdown(result.base, suite)
     verdict = (
         "all bases pass"
         if matrix_exit_code(results) == ExitCode.OK
@@ -200,6 +203,20 @@ def read_matrix(path: Path) -> list[BaseResult]:
             f"{path} is not the JSON report of `rebaser verify` ({type(exc).__name__}: {exc})",
             next_step="pass the files `rebaser verify --json` wrote, by the same rebaser version",
         ) from None
+
+
+def _tests_markdown(base: str, suite: SuiteResult) -> list[str]:
+    """A suite's tests that did not pass, each with its outcome, verdict and reason (in a
+    folded block: on CPU, dozens of upstream tests need a GPU)."""
+    if not suite.tests:
+        return []
+    verdicts = Counter(note.verdict or "did not pass" for note in suite.tests)
+    summary = ", ".join(f"{count} {verdict}" for verdict, count in verdicts.items())
+    lines = ["", f"<details><summary><b>{base}</b> {suite.name}: {summary}</summary>", ""]
+    for note in suite.tests:
+        blame = f" (fails from `{note.blame}` on)" if note.blame else ""
+        lines.append(f"- {note.outcome} `{note.test}`{blame}: {note.reason} — {note.verdict}")
+    return [*lines, "", "</details>"]
 
 
 def matrix_json(results: Sequence[BaseResult]) -> dict:

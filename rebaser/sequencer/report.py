@@ -47,6 +47,7 @@ class Report:
         data.pop("json_target")
         for suite in data["suites"]:
             suite.pop("outcomes", None)
+            suite.pop("read", None)
         return data
 
     @classmethod
@@ -107,6 +108,8 @@ def outcome_text(
     tested = (
         "tests passed" if any(suite.status == "passed" for suite in suites) else "tests not run"
     )
+    gpu = sum(note.gpu_only for suite in suites for note in suite.tests)
+    tested += f" ({gpu} need a GPU: not run)" if gpu else ""
     return f"applied, verified, {tested}", [f"the patched tree is on branch {branch} in {worktree}"]
 
 

@@ -83,9 +83,11 @@ class StepRow:
     files: list[str] = field(default_factory=list)
     hunks: int = 0
     stop: Optional[Stop] = None  # why a patch left off the branch did not apply
-    # The triage of a run with stops (carry/triage.py): "keep" or "drop" with a one-line
-    # reason for every patch; a stopped patch's colliding upstream commit. None and "" on a
-    # row nothing judged (a step that is not a patch, a run still in progress).
+    # What a maintainer should do with the patch, and why in one line: the triage of a run
+    # with stops (carry/triage.py) proposes "keep" or "drop" for every patch, with a stopped
+    # patch's colliding upstream commit; "review" when a test that passes on the fork's
+    # branch fails from this patch on (steps/testblame.py). None and "" on a row nothing
+    # judged (a step that is not a patch, a run still in progress).
     proposal: Optional[str] = None
     reason: str = ""
     collides_with: Optional[Collision] = None

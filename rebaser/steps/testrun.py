@@ -1,8 +1,19 @@
 """Run pytest inside the patched tree, in a subprocess, and read its junit XML.
 
-The overlay's tests must pass. Upstream's own tests (those the series lists and the base
-has) run on both the base and the patched tree: only tests that pass on the base and not
-after the series count as regressions, since many upstream tests need CUDA.
+Three suites, each judged its own way:
+
+- the overlay's tests must pass;
+- upstream's own tests that the series lists (`@upstream-test`) run on the base and on the
+  patched tree: only a test that passes on the base and fails, errors or is gone after the
+  series is a regression, since many upstream tests need CUDA;
+- the fork's own tests (`@fork-test`, recorded by `rebaser import`) and upstream's tests of
+  the files the patches touch (steps/testselect.py) run on the patched tree and on the
+  fork's own branch: a test that passes there and not here is a regression of the carry,
+  named with the patch from which it fails (steps/testblame.py).
+
+Every test that does not pass is named with a one-line reason, errors and skips too, so
+"0 regressions" never hides them. On CPU, a test whose skip or error names CUDA or a GPU
+needs one: it is listed as not run, never counted as passed or as a regression.
 
 Before anything is applied, `check_interpreter` makes sure the tests could run at all:
 pytest and the modules the series declares with `@test-requires` import in the test
@@ -12,12 +23,13 @@ interpreter (and, with --test gpu and torch required, torch sees a GPU).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ElementTree
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -25,9 +37,8 @@ from rebaser.config import TEST_MODES
 from rebaser.repo import tempdirs, workspace
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo.git import Git
-from rebaser.series.patches import Series
-
 from rebaser.repo.processes import run_own_group
+from rebaser.series.patches import Series
 
 # The plugin goes to the test interpreter as a copy of its (self-contained) file, in a folder
 # of its own at the end of PYTHONPATH: that interpreter may not be able to import rebaser
@@ -36,6 +47,28 @@ PLUGIN = "forkkit_pytest_plugin"
 _PLUGIN_SOURCE = Path(__file__).resolve().parents[1] / "testing" / "pytest_plugin.py"
 GPU_SUFFIX = "_gpu.py"  # overlay test files that need CUDA (run by --test gpu)
 _FAILURE_LINES = 6
+_REASON_CHARACTERS = 200
+# What a test that cannot run without a GPU says, in its skip reason, its error or the line
+# that raised (Megatron's set-up helper divides by torch.cuda.device_count()).
+_GPU_RE = re.compile(r"\bcuda\b|torch\.cuda|\bgpus?\b|\bnccl\b|cudnn|nvidia", re.IGNORECASE)
+NEEDS_GPU = "needs a GPU: not run"
+REGRESSION = "regression"
+NOT_PASSED = ("failed", "error")
+
+
+@dataclass
+class TestNote:
+    """A test that did not pass, and what that means for the suite."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    test: str
+    outcome: str  # failed | error | skipped | missing (gone after the series) | not run
+    reason: str  # one line: the error or skip message, or why it was not run
+    verdict: str = ""  # regression | needs a GPU: not run | skipped | also ... | flaky ...
+    blame: Optional[str] = None  # the patch from which a regression fails
+    gpu_only: bool = False
+    upstream: list[str] = field(default_factory=list)  # commits touching the blamed patch's files
 
 
 @dataclass
@@ -50,14 +83,22 @@ class SuiteResult:
     note: str = ""
     failures: list[str] = field(default_factory=list)
     missing_files: list[str] = field(default_factory=list)  # listed, but not on this base
+    tests: list[TestNote] = field(default_factory=list)  # each test that did not pass
     outcomes: dict[str, str] = field(default_factory=dict, repr=False)
+    # test -> its note as read from the junit XML (the verdict is the suite's to give)
+    read: dict[str, TestNote] = field(default_factory=dict, repr=False)
 
     @property
     def counts(self) -> str:
+        gpu = sum(note.gpu_only and note.outcome != "not run" for note in self.tests)
         return (
             f"{self.passed} passed, {self.failed} failed, {self.errors} errors, "
-            f"{self.skipped} skipped"
+            f"{self.skipped} skipped" + (f" ({gpu} need a GPU: not run)" if gpu else "")
         )
+
+    @property
+    def regressions(self) -> list[TestNote]:
+        return [note for note in self.tests if note.verdict == REGRESSION]
 
 
 def check_interpreter(python: str, mode: str, requires: Sequence[str]) -> None:
@@ -96,21 +137,29 @@ def run_series_tests(
     mode: str,
     python: str,
     progress: Callable[[str], None],
+    fork: Optional[Callable[[], Optional[SuiteResult]]] = None,
 ) -> list[SuiteResult]:
-    """The overlay's tests (cpu, and gpu with --test gpu) and the listed upstream tests,
-    judged against the same tests on a throwaway checkout of the base."""
+    """The overlay's tests (cpu, and gpu with --test gpu), the listed upstream tests judged
+    against the same tests on a throwaway checkout of the base, and `fork`: the suite of
+    the fork's own tests (steps/testblame.py), when there is one."""
     overlay_tests = [p for p in series.overlay_tests() if p.endswith(".py")]
     cpu = [p for p in overlay_tests if not p.endswith(GPU_SUFFIX)]
-    progress(f"running {len(cpu)} overlay test files (cpu)")
-    suites = [run_pytest(tree, cpu, "overlay (cpu)", python=python)]
-    if mode == "gpu":
-        gpu = [p for p in overlay_tests if p.endswith(GPU_SUFFIX)]
+    suites = []
+    if cpu:  # no paths at all would make pytest collect the whole tree
+        progress(f"running {len(cpu)} overlay test files (cpu)")
+        suites.append(must_pass(run_pytest(tree, cpu, "overlay (cpu)", python=python, gpu=False)))
+    gpu = [p for p in overlay_tests if p.endswith(GPU_SUFFIX)]
+    if mode == "gpu" and gpu:
         progress(f"running {len(gpu)} overlay test files (gpu)")
-        suites.append(run_pytest(tree, gpu, "overlay (gpu)", python=python))
+        suites.append(must_pass(run_pytest(tree, gpu, "overlay (gpu)", python=python, gpu=True)))
+    elif gpu:
+        suites.append(not_run("overlay (gpu)", gpu, "a GPU test file (run with --test gpu)"))
     if series.upstream_tests:
         suites.append(
             _upstream_suite(series.upstream_tests, tree, repo, base_sha, python, progress)
         )
+    if fork is not None and (suite := fork()) is not None:
+        suites.append(suite)
     return suites
 
 
@@ -135,10 +184,10 @@ def _upstream_suite(
             missing_files=missing,
         )
     progress(f"running {len(present)} upstream test files on the patched tree")
-    patched = run_pytest(tree, present, "upstream", python=python)
+    patched = run_pytest(tree, present, "upstream", python=python, gpu=False)
     progress("running the same upstream tests on the base, to tell regressions apart")
     with workspace.exported(repo, base_sha, "base") as base_tree:
-        base = run_pytest(base_tree, present, "upstream (base)", python=python)
+        base = run_pytest(base_tree, present, "upstream (base)", python=python, gpu=False)
     suite = compare_with_base(patched, base)
     if missing:
         suite.note = f"{found} (missing: {', '.join(missing)}); {suite.note}"
@@ -154,8 +203,10 @@ def run_pytest(
     python: str = sys.executable,
     timeout: float = 3600,
     extra_args: Sequence[str] = (),
+    gpu: bool = False,
 ) -> SuiteResult:
-    """Run pytest on `paths` (relative to `tree`) with the tree first on PYTHONPATH."""
+    """Run pytest on `paths` (relative to `tree`) with the tree first on PYTHONPATH. `gpu`:
+    whether a GPU is there (without one, a test that asks for CUDA is not run, not failed)."""
     with tempdirs.owned("forkkit-pytest-") as tmp:  # a kill leaves it: the next run sweeps
         plugin_dir = Path(tmp) / "plugin"
         plugin_dir.mkdir()
@@ -201,7 +252,7 @@ def run_pytest(
                 note=f"pytest exited {completed.returncode} before writing results",
                 failures=tail,
             )
-        result = _read_junit(junit, name, seconds)
+        result = _read_junit(junit, name, seconds, gpu)
     if completed.returncode == 5 or result.passed + result.failed + result.errors == 0:
         result.status, result.note = "failed", "no tests ran"
     elif completed.returncode not in (0, 1):
@@ -209,33 +260,90 @@ def run_pytest(
     return result
 
 
-def compare_with_base(patched: SuiteResult, base: SuiteResult) -> SuiteResult:
-    """Judge upstream tests by regressions: passed on the base, not passed after the series.
+def must_pass(suite: SuiteResult) -> SuiteResult:
+    """A suite of tests that must pass (the overlay's): each test that did not is listed;
+    only those that need a GPU, on a machine without one, do not fail it."""
+    suite.tests = [_judged(note, None, None) for note in suite.read.values()]
+    if suite.status == "failed" and not suite.note:  # the run itself went through
+        failing = any(note.outcome in NOT_PASSED and not note.gpu_only for note in suite.tests)
+        suite.status = _status(suite, failing)
+    return suite
+
+
+def _status(suite: SuiteResult, failing: bool) -> str:
+    """Failed, or passed; "not run" when no test passed (all needed a GPU or were skipped):
+    such tests are never counted as passed."""
+    return "failed" if failing else "passed" if suite.passed else "not run"
+
+
+def not_run(name: str, paths: Sequence[str], reason: str) -> SuiteResult:
+    """Test files that were not run (GPU files without --test gpu), each listed."""
+    notes = [TestNote(path, "not run", reason, NEEDS_GPU, gpu_only=True) for path in paths]
+    return SuiteResult(name, "not run", note=f"{len(paths)} files not run: {reason}", tests=notes)
+
+
+def compare_with_base(
+    patched: SuiteResult, base: Optional[SuiteResult], against: str = "base"
+) -> SuiteResult:
+    """Judge tests by regressions: passed on `against` (the base, or the fork's branch) and
+    failed, errored or gone after the series. Every other test that did not pass is listed
+    with its reason, never folded into "0 regressions". `base` None: none of the test files
+    exist there, so nothing can have regressed.
 
     Without results from both runs nothing can be told apart, and that is a failure.
     """
+    if base is None:
+        patched.tests = [_judged(note, None, against) for note in patched.read.values()]
+        patched.failures = []
+        patched.status = _status(patched, False)
+        patched.note = f"none of these test files exist on the {against}: nothing to compare"
+        return patched
     if not patched.outcomes or not base.outcomes:
         broken = patched if not patched.outcomes else base
         patched.status = "failed"
         patched.note = (
-            f"{'patched' if broken is patched else 'base'} run gave no results: {broken.note}"
+            f"{'patched' if broken is patched else against} run gave no results: {broken.note}"
         )
         patched.failures = patched.failures or base.failures
+        patched.tests = [_judged(note, None, None) for note in patched.read.values()]
         return patched
-    regressions = [
-        test
+    gone = [
+        TestNote(test, "missing", f"passed on the {against}; not collected after the series")
         for test, outcome in base.outcomes.items()
-        if outcome == "passed" and patched.outcomes.get(test, "missing") != "passed"
+        if outcome == "passed" and test not in patched.outcomes
     ]
-    patched.failures = [
-        f"regression: {test} ({patched.outcomes.get(test, 'missing')})" for test in regressions
+    patched.tests = [
+        _judged(note, base.outcomes.get(note.test), against)
+        for note in [*patched.read.values(), *gone]
     ]
-    patched.status = "failed" if regressions else "passed"
-    patched.note = f"base: {base.counts}; {len(regressions)} regressions"
+    regressions = patched.regressions
+    patched.failures = [f"regression: {note.test} ({note.outcome})" for note in regressions]
+    patched.status = _status(patched, bool(regressions))
+    others = len(patched.tests) - len(regressions)
+    listed = f"; {others} other tests did not pass (listed with reasons)" if others else ""
+    patched.note = f"{against}: {base.counts}; {len(regressions)} regressions{listed}"
     return patched
 
 
-def _read_junit(junit: Path, name: str, seconds: float) -> SuiteResult:
+def _judged(note: TestNote, before: Optional[str], against: Optional[str]) -> TestNote:
+    """The verdict on a test that did not pass, given its outcome `before`, on `against`
+    (the base, the fork's branch; None: not compared)."""
+    if note.gpu_only:
+        verdict = NEEDS_GPU
+    elif note.outcome in ("skipped", "not run"):
+        verdict = note.verdict or note.outcome
+    elif against is None:
+        verdict = ""
+    elif before == "passed":
+        verdict = REGRESSION
+    elif before is None:
+        verdict = f"not on the {against}"
+    else:
+        verdict = f"also {before} on the {against}"
+    return replace(note, verdict=verdict)
+
+
+def _read_junit(junit: Path, name: str, seconds: float, gpu: bool) -> SuiteResult:
     result = SuiteResult(name, "passed", seconds=seconds)
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
         test = f"{case.get('classname', '')}::{case.get('name', '')}"
@@ -243,15 +351,18 @@ def _read_junit(junit: Path, name: str, seconds: float) -> SuiteResult:
         result.outcomes[test] = outcome
         if outcome == "passed":
             result.passed += 1
-        elif outcome == "skipped":
+            continue
+        reason, raised = _reason(case)
+        needs_gpu = not gpu and bool(_GPU_RE.search(f"{reason}\n{raised}"))
+        result.read[test] = TestNote(test, outcome, reason, gpu_only=needs_gpu)
+        if outcome == "skipped":
             result.skipped += 1
+            continue
+        if outcome == "failed":
+            result.failed += 1
         else:
-            if outcome == "failed":
-                result.failed += 1
-            else:
-                result.errors += 1
-            message = _message(case)
-            result.failures.append(f"{outcome}: {test}" + (f": {message}" if message else ""))
+            result.errors += 1
+        result.failures.append(f"{outcome}: {test}" + (f": {reason}" if reason else ""))
     if result.failed or result.errors:
         result.status = "failed"
     return result
@@ -264,10 +375,14 @@ def _outcome(case: ElementTree.Element) -> str:
     return "passed"
 
 
-def _message(case: ElementTree.Element) -> Optional[str]:
-    for tag in ("failure", "error"):
+def _reason(case: ElementTree.Element) -> tuple[str, str]:
+    """A not-passed test's reason in one line (its message), and the lines of its traceback
+    that show what raised (`>` and `E` lines), where GPU needs show."""
+    for tag in ("failure", "error", "skipped"):
         element = case.find(tag)
         if element is not None:
-            text = element.get("message") or (element.text or "")
-            return " ".join(text.split())[:300]
-    return None
+            text = element.text or ""
+            message = element.get("message") or text
+            raised = [line for line in text.splitlines() if line.startswith((">", "E "))]
+            return " ".join(message.split())[:_REASON_CHARACTERS], "\n".join(raised)
+    return "", ""
