@@ -33,6 +33,7 @@ from rebaser.series.patches import Patch, Series, load_series
 from rebaser.steps import fastlane
 from rebaser.steps.checks import Check, verify
 from rebaser.steps.lanestop import LaneJudge
+from rebaser.steps.testblame import fork_suite, lineage, mark_for_review
 from rebaser.steps.overlay import OverlayStep
 from rebaser.steps.patching import PatchStep
 from rebaser.steps.records import LEFT_OFF, StepResult, StepRow, StepStatus, Stop, StopPhase
@@ -479,6 +480,7 @@ class _Run:
                 mode=state.test,
                 python=state.python,
                 progress=self.progress,
+                fork=self._fork_tests,
             )
         state.clear()
         failed = any(suite.status == "failed" for suite in suites)
@@ -504,12 +506,30 @@ class _Run:
             on_branch=on_branch if state.retry_step is not None else (),
         )
 
+    def _fork_tests(self) -> Optional[SuiteResult]:
+        """The fork's own tests, judged against its branch (steps/testblame.py)."""
+        state = self.state
+        found = lineage(self.worktree, state.base_sha, self.series, self.carry)
+        return fork_suite(
+            self.series,
+            Path(state.worktree),
+            state.repo_git,
+            state.base_sha,
+            found,
+            python=state.python,
+            gpu=state.test == "gpu",
+            progress=self.progress,
+        )
+
     def _finish(
         self, rows: list[StepRow], checks: list[Check], suites: list[SuiteResult], code: ExitCode
     ) -> Report:
         state = self.state
         if state.triage:
             rows = self._proposed(rows)
+        # A test that passes on the fork's branch and fails from a patch on outweighs the
+        # triage's keep: that patch is proposed for review (steps/testblame.py).
+        mark_for_review(rows, suites, self.series)
         report = Report(
             command=self.command,
             series=self.series.name,

@@ -1,0 +1,262 @@
+"""The fork's own tests in the patched tree, judged against the fork's own branch, and each
+test the carry broke pinned to the patch from which it fails.
+
+A patch can apply cleanly and still be wrong on the new base (upstream already did its
+job, and its extra change now hangs a checkpoint save): only a test tells. The selection
+(steps/testselect.py) runs on the patched tree and on the fork's branch (the series on its
+recorded base, the overlay laid on it). A test that passes there and fails, errors or is
+gone here is a regression of the carry. It is run again first (a flaky test passes the
+second time, and is named flaky instead of blamed); then a bisection over the branch's
+commits (the overlay, then each patch) in a tree outside the worktree finds the first patch
+after which it fails: "test_x fails from 0009 on". That patch is proposed for review, with
+the upstream commits since the recorded base that touch its files.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from rebaser.repo import workspace
+from rebaser.repo.git import Git
+from rebaser.repo.probe import ProbeTree, probe_tree
+from rebaser.series.patches import Series, identity
+from rebaser.steps.patching import number
+from rebaser.steps.records import StepRow
+from rebaser.steps.step import SeriesContext
+from rebaser.steps.testrun import (
+    NOT_PASSED,
+    SuiteResult,
+    TestNote,
+    compare_with_base,
+    must_pass,
+    not_run,
+    run_pytest,
+)
+from rebaser.steps.testselect import Selection, select
+
+Progress = Callable[[str], None]
+FORK_BRANCH = "fork's branch"
+_UPSTREAM_SHOWN = 5  # upstream commits named beside a blamed patch
+
+
+@dataclass
+class Lineage:
+    """Where the patched tree came from."""
+
+    fork_tip: Optional[str]  # the series on its recorded base: the fork's own branch
+    commits: list[tuple[str, str]]  # (step, commit) on the apply's branch: overlay, patches
+    touching: Callable[[Sequence[str]], list[tuple[str, str]]]  # upstream (sha, subject)
+    paths: dict[str, list[str]]  # patch -> the files it touches
+
+
+def lineage(worktree: Git, base_sha: str, series: Series, carry: SeriesContext) -> Lineage:
+    """The fork's branch (rebuilt by Replay, None without the recorded base) and the
+    commits of the apply's branch, each named by its patch (`Forkkit-Patch`)."""
+    tip = None
+    if carry.replay is not None:
+        chain = carry.replay.commits()
+        whole = len(chain) == len(series.patches)
+        tip = chain[-1] if whole else carry.replay.commit_of(series.patches[-1])
+    log = worktree.run("log", "--reverse", "--format=%H%x1f%B%x1e", f"{base_sha}..HEAD").stdout
+    commits = []
+    for record in filter(str.strip, log.split("\x1e")):
+        sha, _, message = record.strip().partition("\x1f")
+        commits.append((identity(message) or "overlay", sha))
+    history = carry.history
+    touching = history.touching if history else lambda paths: []
+    paths = {patch.name: patch.touched_paths for patch in series.patches}
+    return Lineage(tip, commits, touching, paths)
+
+
+def fork_suite(
+    series: Series,
+    tree: Path,
+    repo: Git,
+    base_sha: str,
+    found: Lineage,
+    *,
+    python: str,
+    gpu: bool,
+    progress: Progress,
+) -> Optional[SuiteResult]:
+    """The fork's tests and upstream's tests of the touched files; None when there are
+    none (no fork tests, and the base has no tests for what the patches touch)."""
+    chosen = select(series, tree, repo, base_sha, gpu=gpu)
+    if not chosen.files and not chosen.gpu_files and not chosen.missing:
+        return None
+    if not chosen.files:
+        suite = not_run("fork", chosen.gpu_files, "a GPU test file (run with --test gpu)")
+        return _described(suite, chosen)
+    progress(
+        f"running the fork's tests: {len(chosen.fork)} of its own, {len(chosen.upstream)} "
+        "upstream test files of the files it touches"
+    )
+    carried = run_pytest(tree, chosen.files, "fork", python=python, gpu=gpu)
+    if found.fork_tip is None:  # nothing to compare with: they must pass
+        suite = must_pass(carried)
+        suite.note = "the fork's branch cannot be rebuilt here (no @base at hand): must pass"
+        return _described(suite, chosen)
+    progress("running the same tests on the fork's own branch, to tell regressions apart")
+    with workspace.exported(repo, found.fork_tip, "fork") as fork_tree:
+        _lay_overlay(series, fork_tree)
+        there = [path for path in chosen.files if (fork_tree / path).is_file()]
+        before = (
+            run_pytest(fork_tree, there, "fork (its branch)", python=python, gpu=gpu)
+            if there
+            else None
+        )
+    suite = compare_with_base(carried, before, FORK_BRANCH)
+    if suite.regressions:
+        _again(suite, tree, chosen.files, python, gpu, progress)
+    if suite.regressions:
+        _bisect(suite, repo, found, chosen.files, python, gpu, progress)
+    return _described(suite, chosen)
+
+
+def _lay_overlay(series: Series, tree: Path) -> None:
+    """The overlay's files, as the apply lays them before the patches."""
+    for path in series.overlay_files():
+        (tree / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(series.overlay_dir / path, tree / path)  # type: ignore[operator]
+
+
+def _again(
+    suite: SuiteResult, tree: Path, files: list[str], python: str, gpu: bool, progress: Progress
+) -> None:
+    """Run the regressions once more on the patched tree: one that passes now is flaky,
+    named so and not blamed."""
+    regressions = suite.regressions
+    progress(f"running {len(regressions)} failing tests again (a flaky one passes now)")
+    again = run_pytest(tree, _files_of(regressions, files), "fork (again)", python=python, gpu=gpu)
+    for note in regressions:
+        if again.outcomes.get(note.test) == "passed":
+            note.verdict = "flaky: passed when run again"
+    suite.failures = [f"regression: {note.test} ({note.outcome})" for note in suite.regressions]
+    if not suite.regressions:  # the flaky ones passed, the second time
+        suite.status = "passed"
+
+
+def _bisect(
+    suite: SuiteResult,
+    repo: Git,
+    found: Lineage,
+    files: list[str],
+    python: str,
+    gpu: bool,
+    progress: Progress,
+) -> None:
+    """Name, for each regression, the first patch of the branch after which it fails."""
+    regressions = suite.regressions
+    commits = found.commits
+    progress(f"bisecting {len(regressions)} regressions over the branch's {len(commits)} commits")
+    with probe_tree(repo, "blame") as probe:
+        probes = _Probes(probe, commits, _files_of(regressions, files), python, gpu)
+        for note in regressions:
+            first = first_failing(len(commits), lambda at: probes.fails(at, note.test))
+            if first is None:
+                note.reason += "; it fails on the new base before any patch"
+                continue
+            note.blame = commits[first][0]
+            touched = found.paths.get(note.blame, [])
+            note.upstream = [f"{sha[:12]} {subject}" for sha, subject in found.touching(touched)]
+
+
+def first_failing(count: int, fails: Callable[[int], bool]) -> Optional[int]:
+    """The first of `count` commits (0: before any patch) at which a test fails, knowing it
+    fails at the last; None when it fails at the first already (no patch to blame)."""
+    if fails(0):
+        return None
+    good, bad = 0, count - 1
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        if fails(middle):
+            bad = middle
+        else:
+            good = middle
+    return bad
+
+
+class _Probes:
+    """The tests' outcomes at the branch's commits, each commit run once (all the files of
+    the regressions at a time)."""
+
+    def __init__(
+        self,
+        probe: ProbeTree,
+        commits: list[tuple[str, str]],
+        files: list[str],
+        python: str,
+        gpu: bool,
+    ) -> None:
+        self.probe, self.commits, self.files = probe, commits, files
+        self.python, self.gpu = python, gpu
+        self.seen: dict[int, tuple[dict[str, str], set[str]]] = {}
+
+    def fails(self, at: int, test: str) -> bool:
+        """Whether `test` fails, errors or is gone at commit `at` (not when its file is not
+        there yet: a test cannot fail before its patch adds it)."""
+        if at not in self.seen:
+            tree = self.probe.at(self.commits[at][1])
+            there = [path for path in self.files if (tree / path).is_file()]
+            name = f"fork (at {self.commits[at][0]})"
+            run = run_pytest(tree, there, name, python=self.python, gpu=self.gpu) if there else None
+            self.seen[at] = (run.outcomes if run else {}, set(there))
+        outcomes, there = self.seen[at]
+        if _file_of(test, self.files) not in there:
+            return False
+        return outcomes.get(test, "missing") in (*NOT_PASSED, "missing")
+
+
+def _files_of(notes: list[TestNote], files: list[str]) -> list[str]:
+    """The test files the notes' tests are in."""
+    return sorted({_file_of(note.test, files) for note in notes} - {None})  # type: ignore[misc]
+
+
+def _file_of(test: str, files: list[str]) -> Optional[str]:
+    """The file a junit test id ("tests.unit.test_x.TestY::test_z") comes from."""
+    classname = test.split("::", 1)[0]
+    for path in files:
+        dotted = path.removesuffix(".py").replace("/", ".")
+        if classname == dotted or classname.startswith(dotted + "."):
+            return path
+    return None
+
+
+def _described(suite: SuiteResult, chosen: Selection) -> SuiteResult:
+    """The selection in the suite's note; GPU files and missing fork tests listed."""
+    suite.tests += not_run("fork", chosen.gpu_files, "a GPU test file (run with --test gpu)").tests
+    suite.tests += [
+        TestNote(path, "missing", "a @fork-test file not in the patched tree", "missing")
+        for path in chosen.missing
+    ]
+    parts = [f"{len(chosen.fork)} fork test files", f"{len(chosen.upstream)} upstream ones"]
+    if chosen.too_general:
+        parts.append("none for " + ", ".join(chosen.too_general) + " (too many import it)")
+    suite.note = "; ".join(filter(None, [", ".join(parts), suite.note]))
+    return suite
+
+
+def mark_for_review(rows: list[StepRow], suites: list[SuiteResult], series: Series) -> None:
+    """Each patch a regression is pinned to: proposal "review", and in its reason the
+    tests and the upstream commits that touch its files."""
+    by_patch: dict[str, list[TestNote]] = {}
+    for suite in suites:
+        for note in suite.regressions:
+            if note.blame:
+                by_patch.setdefault(note.blame, []).append(note)
+    patches = {patch.name: patch for patch in series.patches}
+    for row in rows:
+        notes = by_patch.get(row.name)
+        if not notes or row.name not in patches:
+            continue
+        tests = ", ".join(note.test.rsplit("::", 1)[-1] for note in notes)
+        reason = f"{tests} fail{'s' if len(notes) == 1 else ''} from {number(patches[row.name])} on"
+        upstream = notes[0].upstream
+        if upstream:
+            more = len(upstream) - _UPSTREAM_SHOWN
+            shown = ", ".join(upstream[:_UPSTREAM_SHOWN]) + (f" (+{more} more)" if more > 0 else "")
+            reason += f"; upstream commits touching its files: {shown}"
+        row.proposal, row.reason = "review", reason

@@ -1,0 +1,220 @@
+"""The fork's own tests in the patched tree (issue 20): `import` records them, `apply --test
+cpu` runs them on the carried branch and on the fork's own branch, and a test the carry
+broke is pinned to the patch from which it fails. Real git histories, real pytest runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from synthetic import git
+
+from rebaser.cli import main
+from rebaser.errors import ExitCode
+from rebaser.steps.testblame import first_failing
+
+UNITS = '''\
+"""Lengths."""
+
+
+def to_meters(mm):
+    return mm
+
+
+def padding(value):
+    return value
+
+
+def width(value):
+    return padding(value)
+
+
+def length(mm):
+    return to_meters(mm)
+'''
+UNITS_TEST = """\
+from pkg.units import length
+
+
+def test_length():
+    assert length(5000) == 5
+
+
+def test_unchanged():
+    assert length(0) == 0
+"""
+OTHER = "def other():\n    return 1\n"
+
+
+def edit(text: str, old: str, new: str) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+def fork_and_new_base(upstream, tmp_path: Path, extra: dict[str, str] | None = None) -> Path:
+    """v1, a fork of four commits on it (its own test, the patch that fixes lengths at the
+    call, two unrelated ones), and v2, where upstream fixed lengths in to_meters instead:
+    every patch applies cleanly on v2, and the fork's test fails there from 0002 on."""
+    upstream.commit({"pkg/units.py": UNITS, "pkg/other.py": OTHER}, "units", tag="base")
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+    upstream.commit({"tests/test_units.py": UNITS_TEST, **(extra or {})}, "tests: lengths")
+    at_call = edit(UNITS, "return to_meters(mm)\n", "return to_meters(mm) / 1000\n")
+    upstream.commit({"pkg/units.py": at_call}, "units: length in meters")
+    upstream.commit({"pkg/other.py": OTHER + "\n\ndef more():\n    return 2\n"}, "other: more")
+    upstream.commit({"pkg/other.py": OTHER + "\n\ndef more():\n    return 3\n"}, "other: three")
+    git(upstream.path, "checkout", "-q", "main")
+    upstream.commit({"README": "upstream\n"}, "docs: readme")
+    fixed = edit(
+        UNITS, "def to_meters(mm):\n    return mm\n", "def to_meters(mm):\n    return mm / 1000\n"
+    )
+    upstream.commit({"pkg/units.py": fixed}, "units: to_meters divides", tag="v2")
+    series = tmp_path / "series"
+    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
+    assert main(["import", *arguments, str(series)]) == 0
+    return series / "series"
+
+
+def applied(rebaser, series: Path, upstream, report: Path):
+    args = ["apply", "--series", series, "--repo", upstream.path, "--base", "v2"]
+    return rebaser(*args, "--test", "cpu", "--json", report)
+
+
+def test_import_records_the_test_files_the_fork_adds_or_changes(tmp_path, upstream):
+    gone = {"tests/test_gone.py": "def test_gone():\n    pass\n", "tests/helper.py": "X = 1\n"}
+    upstream.commit({"pkg/units.py": UNITS}, "units", tag="base")
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+    upstream.commit({"tests/test_units.py": UNITS_TEST, **gone}, "tests")
+    git(upstream.path, "rm", "-q", "tests/test_gone.py")
+    git(upstream.path, "commit", "-qm", "tests: drop one")
+    upstream.commit({"pkg/units_test.py": "def test_x():\n    pass\n"}, "tests: beside")
+    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
+    for copy in ("one", "two"):
+        assert main(["import", *arguments, str(tmp_path / copy), "--name", "fork"]) == 0
+    text = (tmp_path / "one" / "series").read_text()
+    listed = [line.split(" ", 1)[1] for line in text.splitlines() if line.startswith("@fork-test")]
+    assert listed == ["pkg/units_test.py", "tests/test_units.py"]  # not the deleted, not helpers
+    assert text == (tmp_path / "two" / "series").read_text()  # re-import: byte-identical
+
+
+def test_a_patch_that_breaks_a_fork_test_only_on_the_new_base_is_named(rebaser, tmp_path, upstream):
+    series = fork_and_new_base(upstream, tmp_path)
+    report = tmp_path / "r.json"
+    result = applied(rebaser, series, upstream, report)
+    assert result.code == ExitCode.TESTS_FAILED, result.out + result.err
+    data = json.loads(report.read_text())
+    # Clean is not correct: every patch applied exactly.
+    assert [row["status"] for row in data["steps"][1:]] == ["clean"] * 4
+    fork = {suite["name"]: suite for suite in data["suites"]}["fork"]
+    assert fork["status"] == "failed"
+    assert fork["failures"] == ["regression: tests.test_units::test_length (failed)"]
+    (note,) = [test for test in fork["tests"] if test["verdict"] == "regression"]
+    assert note["blame"] == "0002-length-in-meters.patch"
+    upstream_fix = git(upstream.path, "rev-parse", "v2")[:12]
+    assert note["upstream"] == [f"{upstream_fix} units: to_meters divides"]
+    rows = {row["name"]: row for row in data["steps"]}
+    culprit = rows["0002-length-in-meters.patch"]
+    assert culprit["proposal"] == "review"
+    assert culprit["reason"] == (
+        f"test_length fails from 0002 on; upstream commits touching its files: "
+        f"{upstream_fix} units: to_meters divides"
+    )
+    # The others keep the triage's proposal (the overlay is no patch: it has none).
+    others = [row["proposal"] for name, row in rows.items() if name != culprit["name"]]
+    assert others == [None, "keep", "keep", "keep"]
+    assert "fails from 0002-length-in-meters.patch on" in result.out
+    assert "proposal: review (test_length fails from 0002 on" in result.out
+    # The fork's branch: where the test passes (the comparison's other side).
+    assert fork["note"].startswith("1 fork test files, 0 upstream ones; fork's branch: 2 passed")
+
+
+def test_a_flaky_test_is_run_again_before_it_is_blamed(rebaser, tmp_path, upstream, monkeypatch):
+    """A test that fails the first time it ever runs: run on the carried branch (fails),
+    on the fork's branch (passes), again on the carried branch (passes): flaky, not blamed,
+    and no bisection run (three runs in all)."""
+    runs = tmp_path / "runs.log"
+    monkeypatch.setenv("FORKKIT_TEST_RUNS", str(runs))
+    flaky = """\
+import os
+
+
+def test_first_run_fails():
+    log = os.environ["FORKKIT_TEST_RUNS"]
+    first = not os.path.exists(log)
+    with open(log, "a") as handle:
+        handle.write("run\\n")
+    assert not first
+"""
+    upstream.commit({"pkg/units.py": UNITS}, "units", tag="base")
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+    upstream.commit({"tests/test_flaky.py": flaky}, "tests: flaky")
+    at_call = edit(UNITS, "return to_meters(mm)\n", "return to_meters(mm) + 0\n")
+    upstream.commit({"pkg/units.py": at_call}, "units: touch")
+    git(upstream.path, "checkout", "-q", "main")
+    upstream.commit({"README": "upstream\n"}, "docs", tag="v2")
+    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
+    assert main(["import", *arguments, str(tmp_path / "s")]) == 0
+    report = tmp_path / "r.json"
+    result = applied(rebaser, tmp_path / "s" / "series", upstream, report)
+    assert result.code == ExitCode.OK, result.out + result.err
+    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+    assert fork["status"] == "passed" and fork["failures"] == []
+    (note,) = fork["tests"]
+    assert (note["test"], note["verdict"], note["blame"]) == (
+        "tests.test_flaky::test_first_run_fails",
+        "flaky: passed when run again",
+        None,
+    )
+    assert runs.read_text().count("run") == 3
+    steps = json.loads(report.read_text())["steps"]
+    assert [row["proposal"] for row in steps] == [None] + ["keep"] * (len(steps) - 1)
+
+
+def test_tests_that_need_a_gpu_are_listed_as_not_run(rebaser, tmp_path, upstream):
+    gpu_tests = """\
+import pytest
+
+
+@pytest.fixture
+def device():
+    raise RuntimeError("No CUDA GPUs are available")
+
+
+def test_on_cpu():
+    assert True
+
+
+@pytest.mark.skip(reason="CUDA not available")
+def test_kernel():
+    pass
+
+
+def test_with_device(device):
+    pass
+"""
+    series = fork_and_new_base(
+        upstream,
+        tmp_path,
+        {"tests/test_device.py": gpu_tests, "tests/test_fused_gpu.py": "def test_x():\n    pass\n"},
+    )
+    report = tmp_path / "r.json"
+    result = applied(rebaser, series, upstream, report)
+    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+    by_test = {note["test"]: note for note in fork["tests"]}
+    for test in ("tests.test_device::test_kernel", "tests.test_device::test_with_device"):
+        assert by_test[test]["gpu_only"] and by_test[test]["verdict"] == "needs a GPU: not run"
+    assert by_test["tests/test_fused_gpu.py"]["outcome"] == "not run"
+    assert fork["passed"] == 2  # test_on_cpu and test_unchanged: nothing GPU-only counted
+    assert "(2 need a GPU: not run)" in result.out, result.out
+    assert by_test["tests.test_units::test_length"]["blame"] == "0002-length-in-meters.patch"
+
+
+def test_the_bisection_probes_a_logarithm_of_the_commits():
+    probed: list[int] = []
+
+    def fails(at: int) -> bool:
+        probed.append(at)
+        return at >= 23
+
+    assert first_failing(40, fails) == 23
+    assert len(probed) <= 7 and probed[0] == 0  # first: does it fail with no patch at all?
+    assert first_failing(40, lambda at: True) is None  # upstream's doing: no patch named
