@@ -202,7 +202,7 @@ def count_git_processes(monkeypatch, tmp_path: Path, patches: int) -> int:
         "_completed",
         lambda self, args, *rest: calls.append(args) or original(self, args, *rest),
     )
-    seconds, statuses = bench.time_rebaser(repo, tmp_path / f"scratch-{patches}", 1)
+    seconds, statuses, _ = bench.time_rebaser(repo, tmp_path / f"scratch-{patches}", 1)
     monkeypatch.setattr(Git, "_completed", original)
     assert "cherry-pick" in statuses and "clean" in statuses
     return len(calls)
