@@ -190,6 +190,13 @@ def test_kernel():
 
 def test_with_device(device):
     pass
+
+
+def test_lengths_without_a_device():
+    from pkg.units import length
+
+    if length(5000) != 5:  # it passed on the fork's branch, on this machine: a regression
+        raise RuntimeError("a length for the CUDA kernel")
 """
     series = fork_and_new_base(
         upstream,
@@ -205,7 +212,12 @@ def test_with_device(device):
     assert by_test["tests/test_fused_gpu.py"]["outcome"] == "not run"
     assert fork["passed"] == 2  # test_on_cpu and test_unchanged: nothing GPU-only counted
     assert "(2 need a GPU: not run)" in result.out, result.out
-    assert by_test["tests.test_units::test_length"]["blame"] == "0002-length-in-meters.patch"
+    for test in (
+        "tests.test_units::test_length",
+        "tests.test_device::test_lengths_without_a_device",
+    ):
+        assert by_test[test]["verdict"] == "regression" and not by_test[test]["gpu_only"]
+        assert by_test[test]["blame"] == "0002-length-in-meters.patch"
 
 
 def test_the_bisection_probes_a_logarithm_of_the_commits():

@@ -230,8 +230,10 @@ def run_pytest(
             "junit_family=xunit2",
             "-q",
             "-rfE",
-            # Upstream's addopts may say -x; every test must run for counts and regressions.
+            # Upstream's addopts may say -x; every test must run for counts and regressions,
+            # and a test file that does not import is one error, not the end of the run.
             "--maxfail=0",
+            "--continue-on-collection-errors",
             "--rootdir",
             str(tree),
             *extra_args,
@@ -328,19 +330,19 @@ def compare_with_base(
 def _judged(note: TestNote, before: Optional[str], against: Optional[str]) -> TestNote:
     """The verdict on a test that did not pass, given its outcome `before`, on `against`
     (the base, the fork's branch; None: not compared)."""
-    if note.gpu_only:
+    if before == "passed" and note.outcome in (*NOT_PASSED, "missing"):
+        verdict = REGRESSION  # it ran here without a GPU: whatever its error names
+    elif note.gpu_only:
         verdict = NEEDS_GPU
     elif note.outcome in ("skipped", "not run"):
         verdict = note.verdict or note.outcome
     elif against is None:
         verdict = ""
-    elif before == "passed":
-        verdict = REGRESSION
     elif before is None:
         verdict = f"not on the {against}"
     else:
         verdict = f"also {before} on the {against}"
-    return replace(note, verdict=verdict)
+    return replace(note, verdict=verdict, gpu_only=note.gpu_only and verdict == NEEDS_GPU)
 
 
 def _read_junit(junit: Path, name: str, seconds: float, gpu: bool) -> SuiteResult:

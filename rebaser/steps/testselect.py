@@ -74,31 +74,30 @@ def _sources(series: Series) -> dict[str, str]:
 
 def _upstream_tests(series: Series, repo: Git, base_sha: str) -> tuple[dict[str, str], list[str]]:
     """Upstream test file -> why it was selected; and the touched modules too many test
-    files import to select any ("<module> (N test files)")."""
+    files import to select any ("<module> (N test files)").
+
+    A module's tests are those that import it (name its dotted path); of those, the ones
+    named after it when there are any (test_router.py for moe/router.py); else all of them
+    when few enough do. A name alone says little: upstream has a dozen test_utils.py."""
     modules = _sources(series)
-    if not modules:
-        return {}, []
-    listing = repo.run("ls-tree", "-r", "--name-only", "-z", base_sha).stdout
-    by_name: dict[str, list[str]] = {}
-    for path in filter(is_test_file, listing.split("\0")):
-        name = PurePosixPath(path).name.removeprefix("test_").removesuffix(".py")
-        by_name.setdefault(name.removesuffix("_test"), []).append(path)
     chosen: dict[str, str] = {}
-    unnamed = []
-    for module, path in modules.items():
-        named = by_name.get(module.rsplit(".", 1)[-1], [])
-        for test in named:
-            chosen.setdefault(test, f"named after {path}")
-        if not named:
-            unnamed.append(module)
     too_general = []
-    for module, importers in _importers(repo, base_sha, unnamed).items():
-        if len(importers) > MAX_IMPORTERS:
+    for module, importers in _importers(repo, base_sha, list(modules)).items():
+        stem = module.rsplit(".", 1)[-1]
+        named = [path for path in importers if _named_after(path, stem)]
+        if named:
+            for test in named:
+                chosen.setdefault(test, f"named after {modules[module]} and imports it")
+        elif len(importers) <= MAX_IMPORTERS:
+            for test in importers:
+                chosen.setdefault(test, f"imports {module}")
+        else:
             too_general.append(f"{module} ({len(importers)} test files)")
-            continue
-        for test in importers:
-            chosen.setdefault(test, f"imports {module}")
     return chosen, too_general
+
+
+def _named_after(path: str, stem: str) -> bool:
+    return PurePosixPath(path).name in (f"test_{stem}.py", f"{stem}_test.py")
 
 
 def _importers(repo: Git, base_sha: str, modules: list[str]) -> dict[str, list[str]]:
