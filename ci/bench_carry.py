@@ -10,7 +10,9 @@ history: cold for both, no commit, object or ref of an earlier run. Target: with
 git rebase, verification included. `--modules` and `--files` set the tree's size (a
 Megatron-LM clone holds about 3,100 files, 1,300 of them Python): rebaser's worktree is a
 full checkout of it, where `git rebase` runs in a checkout that exists already. `--stops`
-makes that many patches conflict upstream (some of the next ones then need them).
+makes that many patches conflict upstream (some of the next ones then need them); with
+stops, an interactive apply then times `rebaser skip` and `rebaser continue` at them, each
+as a process the user runs (target: 1 s each).
 
     python ci/bench_carry.py [--runs 3] [--patches 30] [--modules 40] [--stops 0] [--files 0]
     python ci/bench_carry.py --real-size   # a Megatron-size tree, 30 patches, 20 stops
@@ -20,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -172,9 +176,48 @@ def time_git_rebase(repo: Path, run: int) -> tuple[float, int, str]:
     return seconds, stops, tree
 
 
+def _spread(seconds: list[float]) -> str:
+    if not seconds:
+        return "(none)"
+    return (
+        f"median {statistics.median(seconds):.2f} s ({min(seconds):.2f} to "
+        f"{max(seconds):.2f} s, {len(seconds)} runs)"
+    )
+
+
 def _git_ok(repo: Path, *args: str) -> bool:
     command = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", *args]
     return subprocess.run(command, cwd=repo, capture_output=True).returncode == 0
+
+
+def time_stops(repo: Path, scratch: Path, count: int) -> tuple[list[float], list[float]]:
+    """At the stops of an interactive apply, each `rebaser skip` and each `rebaser continue`
+    (after taking the patch's side of every conflict) as the user runs them: a process each,
+    the interpreter's start included. Alternating, `count` of each."""
+    series = import_series(repo, scratch / "series-stops")
+    rebaser = [sys.executable, "-m", "rebaser"]
+    apply = ["apply", "--series", str(series), "--repo", str(repo), "--base", "tip"]
+    subprocess.run([*rebaser, *apply, "--test", "none"], capture_output=True, check=False)
+    status = scratch / "status.json"
+    subprocess.run(
+        [*rebaser, "status", "--repo", str(repo), "--json", str(status)],
+        check=True,
+        capture_output=True,
+    )
+    worktree = Path(json.loads(status.read_text())["worktree"])
+    skips, continues = [], []
+    for number in range(2 * count):
+        if number % 2:
+            conflicted = git(worktree, "diff", "--name-only", "--diff-filter=U").split()
+            git(worktree, "checkout", "--theirs", "--", *conflicted)
+            git(worktree, "add", "--", *conflicted)
+        started = time.perf_counter()
+        verb = "continue" if number % 2 else "skip"
+        done = subprocess.run([*rebaser, verb, "--repo", str(repo)], capture_output=True)
+        (continues if number % 2 else skips).append(time.perf_counter() - started)
+        if done.returncode != ExitCode.NOT_APPLIED:
+            break  # the apply finished: no stop left
+    return skips, continues
 
 
 def main() -> None:
@@ -212,6 +255,14 @@ def main() -> None:
             print(
                 f"run {run}: git rebase {theirs[-1]:.2f} s ({stops} --skip), rebaser "
                 f"{seconds:.2f} s [{statuses}]; {same}"
+            )
+        if args.stops:
+            repo = Path(scratch) / "stops" / "upstream"
+            shutil.copytree(template, repo, symlinks=True)
+            skips, continues = time_stops(repo, Path(scratch), min(5, args.stops // 2))
+            print(
+                f"at the stops, as processes: rebaser skip {_spread(skips)}, "
+                f"rebaser continue {_spread(continues)} (target <= 1 s each)"
             )
     ratio = statistics.median(ours) / statistics.median(theirs)
     # Each rebaser run against the git rebase just before it: on a shared machine both drift
