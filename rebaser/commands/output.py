@@ -10,18 +10,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from rebaser.errors import RebaserError, machine_refused
 
 if TYPE_CHECKING:  # only named here: a command that prints no report never loads them
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     from rebaser.sequencer.machine import Progress
     from rebaser.sequencer.report import Report
     from rebaser.steps.records import StepRow
@@ -54,14 +55,31 @@ _STYLES = {
 
 
 class Output:
-    """A command's two streams."""
+    """A command's two streams. Lines to a log (not a terminal) are written plainly: such a
+    command never loads rich unless it draws a table (rich is a quarter of a small import's
+    time)."""
 
     def __init__(self) -> None:
-        self.out = _console(stderr=False)
-        self.err = _console(stderr=True)
+        self._consoles: dict[bool, Console] = {}
+
+    @property
+    def out(self) -> Console:
+        return self._console(stderr=False)
+
+    @property
+    def err(self) -> Console:
+        return self._console(stderr=True)
+
+    def _console(self, *, stderr: bool) -> Console:
+        if stderr not in self._consoles:
+            self._consoles[stderr] = _console(stderr=stderr)
+        return self._consoles[stderr]
 
     def say(self, *parts: Part) -> None:
         """One line on stdout, from plain and styled parts."""
+        if _plain(sys.stdout):
+            print("".join(part if isinstance(part, str) else part[0] for part in parts))
+            return
         self.out.print(Text.assemble(*parts))
 
     def report(self, report: Report) -> None:
@@ -69,38 +87,52 @@ class Output:
 
     def table(self, title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
         """A table whose cells are statuses (styled as in the report) or text."""
+        out = self.out
         table = Table(title=title, header_style="bold")
         for name in header:
             table.add_column(name, overflow="fold")
         for row in rows:
             table.add_row(*map(styled, row))
-        self.out.print(table)
+        out.print(table)
 
     def error(self, error: RebaserError) -> None:
-        self.err.print(Text.assemble(("error:", "bold red"), " ", error.what))
+        self._err_line(("error:", "bold red"), " ", error.what)
         if error.where:
-            self.err.print(f"  where: {error.where}", highlight=False)
+            self._err_line(f"  where: {error.where}")
         if error.next_step:
-            self.err.print(f"  next: {error.next_step}", highlight=False)
+            self._err_line(f"  next: {error.next_step}")
 
     def failure(self, message: str) -> None:
         """An unexpected failure (a bug): one line on stderr."""
-        self.err.print(Text.assemble(("error:", "bold red"), " ", message))
+        self._err_line(("error:", "bold red"), " ", message)
 
     def notice(self, message: str) -> None:
-        self.err.print(message, highlight=False)
+        self._err_line(message)
+
+    def _err_line(self, *parts: Part) -> None:
+        if _plain(sys.stderr):
+            text = "".join(part if isinstance(part, str) else part[0] for part in parts)
+            print(text, file=sys.stderr)
+            return
+        self.err.print(Text.assemble(*parts))
 
     @contextlib.contextmanager
     def progress(self) -> Iterator[Progress]:
         """Report long steps: a live spinner on a terminal, timestamped lines otherwise (CI)."""
         started = time.monotonic()
-        if self.err.is_terminal:
+        if not _plain(sys.stderr) and self.err.is_terminal:
             with self.err.status("starting") as status:
                 yield lambda message: status.update(
                     f"{message} [{time.monotonic() - started:.0f} s]"
                 )
         else:
-            yield lambda message: self.err.print(f"[{time.monotonic() - started:6.1f} s] {message}")
+            yield lambda message: self._err_line(f"[{time.monotonic() - started:6.1f} s] {message}")
+
+
+def _plain(stream: Any) -> bool:
+    """A log rather than a terminal (rich would write the same characters there)."""
+    forced = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
+    return not stream.isatty() and not any(os.environ.get(name) for name in forced)
 
 
 def styled(status: str) -> Text:
@@ -152,13 +184,22 @@ def check_writable(path: Path, option: str) -> None:
         )
 
 
-class _Console(Console):
-    """rich's console, except that a closed pipe is not rich's to end the process over
-    (its own exit code, 1, means "tests failed" here): cli says it, with exit 5."""
+def _load_rich() -> None:
+    """rich's classes, on first use (by way of a console: every drawing starts there)."""
+    global Console, Table, Text, _Console
+    if "_Console" in globals():
+        return
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        raise BrokenPipeError("the output was closed before rebaser ended")
+    class _Console(Console):
+        """rich's console, except that a closed pipe is not rich's to end the process over
+        (its own exit code, 1, means "tests failed" here): cli says it, with exit 5."""
+
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError("the output was closed before rebaser ended")
 
 
 def _console(*, stderr: bool) -> Console:
@@ -167,6 +208,7 @@ def _console(*, stderr: bool) -> Console:
     No markup: what rebaser prints quotes code (`Optional[torch.Tensor]`), which rich would
     take for style tags; styles are given as Text styles instead.
     """
+    _load_rich()
     console = _Console(stderr=stderr, highlight=False, markup=False)
     if not console.is_terminal:
         console = _Console(stderr=stderr, highlight=False, markup=False, width=160, soft_wrap=True)

@@ -348,6 +348,8 @@ def find_repo(path: Path) -> Optional[Git]:
     cost 0.1 s of import at every command for this alone."""
     if not path.is_dir():
         return None
+    if (path / ".git").is_dir():  # a checkout's top, as most --repo are: no process
+        return Git(path.resolve())
     top = Git(path).run("rev-parse", "--show-toplevel", check=False)
     if top.ok and top.stdout.strip():
         return Git(top.stdout.rstrip("\n"))
