@@ -129,8 +129,11 @@ def _again(
     """Run the regressions once more on the patched tree: one that passes now is flaky,
     named so and not blamed."""
     regressions = suite.regressions
+    rerun = _files_of(regressions, files)
+    if not rerun:  # no paths at all would make pytest collect the whole tree
+        return
     progress(f"running {len(regressions)} failing tests again (a flaky one passes now)")
-    again = run_pytest(tree, _files_of(regressions, files), "fork (again)", python=python, gpu=gpu)
+    again = run_pytest(tree, rerun, "fork (again)", python=python, gpu=gpu)
     for note in regressions:
         if again.outcomes.get(note.test) == "passed":
             note.verdict = "flaky: passed when run again"
@@ -155,6 +158,9 @@ def _bisect(
     with probe_tree(repo, "blame") as probe:
         probes = _Probes(probe, commits, _files_of(regressions, files), python, gpu)
         for note in regressions:
+            if _file_of(note.test, files) is None:
+                note.reason += "; not bisected: its test file could not be told"
+                continue
             first = first_failing(len(commits), lambda at: probes.fails(at, note.test))
             if first is None:
                 note.reason += "; it fails on the new base before any patch"
