@@ -169,17 +169,8 @@ def test_errors_and_skips_are_named_never_folded_into_no_regressions(rebaser, tm
     assert (suite["errors"], suite["skipped"]) == (2, 1)
     for shown in ("test_needs_data", "the dataset is not on this machine", "slow: run nightly"):
         assert shown in result.out
-    matrix = rebaser(
-        "verify",
-        "--series",
-        series,
-        "--repo",
-        upstream.path,
-        "--bases",
-        "v1.1",
-        "--markdown",
-        markdown,
-    )
+    verify = ("verify", "--series", series, "--repo", upstream.path, "--bases", "v1.1")
+    matrix = rebaser(*verify, "--markdown", markdown)
     assert matrix.code == ExitCode.TESTS_FAILED, matrix.out + matrix.err
     text = markdown.read_text()
     assert "upstream: 2 regression, 1 also error on the base, 1 skipped" in text
