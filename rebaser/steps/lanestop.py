@@ -16,6 +16,8 @@ that is neither a conflict nor an empty pick.
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Callable, Optional
 
 from rebaser.carry.hunks import hunks_in_texts
@@ -49,29 +51,34 @@ class LaneJudge:
 
     def __call__(self, patch: Patch, lane: Git, head: str, notes: str = "") -> Optional[Verdict]:
         """Where the lane's sequencer stopped at `patch` on `head` (the commit it stood
-        on; `notes`: what the structured merge resolved and kept there): None when only the per-patch path can tell what becomes of it; else what gives
-        its row, or None after all (the lane is cut there). The lane's index is read here;
-        the rest comes from objects, so the lane goes on while the rows are worked out (in
-        one thread, in the order of the patches: a later one may need an earlier one)."""
+        on; `notes`: what the structured merge resolved and kept there): None when only the
+        per-patch path can tell what becomes of it; else what gives its row, or None after
+        all (the lane is cut there). The lane's index is copied here (a file copy in memory:
+        `rebase --skip` rewrites it); the rest comes from objects, so the lane goes on while
+        the rows are worked out (in one thread, in the order of the patches: a later one may
+        need an earlier one)."""
         if patch.codemod or self.carry.leave_failed(patch):
             return None
-        staged = _staged(lane)
+        index = lane.path / ".git" / f"forkkit-stop-{patch.name}.index"
+        shutil.copyfile(lane.path / ".git" / "index", index)
+        return lambda: self._row(patch, lane, head, index, notes)
+
+    def _row(
+        self, patch: Patch, lane: Git, head: str, index: Path, notes: str
+    ) -> Optional[StepRow]:
+        """`index`: the lane's index at the stop (conflicts, or an empty pick)."""
+        staged = _staged(lane, index, head)
+        index.unlink()
         conflicts = sorted(path for status, path in staged if status == "U")
         if staged and not conflicts:
             return None  # git stopped, yet neither a conflict nor an empty pick
-        return lambda: self._row(patch, lane, head, conflicts if staged else None, notes)
-
-    def _row(
-        self, patch: Patch, lane: Git, head: str, conflicts: Optional[list[str]], notes: str
-    ) -> Optional[StepRow]:
-        """`conflicts`: None for an empty pick."""
         files = parse_diff(patch.raw)
         texts = head_texts(lane, patch, head)
         if files is None or texts is None:
             return None
         if all(apply_exactly(texts.get(diff.path), diff) is not None for diff in files):
             return None  # `git apply` would take it exactly, before any merge
-        if conflicts is None:
+        if not staged:  # an empty pick
             outcome = in_upstream(patch, self.carry, EMPTY_PICK)
             return patch_row(patch, outcome.status, outcome.detail, [])
         upstream = made_upstream(patch, self.carry)
@@ -93,9 +100,17 @@ class LaneJudge:
         return row
 
 
-def _staged(lane: Git) -> list[tuple[str, str]]:
-    """(status letter, path) of each path the index holds otherwise than HEAD; `U` for a
+def _staged(lane: Git, index: Path, head: str) -> list[tuple[str, str]]:
+    """(status letter, path) of each path `index` holds otherwise than `head`; `U` for a
     conflict."""
-    out = lane.run("diff-index", "--cached", "-z", "--name-status", "HEAD", "--").stdout
+    out = lane.run(
+        "diff-index",
+        "--cached",
+        "-z",
+        "--name-status",
+        head,
+        "--",
+        env={"GIT_INDEX_FILE": str(index)},
+    ).stdout
     fields = out.split("\0")
     return [(fields[at][:1], fields[at + 1]) for at in range(0, len(fields) - 1, 2)]
