@@ -123,6 +123,9 @@ def test_a_patch_that_breaks_a_fork_test_only_on_the_new_base_is_named(rebaser, 
     assert others == [None, "keep", "keep", "keep"]
     assert "fails from 0002-length-in-meters.patch on" in result.out
     assert "proposal: review (test_length fails from 0002 on" in result.out
+    # The triage's table puts it first among the patches that applied: a decision to take.
+    review = result.out.index("review: a test fails from it on")
+    assert review < result.out.index("applied, proposed to keep")
     # The fork's branch: where the test passes (the comparison's other side).
     assert fork["note"].startswith("1 fork test files, 0 upstream ones; fork's branch: 2 passed")
 

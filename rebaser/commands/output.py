@@ -245,29 +245,36 @@ def _render_report(report: Report, console: Console) -> None:
 
 
 def triage_groups(report: Report) -> list[tuple[str, list[StepRow]]]:
-    """The patch rows of a run with stops, grouped so a maintainer starts with what needs a
-    decision: the stopped patches to keep (resolve them), then the proposed drops (confirm
-    them), then what applied. Empty for a run without stops."""
+    """The patch rows of a run with stops or a patch to review, grouped so a maintainer
+    starts with what needs a decision: the stopped patches to keep (resolve them), those a
+    test fails from (review them), then the proposed drops (confirm them), then what
+    applied. Empty for a run with none of these."""
     from rebaser.steps.records import LEFT_OFF  # loaded with the report it groups
 
     rows = [row for row in report.steps if row.proposal]
     stopped = {row.name for row in rows if row.status in LEFT_OFF or row.status == "failed"}
-    if not stopped and not any(row.proposal == "drop" for row in rows):
+    if not stopped and not any(row.proposal in ("drop", "review") for row in rows):
         return []
     groups: dict[str, list[StepRow]] = {title: [] for title in _GROUPS}
     for row in rows:
-        if row.proposal == "drop":
-            groups[_GROUPS[1]].append(row)
-        else:
-            groups[_GROUPS[0] if row.name in stopped else _GROUPS[2]].append(row)
+        groups[_group(row, row.name in stopped)].append(row)
     return [(title, members) for title, members in groups.items() if members]
 
 
 _GROUPS = (
     "resolve: stopped, proposed to keep",
+    "review: a test fails from it on",
     "confirm: proposed to drop",
     "applied, proposed to keep",
 )
+
+
+def _group(row: StepRow, stopped: bool) -> str:
+    if row.proposal == "review":
+        return _GROUPS[1]
+    if row.proposal == "drop":
+        return _GROUPS[2]
+    return _GROUPS[0] if stopped else _GROUPS[3]
 
 
 def collided(row: StepRow) -> str:
@@ -330,8 +337,8 @@ def _report_table(report: Report) -> Table:
         files = ", ".join(Path(f).name for f in step.files) if len(step.files) <= 3 else ""
         hunks = f" ({step.hunks} hunk{'s' if step.hunks > 1 else ''})" if step.hunks else ""
         detail = "; ".join(filter(None, [f"{files}{hunks}" if files else "", step.detail]))
-        if step.proposal:
-            detail += f"; proposal: {step.proposal}" + (f" ({step.reason})" if step.reason else "")
+        if step.proposal == "review":  # keep and drop: in the triage's table, with reasons
+            detail += f"; proposal: review ({step.reason})"
         table.add_row(step.name, styled(step.status), Text(detail))
     for check in report.checks:
         problems = "; ".join(check.problems[:3])
