@@ -58,3 +58,24 @@ def test_unmerged_paths_keep_spaces_and_other_characters(tmp_path: Path) -> None
     merge = Git(repo).run("merge", "other", env=commit_env("1700000000 +0000"), check=False)
     assert not merge.ok and "CONFLICT" in merge.stdout
     assert Git(repo).unmerged_paths() == sorted(names)
+
+
+def test_blobs_reads_each_name_once_and_only_blobs(tmp_path: Path) -> None:
+    """One `cat-file --batch` for names that repeat and name trees or nothing: a tree's
+    content must not be taken for the next blob's (git writes it too)."""
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    git(repo, "init", "-q")
+    (repo / "pkg" / "a.py").write_text("A = 1\n")
+    (repo / "b.py").write_text("B = 2\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "start")
+    names = ["HEAD:pkg", "HEAD:b.py", "HEAD:missing.py", "HEAD:b.py", "HEAD:pkg/a.py"]
+    found = Git(repo).blobs(names)
+    assert found == {
+        "HEAD:pkg": None,
+        "HEAD:b.py": b"B = 2\n",
+        "HEAD:missing.py": None,
+        "HEAD:pkg/a.py": b"A = 1\n",
+    }
+    assert list(found) == ["HEAD:pkg", "HEAD:b.py", "HEAD:missing.py", "HEAD:pkg/a.py"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from rebaser.carry import objects, pymerge, pysyntax
+from rebaser.carry import pymerge, pysyntax
 from rebaser.repo.git import Git
 
 _cache: dict[tuple[str, ...], tuple[str, list[str], list[str], bool]] = {}
@@ -98,7 +98,7 @@ def _stages(git: Git) -> dict[str, tuple[str, str, str]]:
 def _blobs(git: Git, shas: list[str]) -> dict[str, Optional[str]]:
     """The blobs' texts (None: not UTF-8)."""
     texts: dict[str, Optional[str]] = {}
-    for sha, data in objects.read(git, shas).items():
+    for sha, data in git.blobs(shas).items():
         try:
             texts[sha] = data.decode("utf-8") if data is not None else None
         except UnicodeDecodeError:

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 
-from rebaser.carry import objects
 from rebaser.carry.collision import Bisector
 from rebaser.carry.difflines import file_lines, present_lines
 from rebaser.repo.git import Git
@@ -170,7 +169,7 @@ class Upstream:
 
     def texts(self, paths: Sequence[str]) -> dict[str, Optional[str]]:
         """The target's version of each file (None: it has none)."""
-        found = objects.read(self.repo, [f"{self.target}:{path}" for path in paths])
+        found = self.repo.blobs([f"{self.target}:{path}" for path in paths])
         return {
             path: (
                 data.decode("utf-8", "replace")

@@ -233,24 +233,30 @@ class Git:
         return completed.stdout
 
     def blobs(self, names: Sequence[str]) -> dict[str, Optional[bytes]]:
-        """`<rev>:<path>` -> the file's bytes (None: no such file), in one git call."""
+        """Each object name (`<sha>`, `<rev>:<path>`) -> its bytes when it is a blob, else
+        None (missing, or not a blob), in one `cat-file --batch`; each name once, in the
+        order first given."""
         if not names:
             return {}
-        query = "".join(f"{name}\n" for name in names).encode()
-        out = self.output_bytes("cat-file", "--batch", stdin=query)
-        texts: dict[str, Optional[bytes]] = {}
+        unique = list(dict.fromkeys(names))
+        out = self.output_bytes(
+            "cat-file", "--batch", stdin="".join(f"{n}\n" for n in unique).encode()
+        )
+        found: dict[str, Optional[bytes]] = {}
         cursor = 0
-        for name in names:
+        for name in unique:
             end = out.index(b"\n", cursor)
             header = out[cursor:end].split()
             cursor = end + 1
             if len(header) == 3 and header[1] == b"blob":
                 size = int(header[2])
-                texts[name] = out[cursor : cursor + size]
+                found[name] = out[cursor : cursor + size]
                 cursor += size + 1
             else:
-                texts[name] = None
-        return texts
+                found[name] = None
+                if len(header) == 3:  # another kind of object: its content follows too
+                    cursor += int(header[2]) + 1
+        return found
 
     def _completed(
         self, args: tuple[str, ...], env: Optional[Mapping[str, str]], stdin: Optional[bytes]
