@@ -365,15 +365,23 @@ PARSER = dedent("""
     """)
 
 
-def test_a_duplicated_argparse_flag_stays_a_conflict(carried):
+@pytest.mark.parametrize("lane", [[], ["--no-fast-lane"]], ids=["fast-lane", "per-patch"])
+def test_a_duplicated_argparse_flag_stays_a_conflict(carried, lane):
+    """Going on, the fast lane judges the stop itself (steps/lanestop.py): its row says
+    what the structured merge kept, word for word as the per-patch path's."""
     row, tree = carried(
         PARSER,
         PARSER + '    parser.add_argument("--topk", type=str)\n',
         PARSER + '    parser.add_argument("--topk", type=int)\n',
+        *lane,
     )
     assert row["status"] == "dropped"
     assert row["stop"]["conflicts"] == ["pkg/mod.py"]
-    assert "flag --topk: the result would define it twice" in row["detail"]
+    assert row["detail"] == (
+        "cherry-pick conflicts in pkg/mod.py; the structured merge kept every hunk "
+        "(pkg/mod.py line 3: both sides add flag --topk: the result would define it twice); "
+        "the patch names no codemod"
+    )
 
 
 def test_a_flag_upstream_adds_elsewhere_in_the_file_stays_a_conflict(carried):
