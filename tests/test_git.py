@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from rebaser.repo.git import Git, commit_env
+from rebaser.repo.memo import memo
 from tests.synthetic import git
 
 
@@ -79,3 +81,16 @@ def test_blobs_reads_each_name_once_and_only_blobs(tmp_path: Path) -> None:
         "HEAD:pkg/a.py": b"A = 1\n",
     }
     assert list(found) == ["HEAD:pkg", "HEAD:b.py", "HEAD:missing.py", "HEAD:pkg/a.py"]
+
+
+def test_a_memo_keyed_by_a_file_name_that_is_not_utf8(tmp_path: Path) -> None:
+    """A fork's file named in Latin-1 reaches the memo's key (the series' files) as a
+    surrogate escape: the entry is named, saved and read back with the name as it was."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    name = os.fsdecode(b"pkg/caf\xe9.py")
+    entry = memo(Git(repo), "upstream", "base", "tip", name)
+    entry.save({"files": [name]})
+    assert memo(Git(repo), "upstream", "base", "tip", name).load() == {"files": [name]}
+    assert memo(Git(repo), "upstream", "base", "tip", "pkg/café.py").path != entry.path

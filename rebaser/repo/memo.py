@@ -47,5 +47,7 @@ class JsonMemo:
 
 def memo(repo: Git, kind: str, *key: str) -> JsonMemo:
     """The entry of `kind` for `key` in `repo`."""
-    digest = hashlib.sha1("\0".join(key).encode()).hexdigest()
+    # A file name git keeps as bytes that are not UTF-8 comes as surrogate escapes
+    # (os.fsdecode): hashed as those bytes.
+    digest = hashlib.sha1("\0".join(key).encode("utf-8", "surrogateescape")).hexdigest()
     return JsonMemo(forkkit_dir(repo) / "memo" / f"{kind}-{digest}.json")
