@@ -88,6 +88,10 @@ class SuiteResult:
     # test -> its note as read from the junit XML (the verdict is the suite's to give)
     read: dict[str, TestNote] = field(default_factory=dict, repr=False)
 
+    def __post_init__(self) -> None:
+        # A report read back from JSON (`verify --merge`) holds its notes as dicts.
+        self.tests = [TestNote(**n) if isinstance(n, dict) else n for n in self.tests]
+
     @property
     def counts(self) -> str:
         gpu = sum(note.gpu_only and note.outcome != "not run" for note in self.tests)
