@@ -10,6 +10,8 @@ from pathlib import Path
 from synthetic import git
 from test_keep_going import apply_onto_v2, series_with_a_knock_on, statuses
 
+from rebaser.carry.collision import Bisector
+from rebaser.carry.triage import Upstream
 from rebaser.errors import ExitCode
 
 BRANCH = "forkkit/demo/v2"
@@ -105,3 +107,26 @@ def test_retry_refuses_a_dirty_worktree(rebaser, tmp_path, upstream):
     refused = rebaser("retry", "0002", "--series", series, "--repo", tree)
     assert refused.code == ExitCode.USAGE and "uncommitted changes" in refused.err
     assert (tree / "notes.txt").read_text() == "mine\n"
+
+
+def test_retry_reuses_the_colliding_commit_the_apply_found(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    """Each retry (and skip, continue) triages the run again: the bisection of every stopped
+    patch cost 0.6 s of a 1.1 s retry on a Megatron-size tree. What the apply found is kept
+    in the repository's memo, named by the commits it depends on."""
+    series, tree = kept_going(rebaser, tmp_path, upstream)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the retry asked upstream what the apply had found")
+
+    monkeypatch.setattr(Bisector, "first_colliding", refuse)
+    monkeypatch.setattr(Upstream, "subjects_touching", refuse)
+    monkeypatch.setattr(Upstream, "word_rarity", refuse)
+    retried = rebaser(
+        "retry", "0002", "--series", series, "--repo", tree, "--json", tmp_path / "r.json"
+    )
+    assert retried.code == ExitCode.NOT_APPLIED, retried.err
+    stopped = json.loads((tmp_path / "r.json").read_text())["steps"][-1]
+    assert stopped["name"] == "0002-change-2.patch"
+    assert stopped["collides_with"]["subject"] == "v2"

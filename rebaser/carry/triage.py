@@ -25,11 +25,12 @@ import math
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 
 from rebaser.carry.collision import Bisector
 from rebaser.carry.difflines import file_lines, present_lines
+from rebaser.carry.in_upstream import Memo
 from rebaser.repo.git import Git
 from rebaser.series.patches import Patch
 
@@ -229,11 +230,24 @@ def _matches(pattern: re.Pattern, kind: str, line: str) -> list[str]:
     return [found.group(1)] if found else []
 
 
+# (the colliding commit: sha, subject, what it did), the patch's own conflicts, and whether
+# it conflicts on the recorded base too (the patches left off before it are to blame).
+Collided = tuple[Optional[tuple[str, str, str]], list[str], bool]
+
+
 class Triage:
     """The proposals for one run's patches, in series order."""
 
-    def __init__(self, upstream: Upstream, bisector: Optional[Bisector]) -> None:
-        self.upstream, self.bisector = upstream, bisector
+    def __init__(
+        self,
+        upstream: Upstream,
+        bisector: Optional[Bisector],
+        memo_for: Optional[Callable[..., Memo]] = None,
+    ) -> None:
+        """`memo_for(kind, *key)`: where a result named by everything it depends on is kept
+        between commands (each `skip`, `continue` or `retry` triages the run again)."""
+        self.upstream, self.bisector, self.memo_for = upstream, bisector, memo_for
+        self._range = [upstream.base, upstream.target]
         self._rarity: Optional[tuple[collections.Counter, int]] = None
         self._lines: dict[str, dict] = {}
         self._common_topics: set[str] = set()
@@ -253,7 +267,7 @@ class Triage:
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forkkit-triage") as pool:
             names = pool.submit(self._added_upstream, rows)
             collisions = {
-                row.patch.name: pool.submit(self._collide, row, rows[:position])
+                row.patch.name: pool.submit(self._collide_once, row, rows[:position])
                 for position, row in enumerate(rows)
                 if row.status in STOPPED
             }
@@ -287,7 +301,7 @@ class Triage:
         verdicts: dict[str, Verdict],
         fresh: dict[str, str],
         at_target: dict[str, list[str]],
-        collided: tuple[Optional[tuple[str, str, str]], list[str], bool],
+        collided: Collided,
     ) -> Verdict:
         collision, own, left_off = collided
         dropped = [r for r in earlier if verdicts[r.patch.name].proposal == DROP]
@@ -304,9 +318,42 @@ class Triage:
 
     # -- the colliding commit --------------------------------------------------------------
 
-    def _collide(
-        self, row: Row, earlier: list[Row]
-    ) -> tuple[Optional[tuple[str, str, str]], list[str], bool]:
+    def _remembered(self, kind: str, key: Sequence[str], compute: Callable[[], Any]) -> Any:
+        """compute()'s answer (JSON), from the memo when an earlier command found it: `key`
+        names everything it depends on."""
+        if self.memo_for is None:
+            return compute()
+        entry = self.memo_for(kind, *key)
+        known = entry.load()
+        if known is not None and set(known) == {"value"}:
+            return known["value"]
+        value = compute()
+        entry.save({"value": value})
+        return value
+
+    def _collide_once(self, row: Row, earlier: list[Row]) -> Collided:
+        """_collide's answer. It depends only on the commits of the patch and of those merged
+        before it, whether it is blocked, its conflicts, the files left off before it, the
+        base and the target."""
+        if self.bisector is None:
+            return self._collide(row, earlier)
+        applied, theirs = _earlier(row, earlier)
+        commits = [self.bisector.commit_of(patch) for patch in (row.patch, *applied)]
+        if None in commits:
+            return self._collide(row, earlier)
+        key = [
+            *self._range,
+            str(row.status == "blocked"),
+            *_counted(commits),  # type: ignore[arg-type]
+            *_counted(sorted(row.conflicts)),
+            *_counted(sorted(theirs)),
+        ]
+        collision, own, left_off = self._remembered(
+            "collision", key, lambda: self._collide(row, earlier)
+        )
+        return (tuple(collision) if collision else None), own, left_off
+
+    def _collide(self, row: Row, earlier: list[Row]) -> Collided:
         """The colliding upstream commit and the files the patch conflicts in on its own;
         no commit when it conflicts on the recorded base too, without the patches left off
         before it (their doing, not upstream's: the last value says so)."""
@@ -399,10 +446,17 @@ class Triage:
         if len(mine) < 2:
             return None
         if self._rarity is None:
-            self._rarity = self.upstream.word_rarity()
+            counts, total = self._remembered(
+                "word-rarity", [self.upstream.target], self.upstream.word_rarity
+            )
+            self._rarity = collections.Counter(counts), total
         counts, total = self._rarity
         best: Optional[tuple[float, str, str, list[str]]] = None
-        for sha, subject in self.upstream.subjects_touching(row.patch.touched_paths):
+        paths = sorted(row.patch.touched_paths)
+        touching = self._remembered(
+            "subjects", [*self._range, *paths], lambda: self.upstream.subjects_touching(paths)
+        )
+        for sha, subject in touching:
             shared = sorted(mine & set(words(subject)))
             weight = sum(math.log(total / (1 + counts[word])) for word in shared)
             if len(shared) >= 2 and weight >= _RARE_ENOUGH and (best is None or weight > best[0]):
@@ -414,6 +468,11 @@ class Triage:
 
 
 # -- the follow-up rules -------------------------------------------------------------------
+
+
+def _counted(items: Sequence[str]) -> list[str]:
+    """A list's length, then its items: lists laid end to end in a key stay apart."""
+    return [str(len(items)), *items]
 
 
 def _earlier(row: Row, earlier: list[Row]) -> tuple[list[Patch], set[str]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -19,6 +20,7 @@ from rebaser.carry.collision import Bisector
 from rebaser.carry.replay import Replay
 from rebaser.repo import scratch
 from rebaser.repo.git import Git
+from rebaser.repo.memo import memo
 from rebaser.series.patches import Series
 from rebaser.steps.records import Collision, StepRow, Stop
 
@@ -52,7 +54,7 @@ def annotate(
         upstream = triage.Upstream(repo, replay.base_sha, target)
         with scratch.repository(git_dir, target) as lane:
             bisector = Bisector(lane, replay.base_sha, target, replay.commit_of)
-            verdicts = triage.Triage(upstream, bisector).judge(judged)
+            verdicts = triage.Triage(upstream, bisector, partial(memo, repo)).judge(judged)
         progress(
             f"triage: {len(stops)} stopped patches, {bisector.merges} merges, "
             f"{time.monotonic() - started:.1f} s"
