@@ -190,14 +190,21 @@ def _git_ok(repo: Path, *args: str) -> bool:
     return subprocess.run(command, cwd=repo, capture_output=True).returncode == 0
 
 
-def time_stops(repo: Path, scratch: Path, count: int) -> tuple[list[float], list[float]]:
+def time_stops(
+    repo: Path, scratch: Path, count: int
+) -> tuple[list[float], list[float], list[float]]:
     """At the stops of an interactive apply, each `rebaser skip` and each `rebaser continue`
     (after taking the patch's side of every conflict) as the user runs them: a process each,
-    the interpreter's start included. Alternating, `count` of each."""
+    the interpreter's start included. Alternating, `count` of each. Then the apply is
+    finished with skips, and `count` of the patches left off are each put back with `rebaser
+    retry` (timed) and dropped again with `rebaser abort`."""
     series = import_series(repo, scratch / "series-stops")
     rebaser = [sys.executable, "-m", "rebaser"]
+    report = scratch / "stops-report.json"
     apply = ["apply", "--series", str(series), "--repo", str(repo), "--base", "tip"]
-    subprocess.run([*rebaser, *apply, "--test", "none"], capture_output=True, check=False)
+    subprocess.run(
+        [*rebaser, *apply, "--test", "none", "--json", str(report)], capture_output=True
+    )
     status = scratch / "status.json"
     subprocess.run(
         [*rebaser, "status", "--repo", str(repo), "--json", str(status)],
@@ -205,7 +212,8 @@ def time_stops(repo: Path, scratch: Path, count: int) -> tuple[list[float], list
         capture_output=True,
     )
     worktree = Path(json.loads(status.read_text())["worktree"])
-    skips, continues = [], []
+    skips, continues, retries = [], [], []
+    in_progress = True
     for number in range(2 * count):
         if number % 2:
             conflicted = git(worktree, "diff", "--name-only", "--diff-filter=U").split()
@@ -215,9 +223,26 @@ def time_stops(repo: Path, scratch: Path, count: int) -> tuple[list[float], list
         verb = "continue" if number % 2 else "skip"
         done = subprocess.run([*rebaser, verb, "--repo", str(repo)], capture_output=True)
         (continues if number % 2 else skips).append(time.perf_counter() - started)
-        if done.returncode != ExitCode.NOT_APPLIED:
+        in_progress = done.returncode == ExitCode.NOT_APPLIED
+        if not in_progress:
             break  # the apply finished: no stop left
-    return skips, continues
+    while in_progress:  # skip what is left (untimed): the report lists every patch left off
+        done = subprocess.run([*rebaser, "skip", "--repo", str(repo)], capture_output=True)
+        in_progress = done.returncode == ExitCode.NOT_APPLIED
+    left_off = [
+        row["name"]
+        for row in json.loads(report.read_text())["steps"]
+        if row["status"] == "skipped"
+    ]
+    retry = ["retry", "--series", str(series), "--repo", str(worktree)]
+    for name in left_off[:count]:
+        started = time.perf_counter()
+        done = subprocess.run([*rebaser, *retry, name], capture_output=True, text=True)
+        retries.append(time.perf_counter() - started)
+        if done.returncode != ExitCode.NOT_APPLIED:  # it must stop at the patch's conflict
+            sys.exit(f"rebaser retry {name} exited {done.returncode}: {done.stderr.strip()}")
+        subprocess.run([*rebaser, "abort", "--repo", str(repo)], check=True, capture_output=True)
+    return skips, continues, retries
 
 
 def main() -> None:
@@ -259,10 +284,13 @@ def main() -> None:
         if args.stops:
             repo = Path(scratch) / "stops" / "upstream"
             shutil.copytree(template, repo, symlinks=True)
-            skips, continues = time_stops(repo, Path(scratch), min(5, args.stops // 2))
+            skips, continues, retries = time_stops(
+                repo, Path(scratch), min(5, args.stops // 2)
+            )
             print(
                 f"at the stops, as processes: rebaser skip {_spread(skips)}, "
-                f"rebaser continue {_spread(continues)} (target <= 1 s each)"
+                f"rebaser continue {_spread(continues)}, rebaser retry {_spread(retries)} "
+                "(target <= 1 s each)"
             )
     ratio = statistics.median(ours) / statistics.median(theirs)
     # Each rebaser run against the git rebase just before it: on a shared machine both drift
