@@ -24,6 +24,30 @@ def applied(rebaser, tmp_path: Path, series: Path, upstream) -> Path:
     return Path(json.loads(report.read_text())["worktree"])
 
 
+class RoundTrip:
+    """The fork branch `fork` imported from v1 and applied onto v1, then refreshed back."""
+
+    def __init__(self, rebaser, tmp_path: Path, upstream) -> None:
+        self.rebaser, self.target = rebaser, tmp_path / "imported"
+        args = ["--repo", upstream.path, "--range", "v1..fork", "--series-dir", self.target]
+        result = rebaser("import", *args)
+        assert result.code == ExitCode.OK, result.out + result.err
+        self.series = self.target / "series"
+        self.patches = self.exported()
+        self.worktree = applied(rebaser, tmp_path, self.series, upstream)
+
+    def exported(self) -> dict[str, bytes]:
+        return {path.name: path.read_bytes() for path in self.target.glob("*.patch")}
+
+    def assert_refresh_keeps_the_patches(self) -> None:
+        """`refresh --check` passes, and `refresh` writes the patches byte for byte again."""
+        refresh = ["refresh", "--series", self.series, "--repo", self.worktree]
+        check = self.rebaser(*refresh, "--check")
+        assert check.code == ExitCode.OK, check.out + check.err
+        assert self.rebaser(*refresh).code == ExitCode.OK
+        assert self.exported() == self.patches
+
+
 def commit_on(worktree: Path, message: str) -> None:
     """A commit of one more line in pkg/calc.py, with exactly `message`."""
     calc = worktree / "pkg" / "calc.py"
@@ -137,22 +161,13 @@ def test_a_subject_that_starts_like_a_patch_prefix_is_carried(rebaser, tmp_path,
     without --keep-subject and dropped; rebaser's exports never add one (`git rebase`
     keeps the subject as it is)."""
     fork_with_messages(upstream, PREFIXED)
-    target = tmp_path / "imported"
-    args = ["--repo", upstream.path, "--range", "v1..fork", "--series-dir", target]
-    result = rebaser("import", *args)
-    assert result.code == ExitCode.OK, result.out + result.err
-    series = target / "series"
-    patches = {path.name: path.read_bytes() for path in target.glob("*.patch")}
-    worktree = applied(rebaser, tmp_path, series, upstream)
-    messages = git(worktree, "log", "--reverse", "--format=%B%x00", "HEAD~2..HEAD")
+    carried = RoundTrip(rebaser, tmp_path, upstream)
+    messages = git(carried.worktree, "log", "--reverse", "--format=%B%x00", "HEAD~2..HEAD")
     assert [
         message.strip("\n").rsplit("\n\nForkkit-Patch: ", 1)[0]
         for message in messages.split("\0")[:-1]
     ] == [message.rstrip("\n") for message in PREFIXED]
-    check = rebaser("refresh", "--series", series, "--repo", worktree, "--check")
-    assert check.code == ExitCode.OK, check.out + check.err
-    assert rebaser("refresh", "--series", series, "--repo", worktree).code == ExitCode.OK
-    assert {path.name: path.read_bytes() for path in target.glob("*.patch")} == patches
+    carried.assert_refresh_keeps_the_patches()
 
 
 QUOTED_DIFFS = {
@@ -264,18 +279,9 @@ def test_a_commit_dated_before_1973_round_trips(rebaser, tmp_path, upstream):
     author = "A U Thor <a@example.com>"
     commit_verbatim(upstream.path, message, author=author, date="1971-01-01T00:00:00+0100")
     git(upstream.path, "checkout", "-q", "main")
-    target = tmp_path / "imported"
-    args = ["--repo", upstream.path, "--range", "v1..fork", "--series-dir", target]
-    result = rebaser("import", *args)
-    assert result.code == ExitCode.OK, result.out + result.err
-    series = target / "series"
-    patches = {path.name: path.read_bytes() for path in target.glob("*.patch")}
-    worktree = applied(rebaser, tmp_path, series, upstream)
-    assert git(worktree, "log", "-1", "--format=%ad", "--date=raw") == "31532400 +0100"
-    check = rebaser("refresh", "--series", series, "--repo", worktree, "--check")
-    assert check.code == ExitCode.OK, check.out + check.err
-    assert rebaser("refresh", "--series", series, "--repo", worktree).code == ExitCode.OK
-    assert {path.name: path.read_bytes() for path in target.glob("*.patch")} == patches
+    carried = RoundTrip(rebaser, tmp_path, upstream)
+    assert git(carried.worktree, "log", "-1", "--format=%ad", "--date=raw") == "31532400 +0100"
+    carried.assert_refresh_keeps_the_patches()
 
 
 def test_an_import_killed_midway_leaves_no_folder_behind(rebaser, tmp_path, upstream):
