@@ -697,7 +697,8 @@ def select_candidates(
     tl.store(values_row + slot, key_to_score(keys, values_dtype, KEY_BITS), mask=chosen)
     padding = (slots >= real) & (slots < width)
     tl.store(out_row + slots, tl.full((CAPACITY,), -1, tl.int32), mask=padding)
-    negative_infinity = tl.full((CAPACITY,), float("-inf"), values_dtype)
+    # Made in float32 and cast: Triton 3.7's interpreter cannot make a bfloat16 constant.
+    negative_infinity = tl.full((CAPACITY,), float("-inf"), tl.float32).to(values_dtype)
     tl.store(values_row + slots, negative_infinity, mask=padding)
 
 
