@@ -123,6 +123,7 @@ def test_retry_reuses_the_colliding_commit_the_apply_found(
     monkeypatch.setattr(Bisector, "first_colliding", refuse)
     monkeypatch.setattr(Upstream, "subjects_touching", refuse)
     monkeypatch.setattr(Upstream, "word_rarity", refuse)
+    monkeypatch.setattr(Upstream, "defined", refuse)
     retried = rebaser(
         "retry", "0002", "--series", series, "--repo", tree, "--json", tmp_path / "r.json"
     )
