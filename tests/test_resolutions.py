@@ -162,8 +162,16 @@ def test_continue_records_and_the_next_apply_elsewhere_replays(rebaser, tmp_path
         CONFLICT_FIXED, "return -a", "return 0 - a"
     )
     # In one pass (--keep-going, as verify and CI run it) the record is replayed too.
-    again = apply(rebaser, series, SyntheticUpstream(clone), "v3", "--json", report3,
-                  "--keep-going", "--force")
+    again = apply(
+        rebaser,
+        series,
+        SyntheticUpstream(clone),
+        "v3",
+        "--json",
+        report3,
+        "--keep-going",
+        "--force",
+    )
     assert again.code == ExitCode.OK, again.out
     assert json.loads(report3.read_text())["steps"][2]["status"] == "resolution replayed"
 
@@ -177,3 +185,22 @@ def test_continue_records_and_the_next_apply_elsewhere_replays(rebaser, tmp_path
         stop["reason"]
     )
     assert "<<<<<<<" in (worktree_of(report4) / "pkg/calc.py").read_text()
+
+
+def test_each_conflict_gets_the_text_that_took_its_place_in_a_long_file():
+    """The head and tail the marked and resolved files share are aligned before difflib
+    runs (its time grows with the square of what it compares); the recorded texts are
+    difflib's on the whole files, also where lines repeat around the conflicts."""
+    body = [f"line {n % 7}\n" for n in range(3000)]
+    first = ["<<<<<<< ours\n", "a = 1\n", "=======\n", "a = 2\n", ">>>>>>> theirs\n"]
+    second = ["<<<<<<< ours\n", "line 3\n", "||||||| base\n", "x\n", "=======\n", ">>>>>>> p\n"]
+    marked = body[:1000] + first + body[1000:2000] + second + body[2000:]
+    resolved = body[:1000] + ["a = 3\n", "a = 4\n"] + body[1000:2000] + ["line 3\n"] + body[2000:]
+    found = [(conflict.ours, text) for conflict, text in resolutions._resolutions(marked, resolved)]
+    assert found == [(("a = 1\n",), "a = 3\na = 4\n"), (("line 3\n",), "line 3\n")]
+    whole = resolutions.difflib.SequenceMatcher(None, marked, resolved, autojunk=False)
+    blocks = [block for block in whole.get_matching_blocks() if block.size]
+    for conflict, text in resolutions._resolutions(marked, resolved):
+        before = max(b.b + b.size for b in blocks if b.a + b.size <= conflict.start)
+        after = min(b.b for b in blocks if b.a >= conflict.end)
+        assert text == "".join(resolved[before:after])
