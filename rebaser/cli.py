@@ -266,7 +266,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             require_writable_cache()
         module, function = _COMMANDS[args.command]
         command = getattr(importlib.import_module(f"rebaser.commands.{module}"), function)
-        return int(command(args))
+        code = int(command(args))
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's own flush at exit
+        return code
     except RebaserError as error:
         Output().error(error)
         return int(error.code)

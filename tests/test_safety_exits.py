@@ -288,7 +288,9 @@ def test_an_output_that_is_a_fifo_nobody_reads_is_refused_not_waited_on(
 
 def test_output_closed_early_is_one_line_not_a_crash(tmp_path, upstream):
     """Review: `rebaser status | head -1` (the reader gone before rebaser writes) crashed as
-    a bug, exit 6 with a log: one line on stderr, exit 5."""
+    a bug, exit 6 with a log: one line on stderr, exit 5. Buffered, as a shell runs it:
+    printed lines then reach the pipe only in Python's flush at exit (exit 120)."""
+    buffered = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
     reading, writing = os.pipe()
     os.close(reading)  # nobody will read: every write fails with EPIPE
     try:
@@ -297,6 +299,7 @@ def test_output_closed_early_is_one_line_not_a_crash(tmp_path, upstream):
             stdout=writing,
             stderr=subprocess.PIPE,
             text=True,
+            env=buffered,
         )
     finally:
         os.close(writing)
