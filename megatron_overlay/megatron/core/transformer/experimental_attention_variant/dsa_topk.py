@@ -19,11 +19,11 @@ policy decides the selected set. This module makes the selection explicit:
     padding (``-1``, value ``-inf``) when selected.
 * ``torch`` backend: exact for every policy on CPU and GPU (policy 0 behaves as 1), and
   deterministic by construction. On CUDA (k up to 4096, rows up to 256K scores) the
-  filtered Triton select reads each row once: a sampled threshold admits a few thousand
-  candidates (one-warp programs filter stripes of the row), a radix search over their bits
-  finds the exact k-th key and the policy's ties, and the row is written in its final order
-  (``dsa_topk_triton.select_rows_filtered``); otherwise one Triton program per row selects
-  from ``topk(k+1)``'s candidates.
+  segmented Triton select reads each row once in one launch: a sampled threshold admits a
+  few thousand candidates (runs of the row, each appending to its own buffer in column
+  order), a radix search over their bits finds the exact k-th key and the policy's ties,
+  and the row is written in its final order (``dsa_topk_triton.select_rows_filtered``);
+  otherwise one Triton program per row selects from ``topk(k+1)``'s candidates.
   Elsewhere a float ``topk`` of width k+1 settles every row without a
   tie at the k-th score; rows with boundary ties take one ``topk`` over order-preserving
   integer keys to find the k-th value and fill the remaining slots with ties in column

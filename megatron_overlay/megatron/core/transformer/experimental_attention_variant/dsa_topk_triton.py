@@ -25,6 +25,7 @@ through their strides, so transposed or sliced score rows work as they are.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import torch
@@ -445,6 +446,8 @@ def stripes_for(n: int) -> int:
 
 def scratch_slots(width: int, n: int) -> int:
     """int32 (key, column) pairs of candidate scratch a row takes."""
+    if SEGMENTED:
+        return segmented_scratch_slots(width)
     capacity = capacity_for(width)
     stripes = stripes_for(n)
     return capacity if stripes == 0 else stripes * stripe_slots(capacity, stripes)
@@ -487,6 +490,8 @@ def select_rows_filtered(
     row_args = (rows, rows.stride(0), rows.stride(1), n)
     bound_args = (starts if bounded else out, ends if bounded else out)
     common = dict(HAS_BOUNDS=bounded, KEY_BITS=KEY_BITS_OF[rows.dtype], CONTIGUOUS=rows.stride(1) == 1)
+    if SEGMENTED:
+        return select_rows_segmented(rows, width, prefer_large, starts, ends, column_offset)
     stripes = stripes_for(n)
     if stripes == 0:
         scratch = torch.empty(count, 2, capacity, dtype=torch.int32, device=rows.device)
@@ -552,6 +557,34 @@ def search_key(keys, valid, rank, lo, hi, ITERATIONS: tl.constexpr):
     lo = lo + tl.zeros((), tl.int64)
     hi = hi + tl.zeros((), tl.int64)
     for _ in range(ITERATIONS):
+        span = hi - lo
+        m1 = lo + (span + 3) // 4
+        m2 = lo + (span + 1) // 2
+        m3 = lo + (3 * span + 3) // 4
+        packed = (
+            (valid & (keys >= m1)).to(tl.int64)
+            + ((valid & (keys >= m2)).to(tl.int64) << 16)
+            + ((valid & (keys >= m3)).to(tl.int64) << 32)
+        )
+        counts = tl.sum(packed, axis=0)
+        c1 = counts & 0xFFFF
+        c2 = (counts >> 16) & 0xFFFF
+        c3 = (counts >> 32) & 0xFFFF
+        new_lo = tl.where(c3 >= rank, m3, tl.where(c2 >= rank, m2, tl.where(c1 >= rank, m1, lo)))
+        hi = tl.where(
+            c3 >= rank, hi, tl.where(c2 >= rank, m3 - 1, tl.where(c1 >= rank, m2 - 1, m1 - 1))
+        )
+        lo = new_lo
+    return lo
+
+
+@triton.jit
+def search_range(keys, valid, rank, lo, hi):
+    """search_key to the end: the largest key v in [lo, hi] with #(valid & keys >= v) >=
+    rank, given that lo qualifies, in as many steps as the span [lo, hi] needs."""
+    lo = lo + tl.zeros((), tl.int64)
+    hi = hi + tl.zeros((), tl.int64)
+    while lo < hi:
         span = hi - lo
         m1 = lo + (span + 3) // 4
         m2 = lo + (span + 1) // 2
@@ -680,7 +713,8 @@ def select_candidates(
     keys = tl.load(keys_row + slots, mask=valid, other=-(2**31))
     columns = tl.load(columns_row + slots, mask=valid, other=0)
     if found >= width:
-        kth = search_key(keys, valid, width, threshold, -neg_inf_key - 1, KEY_BITS // 2)
+        top = tl.max(tl.where(valid, keys, threshold), axis=0)
+        kth = search_range(keys, valid, width, threshold, top)
         greater = valid & (keys > kth)
         tie = (valid & (keys == kth)).to(tl.int32)
         need = width - tl.sum(greater.to(tl.int32), axis=0)
@@ -895,4 +929,324 @@ def select_from_stripes(
         select_by_radix(
             seg_ptr, col_stride, length, width, out_row, values_row, offset, neg_inf_key,
             ROW_BLOCK, KEY_BITS, FROM_END, SORT_BLOCK,
+        )  # fmt: skip
+
+
+# =====================================================================================
+# The segmented select: one pass over each row, every score's work in its own thread
+# =====================================================================================
+#
+# A program owns a row and cuts it into `segments` contiguous runs of columns; each step
+# reads `vector` scores of every run (a tile [segments, vector]) and appends the run's
+# scores at or above the sampled threshold to the run's own `slots`-slot buffer: a running
+# count per run and a prefix sum along the run's step. The runs are contiguous and in
+# column order, so their buffers laid end to end (offsets: one prefix sum over the runs'
+# counts) are the row's candidates in column order, which select_candidates turns into the
+# exact answer. A run whose buffer overflows takes a second pass that stores straight to
+# the packed slots (every run's count is known by then); a threshold that missed takes the
+# full radix select.
+#
+# Geometry by key bits, the fastest measured on the H200 (ci/bench_topk.py, 4096 x 131072,
+# k = 2048; docs/gpu-validation.md): bf16 rows as 256 runs of one thread each, 8 scores
+# (16 bytes) a step, prefix sums inside the thread; fp32 rows as 32 runs of 64-score steps.
+# 16 runs of 128 scores (one warp's coalesced read a step) were slower for both.
+
+
+@dataclass(frozen=True)
+class Geometry:
+    segments: int  # runs per row
+    slots: int  # candidate slots per run
+    vector: int  # scores a run reads per step
+    pack: int  # slots a run moves per step when the buffers are laid end to end
+
+
+SEGMENTED = True
+GEOMETRY_OF = {32: Geometry(32, 256, 64, 32), 16: Geometry(256, 32, 8, 8)}
+SEGMENT_WARPS = 8
+# 0: a program per row. A persistent launch (programs looping over rows) took 194 registers:
+# the compiler hoists every phase's index tensors out of the row loop.
+PROGRAMS_PER_SM = 0
+# Timing knobs (ci/bench_topk.py): a register cap for ptxas (None: Triton's choice), and
+# SEGMENT_STAGES < 3 stops each row after its threshold (1) or collecting pass (2).
+SEGMENT_MAXNREG = None
+SEGMENT_STAGES = 3
+
+
+def segmented_scratch_slots(width: int) -> int:
+    """(key, column) pairs of one program's scratch, for any dtype: the runs' buffers and
+    the packed candidates."""
+    runs = max(geometry.segments * geometry.slots for geometry in GEOMETRY_OF.values())
+    return runs + capacity_for(width)
+
+
+def _programs(rows: torch.Tensor) -> int:
+    """Programs of the launch: PROGRAMS_PER_SM per multiprocessor (CUDA), looping over the
+    rows; 0 a program per row."""
+    if PROGRAMS_PER_SM <= 0:
+        return rows.size(0)
+    if rows.is_cuda:
+        sms = torch.cuda.get_device_properties(rows.device).multi_processor_count
+        return max(1, min(rows.size(0), sms * PROGRAMS_PER_SM))
+    return max(1, min(rows.size(0), PROGRAMS_PER_SM))
+
+
+def select_rows_segmented(
+    rows: torch.Tensor,
+    width: int,
+    prefer_large: bool,
+    starts: Optional[torch.Tensor] = None,
+    ends: Optional[torch.Tensor] = None,
+    column_offset: int = 0,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """select_rows_filtered's answer (same arguments) by the segmented select."""
+    count, n = rows.shape
+    values = torch.empty(count, width, dtype=rows.dtype, device=rows.device)
+    out = torch.empty(count, width, dtype=torch.int32, device=rows.device)
+    if count == 0 or width == 0:
+        return values, out
+    capacity = capacity_for(width)
+    bounded = starts is not None
+    if bounded:
+        starts, ends = starts.contiguous(), ends.contiguous()
+    programs = _programs(rows)
+    key_bits = KEY_BITS_OF[rows.dtype]
+    geometry = GEOMETRY_OF[key_bits]
+    runs = torch.empty(
+        programs, geometry.segments * geometry.slots, dtype=torch.int64, device=rows.device
+    )
+    packed = torch.empty(programs, 2, capacity, dtype=torch.int32, device=rows.device)
+    contiguous = rows.stride(1) == 1
+    segmented_select[(programs,)](
+        rows, rows.stride(0), rows.stride(1), n, count,
+        starts if bounded else out, ends if bounded else out, column_offset, runs, packed,
+        out, values, width, max(1, int((width * capacity) ** 0.5)),
+        _negative_infinity_key(rows.dtype), HAS_BOUNDS=bounded, CAPACITY=capacity,
+        SAMPLE_CHUNKS=SAMPLE_CHUNKS, SAMPLE_CHUNK=SAMPLE_CHUNK,
+        SEGMENTS=geometry.segments, SLOTS=geometry.slots, VECTOR=geometry.vector,
+        PACK=geometry.pack, ROW_BLOCK=ROW_BLOCK,
+        KEY_BITS=key_bits, FROM_END=prefer_large, SORT_BLOCK=triton.next_power_of_2(width),
+        ALIGNED=contiguous and n % geometry.vector == 0, CONTIGUOUS=contiguous,
+        PERSISTENT=PROGRAMS_PER_SM > 0, STAGES=SEGMENT_STAGES, num_warps=SEGMENT_WARPS,
+        **({"maxnreg": SEGMENT_MAXNREG} if SEGMENT_MAXNREG else {}),
+    )  # fmt: skip
+    return values, out
+
+
+@triton.jit
+def run_load(
+    row_ptr, col_stride, first, last, base, stops, step, VECTOR: tl.constexpr,
+    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr,
+):  # fmt: skip
+    """Step ``step`` of every run (runs start at VECTOR-wide column blocks ``base`` and stop
+    before blocks ``stops``): the columns, which are visible, and their scores. ALIGNED rows
+    (contiguous, n a multiple of VECTOR) load whole blocks under a mask that is constant
+    along each block, so the loads stay vectorized; the columns outside [first, last) of a
+    block are read, not used."""
+    block = base + step
+    columns = block * VECTOR + tl.arange(0, VECTOR)[None, :]
+    inside = (columns >= first) & (columns < last) & (block < stops)
+    if ALIGNED:
+        x = tl.load(row_ptr + columns, mask=block < stops, other=0)
+    elif CONTIGUOUS:
+        x = tl.load(row_ptr + columns, mask=inside, other=0)
+    else:
+        x = tl.load(row_ptr + columns.to(tl.int64) * col_stride, mask=inside, other=0)
+    return columns, inside, x
+
+
+@triton.jit
+def run_hits(x, inside, threshold, positive_infinity_key, KEY_BITS: tl.constexpr):
+    """The scores' keys, and which are visible and at or above the threshold."""
+    if KEY_BITS == 16:
+        bits = x.to(tl.int16, bitcast=True).to(tl.int32)
+    else:
+        bits = x.to(tl.int32, bitcast=True)
+    key = bits ^ ((bits >> (KEY_BITS - 1)) & ((1 << (KEY_BITS - 1)) - 1))
+    # The threshold lies above -inf's key: -inf and negative NaN fail it; positive NaN keys
+    # lie above +inf's.
+    return key, inside & (key >= threshold) & (key <= positive_infinity_key)
+
+
+@triton.jit
+def run_bases(first, last, SEGMENTS: tl.constexpr, VECTOR: tl.constexpr):
+    """SEGMENTS runs of VECTOR-wide column blocks cover [first, last), from the block that
+    holds first: each run's first block, the block it stops before, and the steps a run
+    takes."""
+    start = first // VECTOR
+    stop = tl.cdiv(last, VECTOR)
+    steps = tl.cdiv(stop - start, SEGMENTS)
+    base = (start + tl.arange(0, SEGMENTS) * steps)[:, None]
+    return base, tl.minimum(base + steps, stop), steps
+
+
+@triton.jit
+def collect_runs(
+    row_ptr, col_stride, first, last, threshold, positive_infinity_key, runs,
+    SEGMENTS: tl.constexpr, SLOTS: tl.constexpr, VECTOR: tl.constexpr, KEY_BITS: tl.constexpr,
+    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr,
+):  # fmt: skip
+    """Append each run's keys at or above threshold, with their columns, to the run's
+    buffer (packed key << 32 | column, the first SLOTS); return each run's count. The next
+    step's scores are loaded while this step's are scanned."""
+    base, stops, steps = run_bases(first, last, SEGMENTS, VECTOR)
+    found = tl.zeros((SEGMENTS,), tl.int32)
+    buffers = runs + tl.arange(0, SEGMENTS)[:, None] * SLOTS
+    columns, inside, x = run_load(
+        row_ptr, col_stride, first, last, base, stops, 0, VECTOR, ALIGNED, CONTIGUOUS
+    )
+    for step in range(0, steps):
+        next_columns, next_inside, next_x = run_load(
+            row_ptr, col_stride, first, last, base, stops, step + 1, VECTOR, ALIGNED,
+            CONTIGUOUS,
+        )  # fmt: skip
+        key, hit = run_hits(x, inside, threshold, positive_infinity_key, KEY_BITS)
+        hits = hit.to(tl.int32)
+        slot = found[:, None] + tl.cumsum(hits, axis=1) - 1
+        entry = (key.to(tl.int64) << 32) | columns.to(tl.int64)
+        tl.store(buffers + slot, entry, mask=hit & (slot < SLOTS))
+        found += tl.sum(hits, axis=1)
+        columns, inside, x = next_columns, next_inside, next_x
+    return found
+
+
+@triton.jit
+def place_runs(
+    row_ptr, col_stride, first, last, threshold, positive_infinity_key, found, keys_row,
+    columns_row, SEGMENTS: tl.constexpr, VECTOR: tl.constexpr, KEY_BITS: tl.constexpr,
+    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr,
+):  # fmt: skip
+    """A second pass for rows where a run overflowed its buffer: with every run's count
+    known, store its candidates straight to their packed slots."""
+    base, stops, steps = run_bases(first, last, SEGMENTS, VECTOR)
+    placed = tl.cumsum(found, axis=0) - found
+    tl.debug_barrier()  # the scratch's earlier readers are done
+    for step in range(0, steps):
+        columns, inside, x = run_load(
+            row_ptr, col_stride, first, last, base, stops, step, VECTOR, ALIGNED, CONTIGUOUS
+        )
+        key, hit = run_hits(x, inside, threshold, positive_infinity_key, KEY_BITS)
+        hits = hit.to(tl.int32)
+        slot = placed[:, None] + tl.cumsum(hits, axis=1) - 1
+        # Packed as collect_runs packs: Triton 3.6's layout pass fails (dominance) on the
+        # plain stores of key and columns for 16-bit rows.
+        entry = (key.to(tl.int64) << 32) | columns.to(tl.int64)
+        tl.store(keys_row + slot, (entry >> 32).to(tl.int32), mask=hit)
+        tl.store(columns_row + slot, entry.to(tl.int32), mask=hit)
+        placed += tl.sum(hits, axis=1)
+    tl.debug_barrier()  # the packed candidates are visible before they are read
+
+
+@triton.jit
+def pack_runs(
+    runs, found, keys_row, columns_row, SEGMENTS: tl.constexpr, SLOTS: tl.constexpr,
+    PACK: tl.constexpr,
+):  # fmt: skip
+    """Lay the runs' buffers (found[s] entries each, at most SLOTS) end to end as keys and
+    columns."""
+    segment = tl.arange(0, SEGMENTS)[:, None]
+    piece = tl.arange(0, PACK)[None, :]
+    before = (tl.cumsum(found, axis=0) - found)[:, None]
+    tl.debug_barrier()  # every run's stores are visible to every thread
+    for start in range(0, tl.max(found, axis=0), PACK):
+        keep = start + piece < found[:, None]
+        entry = tl.load(runs + segment * SLOTS + start + piece, mask=keep, other=0)
+        tl.store(keys_row + before + start + piece, (entry >> 32).to(tl.int32), mask=keep)
+        tl.store(columns_row + before + start + piece, entry.to(tl.int32), mask=keep)
+    tl.debug_barrier()  # the packed candidates are visible before they are read
+
+
+@triton.jit
+def segmented_row(
+    rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, column_offset, runs, keys_row,
+    columns_row, out_ptr, out_values_ptr, width, target, neg_inf_key, row,
+    HAS_BOUNDS: tl.constexpr, CAPACITY: tl.constexpr, SAMPLE_CHUNKS: tl.constexpr,
+    SAMPLE_CHUNK: tl.constexpr, SEGMENTS: tl.constexpr, SLOTS: tl.constexpr,
+    VECTOR: tl.constexpr, PACK: tl.constexpr, ROW_BLOCK: tl.constexpr,
+    KEY_BITS: tl.constexpr, FROM_END: tl.constexpr, SORT_BLOCK: tl.constexpr,
+    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr, STAGES: tl.constexpr,
+):  # fmt: skip
+    """One row: threshold, one pass that collects the runs' candidates, then
+    select_candidates (or the full radix select). STAGES < 3 stops after the threshold (1)
+    or the collecting pass (2), for timing the stages apart (ci/bench_topk.py)."""
+    first, length, seg_ptr = row_segment(
+        rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, row, HAS_BOUNDS
+    )
+    out_row = out_ptr + row * width
+    values_row = out_values_ptr + row * width
+    threshold = threshold_for(
+        seg_ptr, col_stride, length, target, neg_inf_key, CAPACITY, SAMPLE_CHUNKS,
+        SAMPLE_CHUNK, KEY_BITS, CONTIGUOUS,
+    )  # fmt: skip
+    if STAGES == 1:
+        tl.store(out_row, threshold)
+        return
+    found = collect_runs(
+        rows_ptr + row * row_stride, col_stride, first.to(tl.int32),
+        (first + length).to(tl.int32), threshold, -neg_inf_key - 1, runs,
+        SEGMENTS, SLOTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS,
+    )  # fmt: skip
+    total = tl.sum(found, axis=0)
+    if STAGES == 2:
+        tl.store(out_row, total)
+        return
+    every_finite = threshold == neg_inf_key + 1
+    if (total <= CAPACITY) & ((total >= width) | every_finite):
+        if tl.max(found, axis=0) > SLOTS:
+            place_runs(
+                rows_ptr + row * row_stride, col_stride, first.to(tl.int32),
+                (first + length).to(tl.int32), threshold, -neg_inf_key - 1, found,
+                keys_row, columns_row, SEGMENTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS,
+            )  # fmt: skip
+        else:
+            pack_runs(runs, found, keys_row, columns_row, SEGMENTS, SLOTS, PACK)
+        select_candidates(
+            keys_row, columns_row, total, threshold, neg_inf_key, width, out_row,
+            values_row, column_offset, out_values_ptr.dtype.element_ty, CAPACITY,
+            KEY_BITS, FROM_END,
+        )  # fmt: skip
+    else:
+        select_by_radix(
+            seg_ptr, col_stride, length, width, out_row, values_row,
+            column_offset + first.to(tl.int32), neg_inf_key, ROW_BLOCK, KEY_BITS,
+            FROM_END, SORT_BLOCK,
+        )  # fmt: skip
+
+
+# One compiled kernel for every row length, bound and width (as filter_select_row).
+@triton.jit(
+    do_not_specialize=["col_stride", "n", "count", "column_offset", "width", "target", "neg_inf_key"]
+)  # fmt: skip
+def segmented_select(
+    rows_ptr, row_stride, col_stride, n, count, starts_ptr, ends_ptr, column_offset, runs_ptr,
+    packed_ptr, out_ptr, out_values_ptr, width, target, neg_inf_key,
+    HAS_BOUNDS: tl.constexpr, CAPACITY: tl.constexpr, SAMPLE_CHUNKS: tl.constexpr,
+    SAMPLE_CHUNK: tl.constexpr, SEGMENTS: tl.constexpr, SLOTS: tl.constexpr,
+    VECTOR: tl.constexpr, PACK: tl.constexpr, ROW_BLOCK: tl.constexpr,
+    KEY_BITS: tl.constexpr, FROM_END: tl.constexpr, SORT_BLOCK: tl.constexpr,
+    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr, PERSISTENT: tl.constexpr,
+    STAGES: tl.constexpr,
+):  # fmt: skip
+    """PERSISTENT: a program selects rows program, program + programs, ... (its scratch
+    reused); else program r selects row r with scratch of its own."""
+    program = tl.program_id(0)
+    runs = runs_ptr + program.to(tl.int64) * (SEGMENTS * SLOTS)
+    keys_row = packed_ptr + program.to(tl.int64) * (2 * CAPACITY)
+    columns_row = keys_row + CAPACITY
+    if PERSISTENT:
+        for row_id in range(program, count, tl.num_programs(0)):
+            segmented_row(
+                rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, column_offset,
+                runs, keys_row, columns_row, out_ptr, out_values_ptr, width, target,
+                neg_inf_key, row_id + tl.zeros((), tl.int64), HAS_BOUNDS, CAPACITY,
+                SAMPLE_CHUNKS, SAMPLE_CHUNK, SEGMENTS, SLOTS, VECTOR, PACK, ROW_BLOCK,
+                KEY_BITS, FROM_END, SORT_BLOCK, ALIGNED, CONTIGUOUS, STAGES,
+            )  # fmt: skip
+            tl.debug_barrier()  # this row's reads of the scratch end before the next's writes
+    else:
+        segmented_row(
+            rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, column_offset, runs,
+            keys_row, columns_row, out_ptr, out_values_ptr, width, target, neg_inf_key,
+            program.to(tl.int64), HAS_BOUNDS, CAPACITY, SAMPLE_CHUNKS, SAMPLE_CHUNK,
+            SEGMENTS, SLOTS, VECTOR, PACK, ROW_BLOCK, KEY_BITS, FROM_END, SORT_BLOCK,
+            ALIGNED, CONTIGUOUS, STAGES,
         )  # fmt: skip

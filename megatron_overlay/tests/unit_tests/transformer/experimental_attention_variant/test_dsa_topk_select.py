@@ -264,47 +264,66 @@ FILTERED_ON_CPU = """
 import json, sys, torch
 from megatron.core.transformer.experimental_attention_variant import dsa_topk_triton as T
 # Tiny buffers and samples, so rows take every branch: the sampled threshold, every finite
-# score (short rows, bounds), the full radix select when a buffer (or a stripe's) overflows.
+# score (short rows, bounds), the full radix select when a buffer (or a stripe's) overflows,
+# the segmented select's second pass when a run's buffer overflows.
 T.MIN_CAPACITY, T.CAPACITY_FACTOR, T.SAMPLE_CHUNKS, T.SAMPLE_CHUNK = 16, 2, 4, 8
 T.FILTER_BLOCK = T.ROW_BLOCK = 16
-T.FILTER_WARPS = 1
+T.FILTER_WARPS = T.SEGMENT_WARPS = 1
 T.MAX_STRIPES, T.STRIPE_CHUNK, T.MIN_STRIPE_SLOTS, T.PACK_SLOTS = 4, 16, 4, 4
+# Runs of a thread's few scores (32-bit) and of wider steps (16-bit), with few slots.
+T.GEOMETRY_OF = {32: T.Geometry(8, 4, 4, 2), 16: T.Geometry(4, 8, 16, 4)}
 scores, starts, ends = torch.load(sys.argv[1])
 found = {}
-cases = [(5, False, "contiguous", 0), (12, True, "transposed", 0), (5, False, "bounded", 0),
-         (5, True, "contiguous", 48), (300, False, "contiguous", 48), (12, True, "bounded", 48)]
+# mode: "row" one program a row, "stripes" stripes of 48 scores, "segmented" a program a
+# row, "persistent" programs looping over the rows.
+cases = [(5, False, "contiguous", "row"), (12, True, "transposed", "row"),
+         (5, False, "bounded", "row"), (5, True, "contiguous", "stripes"),
+         (300, False, "contiguous", "stripes"), (12, True, "bounded", "stripes"),
+         (5, False, "contiguous", "segmented"), (12, True, "contiguous", "segmented"),
+         (12, False, "transposed", "segmented"), (300, True, "contiguous", "segmented"),
+         (5, True, "bounded", "segmented"), (12, False, "bounded", "persistent"),
+         (300, False, "bounded", "persistent"), (12, True, "contiguous", "persistent")]
 for dtype in (torch.float32, torch.bfloat16):
     rows = scores.to(dtype)
-    for width, large, layout, stripe_scores in cases:
-        T.STRIPE_SCORES = stripe_scores  # 0: one program a row; else stripes of 48 scores
+    for width, large, layout, mode in cases:
+        T.SEGMENTED = mode in ("segmented", "persistent")
+        T.STRIPE_SCORES = 48 if mode == "stripes" else 0
+        T.PROGRAMS_PER_SM = 2 if mode == "persistent" else 0
         if layout == "bounded":
             v, i = T.select_rows_filtered(rows, width, large, starts, ends, column_offset=1000)
         else:
             view = rows.t().contiguous().t() if layout == "transposed" else rows
             v, i = T.select_rows_filtered(view, width, large)
-        found[f"{dtype} {width} {large} {layout} {stripe_scores}"] = (i.tolist(), v.float().tolist())
+        found[f"{dtype} {width} {large} {layout} {mode}"] = (i.tolist(), v.float().tolist())
 print(json.dumps(found))
 """
 
 
 def test_filtered_cuda_select_is_exact_in_every_branch(tmp_path):
-    """The filtered CUDA select (dsa_topk_triton.select_rows_filtered, one program a row and
-    striped), run by Triton's
+    """The filtered CUDA selects (dsa_topk_triton.select_rows_filtered: one program a row,
+    striped, and the segmented select, a program a row and persistent), run by Triton's
     interpreter: equal, indices and values, to the exact CPU path on tie-heavy rows (±0.0,
     NaN, negative ties, plateaus that overflow the candidate buffer, sorted rows, fewer
-    visible keys than k), for both policies, 32- and 16-bit scores, transposed rows, per-row
-    key bounds with a column offset, and k above the row's length (padding)."""
+    visible keys than k, rows of one value, rows of -inf and NaN only), for both policies,
+    32- and 16-bit scores, transposed rows, per-row key bounds with a column offset, and k
+    above the row's length (padding). With k = 300 every finite score is a candidate, so the
+    segmented select's runs overflow their buffers and take the second pass; the 50 ties of
+    row 10 overflow the candidate buffer for k = 12: the full radix select."""
     pytest.importorskip("triton")
     generator = torch.Generator().manual_seed(0)
     n = 200
     scores = kernel_test_rows().repeat(1, 3)[:, :n]
-    scores = torch.cat([scores, torch.rand(3, n, generator=generator)])
+    scores = torch.cat([scores, torch.rand(5, n, generator=generator)])
     scores[9] = torch.arange(n).float()  # sorted: the sample's runs see the whole range
     scores[10] = 0.0
     scores[10, 150:] = 1.0  # 50 ties at the k-th score: overflow, full radix select
     scores[11] = torch.randint(0, 3, (n,), generator=generator).float()
-    starts = torch.randint(0, n, (12,), generator=generator)
-    ends = starts + torch.randint(0, n, (12,), generator=generator)
+    scores[12] = 2.5  # every score tied
+    scores[13] = NEG_INF
+    scores[13, ::3] = float("nan")  # no finite score at all
+    rows_count = scores.size(0)
+    starts = torch.randint(0, n, (rows_count,), generator=generator)
+    ends = starts + torch.randint(0, n, (rows_count,), generator=generator)
     torch.save((scores, starts, ends), tmp_path / "rows.pt")
     tree = str(Path(dsa_topk.__file__).resolve().parents[4])
     env = dict(
@@ -320,7 +339,7 @@ def test_filtered_cuda_select_is_exact_in_every_branch(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(found) == 12
+    assert len(found) == 28
     columns = torch.arange(n)
     outside = (columns < starts[:, None]) | (columns >= ends[:, None])
     for case, (indices, values) in found.items():
