@@ -1,8 +1,9 @@
 """Benchmark (GPU): top-k selection for DSA shapes.
 
 For each shape: torch.topk, the overlay's torch backend per tie policy (its CUDA path: the
-filtered Triton select for k <= 4096), the previous kernel (topk(k+1) candidates, then the
-selection program) for comparison, the filtered kernel under other launch settings, and
+segmented Triton select for k <= 4096), the previous kernels (topk(k+1) candidates, then the
+selection program; the striped filtered select) for comparison, the segmented kernel under
+other launch settings, and
 FlashInfer's top_k per mode (raw) and through the overlay's wrapper. Prints milliseconds
 (median of CUDA-event timings), the ratio to torch.topk, and the ratio to the
 memory-bandwidth bound: the bytes of the score matrix read once over the device's measured
@@ -37,15 +38,33 @@ from megatron.core.transformer.experimental_attention_variant.dsa_topk import ( 
     select_topk,
 )
 
-# Settings of the filtered select tried beside the default on the relu shapes (module
-# attributes of dsa_topk_triton): the one-program-per-row kernel, and other stripe sizes.
+# Geometries of the segmented select tried beside the default on the relu shapes (module
+# attributes of dsa_topk_triton; see its Geometry): runs of one thread (256 runs of a few
+# scores a step), or of one warp (16 runs of 128 scores), and a register cap.
+G = dsa_topk_triton.Geometry
 VARIANTS = {
-    "one program a row, 8 warps, 2048/step": dict(STRIPE_SCORES=0, FILTER_BLOCK=2048),
-    "one program a row, 8 warps, 1024/step": dict(STRIPE_SCORES=0, FILTER_BLOCK=1024),
-    "stripes of 8192, 512/step": dict(STRIPE_SCORES=8192),
-    "stripes of 32768, 512/step": dict(STRIPE_SCORES=32768),
-    "stripes of 16384, 256/step": dict(STRIPE_CHUNK=256),
+    "segmented, thread runs, 16-byte steps": dict(
+        GEOMETRY_OF={32: G(256, 32, 4, 8), 16: G(256, 32, 8, 8)}
+    ),
+    "segmented, thread runs, 32-byte steps": dict(
+        GEOMETRY_OF={32: G(256, 32, 8, 8), 16: G(256, 32, 16, 8)}
+    ),
+    "segmented, 32 runs of 64-score steps": dict(
+        GEOMETRY_OF={32: G(32, 256, 64, 32), 16: G(32, 256, 64, 32)}
+    ),
+    "segmented, 16 warp runs of 128-score steps": dict(
+        GEOMETRY_OF={32: G(16, 512, 128, 64), 16: G(16, 512, 128, 64)}
+    ),
+    "segmented, at most 128 registers": dict(SEGMENT_MAXNREG=128),
 }
+# The segmented select stopped after a stage (its output is not the selection): the time
+# of the sampled threshold, and of the threshold and the collecting pass.
+STAGES = {
+    "segmented stage: threshold only": dict(SEGMENT_STAGES=1),
+    "segmented stage: threshold + collecting pass": dict(SEGMENT_STAGES=2),
+}
+# The striped filtered select, the CUDA path before the segmented select.
+STRIPED = dict(SEGMENTED=False)
 
 # rows, keys, k, dtype, scores: "relu" (half exact 0.0, a unique k-th score: the usual case)
 # or "plateau" (small integers: ties at the k-th score in every row, the torch backend's worst case)
@@ -118,10 +137,18 @@ def bench_shape(
         "previous kernel (topk(k+1) + select), tie 1": lambda: (
             dsa_topk_triton.select_rows_ordered(scores, k, False)
         ),
+        "striped filtered select (before), tie 1": with_settings(
+            STRIPED, lambda: dsa_topk_triton.select_rows_filtered(scores, k, False)
+        ),
     }
     if variants and kind == "relu":
         for label, settings in VARIANTS.items():
             methods[f"torch backend, tie 1, {label}"] = with_settings(
+                settings, lambda: dsa_topk_triton.select_rows_filtered(scores, k, False)
+            )
+    if variants and kind == "relu":
+        for label, settings in STAGES.items():
+            methods[label] = with_settings(
                 settings, lambda: dsa_topk_triton.select_rows_filtered(scores, k, False)
             )
     if flashinfer is not None:
@@ -218,6 +245,23 @@ def stage_times(rows, cols, dtype, reps: int, bandwidth: float) -> list[dict]:
     return found
 
 
+def kernel_resources(kernel) -> list[str]:
+    """Registers, spills and shared memory of each compiled version of a Triton kernel (from
+    Triton's cache; an empty list where this Triton keeps them elsewhere)."""
+    found = []
+    for caches in getattr(kernel, "device_caches", {}).values():
+        for compiled in caches[0].values():
+            try:
+                meta = compiled.metadata
+                found.append(
+                    f"{compiled.name}: {compiled.n_regs} registers, {compiled.n_spills} "
+                    f"spills, {meta.shared} B shared, {meta.num_warps} warps"
+                )
+            except AttributeError:  # not loaded yet, or another Triton's fields
+                continue
+    return found
+
+
 def environment(flashinfer) -> dict:
     """Driver, torch, Triton, TileLang, tvm-ffi and FlashInfer versions of this run."""
     import importlib
@@ -244,6 +288,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--no-variants", dest="variants", action="store_false")
     parser.add_argument("--stages", action="store_true", help="only the stage timings")
+    parser.add_argument(
+        "--relu-only", action="store_true", help="only the 4096 x 131072 relu shapes"
+    )
     args = parser.parse_args()
     try:
         import flashinfer
@@ -263,6 +310,8 @@ def main() -> None:
             args.json.write_text(json.dumps(dict(records=rows_out), indent=2))
         return
     for shape in SHAPES:
+        if args.relu_only and (shape[0], shape[4]) != (4096, "relu"):
+            continue
         rows_out += bench_shape(
             *shape,
             flashinfer=flashinfer,
@@ -271,6 +320,8 @@ def main() -> None:
             variants=args.variants,
         )
         torch.cuda.empty_cache()
+        for line in kernel_resources(dsa_topk_triton.segmented_select):
+            print(line, flush=True)
         if args.json:  # after every shape, so a stopped run keeps what it measured
             args.json.write_text(
                 json.dumps(
