@@ -491,7 +491,8 @@ def select_rows_filtered(
     bound_args = (starts if bounded else out, ends if bounded else out)
     common = dict(HAS_BOUNDS=bounded, KEY_BITS=KEY_BITS_OF[rows.dtype], CONTIGUOUS=rows.stride(1) == 1)
     if SEGMENTED:
-        return select_rows_segmented(rows, width, prefer_large, starts, ends, column_offset)
+        bounds = (starts, ends) if bounded else None
+        return _select_segmented(rows, width, prefer_large, bounds, column_offset, values, out)
     stripes = stripes_for(n)
     if stripes == 0:
         scratch = torch.empty(count, 2, capacity, dtype=torch.int32, device=rows.device)
@@ -549,60 +550,49 @@ def key_to_score(key, dtype: tl.constexpr, KEY_BITS: tl.constexpr):
 
 
 @triton.jit
+def search_step(keys, valid, rank, lo, hi):
+    """One step of the search for the largest key v in [lo, hi] with #(valid & keys >= v) >=
+    rank, lo qualifying: split the interval in four and count three thresholds in one
+    reduction (16-bit counts packed in an int64); returns the new [lo, hi]."""
+    span = hi - lo
+    m1 = lo + (span + 3) // 4
+    m2 = lo + (span + 1) // 2
+    m3 = lo + (3 * span + 3) // 4
+    packed = (
+        (valid & (keys >= m1)).to(tl.int64)
+        + ((valid & (keys >= m2)).to(tl.int64) << 16)
+        + ((valid & (keys >= m3)).to(tl.int64) << 32)
+    )
+    counts = tl.sum(packed, axis=0)
+    c1 = counts & 0xFFFF
+    c2 = (counts >> 16) & 0xFFFF
+    c3 = (counts >> 32) & 0xFFFF
+    new_lo = tl.where(c3 >= rank, m3, tl.where(c2 >= rank, m2, tl.where(c1 >= rank, m1, lo)))
+    hi = tl.where(
+        c3 >= rank, hi, tl.where(c2 >= rank, m3 - 1, tl.where(c1 >= rank, m2 - 1, m1 - 1))
+    )
+    return new_lo, hi
+
+
+@triton.jit
 def search_key(keys, valid, rank, lo, hi, ITERATIONS: tl.constexpr):
     """The largest key v in [lo, hi] with #(valid & keys >= v) >= rank, given that lo
-    qualifies: each step splits the interval in four and counts three thresholds in one
-    reduction (16-bit counts packed in an int64). 16 steps cover 32-bit keys; fewer steps
+    qualifies, in ITERATIONS steps of search_step: 16 steps cover 32-bit keys; fewer steps
     return a qualifying lower bound."""
     lo = lo + tl.zeros((), tl.int64)
     hi = hi + tl.zeros((), tl.int64)
     for _ in range(ITERATIONS):
-        span = hi - lo
-        m1 = lo + (span + 3) // 4
-        m2 = lo + (span + 1) // 2
-        m3 = lo + (3 * span + 3) // 4
-        packed = (
-            (valid & (keys >= m1)).to(tl.int64)
-            + ((valid & (keys >= m2)).to(tl.int64) << 16)
-            + ((valid & (keys >= m3)).to(tl.int64) << 32)
-        )
-        counts = tl.sum(packed, axis=0)
-        c1 = counts & 0xFFFF
-        c2 = (counts >> 16) & 0xFFFF
-        c3 = (counts >> 32) & 0xFFFF
-        new_lo = tl.where(c3 >= rank, m3, tl.where(c2 >= rank, m2, tl.where(c1 >= rank, m1, lo)))
-        hi = tl.where(
-            c3 >= rank, hi, tl.where(c2 >= rank, m3 - 1, tl.where(c1 >= rank, m2 - 1, m1 - 1))
-        )
-        lo = new_lo
+        lo, hi = search_step(keys, valid, rank, lo, hi)
     return lo
 
 
 @triton.jit
 def search_range(keys, valid, rank, lo, hi):
-    """search_key to the end: the largest key v in [lo, hi] with #(valid & keys >= v) >=
-    rank, given that lo qualifies, in as many steps as the span [lo, hi] needs."""
+    """search_key to the end: as many steps as the span [lo, hi] needs."""
     lo = lo + tl.zeros((), tl.int64)
     hi = hi + tl.zeros((), tl.int64)
     while lo < hi:
-        span = hi - lo
-        m1 = lo + (span + 3) // 4
-        m2 = lo + (span + 1) // 2
-        m3 = lo + (3 * span + 3) // 4
-        packed = (
-            (valid & (keys >= m1)).to(tl.int64)
-            + ((valid & (keys >= m2)).to(tl.int64) << 16)
-            + ((valid & (keys >= m3)).to(tl.int64) << 32)
-        )
-        counts = tl.sum(packed, axis=0)
-        c1 = counts & 0xFFFF
-        c2 = (counts >> 16) & 0xFFFF
-        c3 = (counts >> 32) & 0xFFFF
-        new_lo = tl.where(c3 >= rank, m3, tl.where(c2 >= rank, m2, tl.where(c1 >= rank, m1, lo)))
-        hi = tl.where(
-            c3 >= rank, hi, tl.where(c2 >= rank, m3 - 1, tl.where(c1 >= rank, m2 - 1, m1 - 1))
-        )
-        lo = new_lo
+        lo, hi = search_step(keys, valid, rank, lo, hi)
     return lo
 
 
@@ -990,24 +980,21 @@ def _programs(rows: torch.Tensor) -> int:
     return max(1, min(rows.size(0), PROGRAMS_PER_SM))
 
 
-def select_rows_segmented(
+def _select_segmented(
     rows: torch.Tensor,
     width: int,
     prefer_large: bool,
-    starts: Optional[torch.Tensor] = None,
-    ends: Optional[torch.Tensor] = None,
-    column_offset: int = 0,
+    bounds: Optional[Tuple[torch.Tensor, torch.Tensor]],
+    column_offset: int,
+    values: torch.Tensor,
+    out: torch.Tensor,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """select_rows_filtered's answer (same arguments) by the segmented select."""
+    """select_rows_filtered's answer by the segmented select, into values and out (rows and
+    width not empty; bounds: the rows' contiguous (starts, ends) or None)."""
     count, n = rows.shape
-    values = torch.empty(count, width, dtype=rows.dtype, device=rows.device)
-    out = torch.empty(count, width, dtype=torch.int32, device=rows.device)
-    if count == 0 or width == 0:
-        return values, out
     capacity = capacity_for(width)
-    bounded = starts is not None
-    if bounded:
-        starts, ends = starts.contiguous(), ends.contiguous()
+    bounded = bounds is not None
+    starts, ends = bounds if bounded else (out, out)
     programs = _programs(rows)
     key_bits = KEY_BITS_OF[rows.dtype]
     geometry = GEOMETRY_OF[key_bits]
@@ -1017,8 +1004,7 @@ def select_rows_segmented(
     packed = torch.empty(programs, 2, capacity, dtype=torch.int32, device=rows.device)
     contiguous = rows.stride(1) == 1
     segmented_select[(programs,)](
-        rows, rows.stride(0), rows.stride(1), n, count,
-        starts if bounded else out, ends if bounded else out, column_offset, runs, packed,
+        rows, rows.stride(0), rows.stride(1), n, count, starts, ends, column_offset, runs, packed,
         out, values, width, max(1, int((width * capacity) ** 0.5)),
         _negative_infinity_key(rows.dtype), HAS_BOUNDS=bounded, CAPACITY=capacity,
         SAMPLE_CHUNKS=SAMPLE_CHUNKS, SAMPLE_CHUNK=SAMPLE_CHUNK,
