@@ -960,6 +960,14 @@ PROGRAMS_PER_SM = 0
 # SEGMENT_STAGES < 3 stops each row after its threshold (1) or collecting pass (2).
 SEGMENT_MAXNREG = None
 SEGMENT_STAGES = 3
+# Collecting-pass knobs: compare bit patterns for thresholds >= 0 (RAW_HITS); steps loaded
+# ahead (PREFETCH 1 or 2), or Triton's pipelining over PIPELINE stages (0: off); RETRY: a
+# row the sample judged too dense gets a lower threshold and a second collecting pass
+# rather than the full radix select.
+SEGMENT_RAW_HITS = False
+SEGMENT_PREFETCH = 1
+SEGMENT_PIPELINE = 0
+SEGMENT_RETRY = False
 
 
 def segmented_scratch_slots(width: int) -> int:
@@ -1012,7 +1020,9 @@ def _select_segmented(
         PACK=geometry.pack, ROW_BLOCK=ROW_BLOCK,
         KEY_BITS=key_bits, FROM_END=prefer_large, SORT_BLOCK=triton.next_power_of_2(width),
         ALIGNED=contiguous and n % geometry.vector == 0, CONTIGUOUS=contiguous,
-        PERSISTENT=PROGRAMS_PER_SM > 0, STAGES=SEGMENT_STAGES, num_warps=SEGMENT_WARPS,
+        PERSISTENT=PROGRAMS_PER_SM > 0, STAGES=SEGMENT_STAGES, RAW_HITS=SEGMENT_RAW_HITS,
+        PREFETCH=SEGMENT_PREFETCH, PIPELINE=SEGMENT_PIPELINE, RETRY=SEGMENT_RETRY,
+        num_warps=SEGMENT_WARPS,
         **({"maxnreg": SEGMENT_MAXNREG} if SEGMENT_MAXNREG else {}),
     )  # fmt: skip
     return values, out
@@ -1041,13 +1051,20 @@ def run_load(
 
 
 @triton.jit
-def run_hits(x, inside, threshold, positive_infinity_key, KEY_BITS: tl.constexpr):
-    """The scores' keys, and which are visible and at or above the threshold."""
+def run_hits(
+    x, inside, threshold, positive_infinity_key, KEY_BITS: tl.constexpr, RAW: tl.constexpr = False
+):  # fmt: skip
+    """The scores' keys, and which are visible and at or above the threshold. RAW (for a
+    threshold >= 0 only): the bit patterns stand for the keys, which they equal for every
+    score >= +0.0, and every score below +0.0 has negative bits, below the threshold."""
     if KEY_BITS == 16:
         bits = x.to(tl.int16, bitcast=True).to(tl.int32)
     else:
         bits = x.to(tl.int32, bitcast=True)
-    key = bits ^ ((bits >> (KEY_BITS - 1)) & ((1 << (KEY_BITS - 1)) - 1))
+    if RAW:
+        key = bits
+    else:
+        key = bits ^ ((bits >> (KEY_BITS - 1)) & ((1 << (KEY_BITS - 1)) - 1))
     # The threshold lies above -inf's key: -inf and negative NaN fail it; positive NaN keys
     # lie above +inf's.
     return key, inside & (key >= threshold) & (key <= positive_infinity_key)
@@ -1069,29 +1086,93 @@ def run_bases(first, last, SEGMENTS: tl.constexpr, VECTOR: tl.constexpr):
 def collect_runs(
     row_ptr, col_stride, first, last, threshold, positive_infinity_key, runs,
     SEGMENTS: tl.constexpr, SLOTS: tl.constexpr, VECTOR: tl.constexpr, KEY_BITS: tl.constexpr,
-    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr,
+    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr, RAW_HITS: tl.constexpr = False,
+    PREFETCH: tl.constexpr = 1, PIPELINE: tl.constexpr = 0,
 ):  # fmt: skip
     """Append each run's keys at or above threshold, with their columns, to the run's
-    buffer (packed key << 32 | column, the first SLOTS); return each run's count. The next
-    step's scores are loaded while this step's are scanned."""
+    buffer (packed key << 32 | column, the first SLOTS); return each run's count. RAW_HITS:
+    rows whose threshold is >= 0 compare bit patterns (no key transform per score)."""
+    if RAW_HITS and threshold >= 0:
+        found = collect_loop(
+            row_ptr, col_stride, first, last, threshold, positive_infinity_key, runs,
+            SEGMENTS, SLOTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS, True, PREFETCH, PIPELINE,
+        )  # fmt: skip
+    else:
+        found = collect_loop(
+            row_ptr, col_stride, first, last, threshold, positive_infinity_key, runs,
+            SEGMENTS, SLOTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS, False, PREFETCH, PIPELINE,
+        )  # fmt: skip
+    return found
+
+
+@triton.jit
+def collect_step(
+    x, columns, inside, found, buffers, threshold, positive_infinity_key, SLOTS: tl.constexpr,
+    KEY_BITS: tl.constexpr, RAW: tl.constexpr,
+):  # fmt: skip
+    """One step of collect_loop: append the step's hits to the runs' buffers."""
+    key, hit = run_hits(x, inside, threshold, positive_infinity_key, KEY_BITS, RAW)
+    hits = hit.to(tl.int32)
+    slot = found[:, None] + tl.cumsum(hits, axis=1) - 1
+    entry = (key.to(tl.int64) << 32) | columns.to(tl.int64)
+    tl.store(buffers + slot, entry, mask=hit & (slot < SLOTS))
+    return found + tl.sum(hits, axis=1)
+
+
+@triton.jit
+def collect_loop(
+    row_ptr, col_stride, first, last, threshold, positive_infinity_key, runs,
+    SEGMENTS: tl.constexpr, SLOTS: tl.constexpr, VECTOR: tl.constexpr, KEY_BITS: tl.constexpr,
+    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr, RAW: tl.constexpr,
+    PREFETCH: tl.constexpr, PIPELINE: tl.constexpr,
+):  # fmt: skip
+    """collect_runs' pass. The next PREFETCH steps' scores are loaded while a step's are
+    scanned (PIPELINE > 0: Triton's own pipelining over that many stages instead)."""
     base, stops, steps = run_bases(first, last, SEGMENTS, VECTOR)
     found = tl.zeros((SEGMENTS,), tl.int32)
     buffers = runs + tl.arange(0, SEGMENTS)[:, None] * SLOTS
-    columns, inside, x = run_load(
-        row_ptr, col_stride, first, last, base, stops, 0, VECTOR, ALIGNED, CONTIGUOUS
-    )
-    for step in range(0, steps):
-        next_columns, next_inside, next_x = run_load(
-            row_ptr, col_stride, first, last, base, stops, step + 1, VECTOR, ALIGNED,
-            CONTIGUOUS,
-        )  # fmt: skip
-        key, hit = run_hits(x, inside, threshold, positive_infinity_key, KEY_BITS)
-        hits = hit.to(tl.int32)
-        slot = found[:, None] + tl.cumsum(hits, axis=1) - 1
-        entry = (key.to(tl.int64) << 32) | columns.to(tl.int64)
-        tl.store(buffers + slot, entry, mask=hit & (slot < SLOTS))
-        found += tl.sum(hits, axis=1)
-        columns, inside, x = next_columns, next_inside, next_x
+    if PIPELINE > 0:
+        for step in tl.range(0, steps, num_stages=PIPELINE):
+            columns, inside, x = run_load(
+                row_ptr, col_stride, first, last, base, stops, step, VECTOR, ALIGNED,
+                CONTIGUOUS,
+            )  # fmt: skip
+            found = collect_step(
+                x, columns, inside, found, buffers, threshold, positive_infinity_key, SLOTS,
+                KEY_BITS, RAW,
+            )  # fmt: skip
+    elif PREFETCH == 2:
+        columns, inside, x = run_load(
+            row_ptr, col_stride, first, last, base, stops, 0, VECTOR, ALIGNED, CONTIGUOUS
+        )
+        columns1, inside1, x1 = run_load(
+            row_ptr, col_stride, first, last, base, stops, 1, VECTOR, ALIGNED, CONTIGUOUS
+        )
+        for step in range(0, steps):
+            columns2, inside2, x2 = run_load(
+                row_ptr, col_stride, first, last, base, stops, step + 2, VECTOR, ALIGNED,
+                CONTIGUOUS,
+            )  # fmt: skip
+            found = collect_step(
+                x, columns, inside, found, buffers, threshold, positive_infinity_key, SLOTS,
+                KEY_BITS, RAW,
+            )  # fmt: skip
+            columns, inside, x = columns1, inside1, x1
+            columns1, inside1, x1 = columns2, inside2, x2
+    else:
+        columns, inside, x = run_load(
+            row_ptr, col_stride, first, last, base, stops, 0, VECTOR, ALIGNED, CONTIGUOUS
+        )
+        for step in range(0, steps):
+            next_columns, next_inside, next_x = run_load(
+                row_ptr, col_stride, first, last, base, stops, step + 1, VECTOR, ALIGNED,
+                CONTIGUOUS,
+            )  # fmt: skip
+            found = collect_step(
+                x, columns, inside, found, buffers, threshold, positive_infinity_key, SLOTS,
+                KEY_BITS, RAW,
+            )  # fmt: skip
+            columns, inside, x = next_columns, next_inside, next_x
     return found
 
 
@@ -1150,6 +1231,8 @@ def segmented_row(
     VECTOR: tl.constexpr, PACK: tl.constexpr, ROW_BLOCK: tl.constexpr,
     KEY_BITS: tl.constexpr, FROM_END: tl.constexpr, SORT_BLOCK: tl.constexpr,
     ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr, STAGES: tl.constexpr,
+    RAW_HITS: tl.constexpr, PREFETCH: tl.constexpr, PIPELINE: tl.constexpr,
+    RETRY: tl.constexpr,
 ):  # fmt: skip
     """One row: threshold, one pass that collects the runs' candidates, then
     select_candidates (or the full radix select). STAGES < 3 stops after the threshold (1)
@@ -1169,9 +1252,26 @@ def segmented_row(
     found = collect_runs(
         rows_ptr + row * row_stride, col_stride, first.to(tl.int32),
         (first + length).to(tl.int32), threshold, -neg_inf_key - 1, runs,
-        SEGMENTS, SLOTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS,
+        SEGMENTS, SLOTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS, RAW_HITS, PREFETCH, PIPELINE,
     )  # fmt: skip
     total = tl.sum(found, axis=0)
+    if RETRY:
+        if (total < width) & (threshold > neg_inf_key + 1):
+            # The sample put the threshold too high: aim a lower one at target again (the
+            # sample's rank scaled by target / total), then collect once more.
+            retarget = (target.to(tl.int64) * target) // tl.maximum(total, 1)
+            lower = threshold_for(
+                seg_ptr, col_stride, length, retarget, neg_inf_key, CAPACITY, SAMPLE_CHUNKS,
+                SAMPLE_CHUNK, KEY_BITS, CONTIGUOUS,
+            )  # fmt: skip
+            threshold = tl.minimum(lower, threshold - 1)
+            found = collect_runs(
+                rows_ptr + row * row_stride, col_stride, first.to(tl.int32),
+                (first + length).to(tl.int32), threshold, -neg_inf_key - 1, runs,
+                SEGMENTS, SLOTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS, RAW_HITS, PREFETCH,
+                PIPELINE,
+            )  # fmt: skip
+            total = tl.sum(found, axis=0)
     if STAGES == 2:
         tl.store(out_row, total)
         return
@@ -1210,7 +1310,8 @@ def segmented_select(
     VECTOR: tl.constexpr, PACK: tl.constexpr, ROW_BLOCK: tl.constexpr,
     KEY_BITS: tl.constexpr, FROM_END: tl.constexpr, SORT_BLOCK: tl.constexpr,
     ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr, PERSISTENT: tl.constexpr,
-    STAGES: tl.constexpr,
+    STAGES: tl.constexpr, RAW_HITS: tl.constexpr, PREFETCH: tl.constexpr,
+    PIPELINE: tl.constexpr, RETRY: tl.constexpr,
 ):  # fmt: skip
     """PERSISTENT: a program selects rows program, program + programs, ... (its scratch
     reused); else program r selects row r with scratch of its own."""
@@ -1225,7 +1326,8 @@ def segmented_select(
                 runs, keys_row, columns_row, out_ptr, out_values_ptr, width, target,
                 neg_inf_key, row_id + tl.zeros((), tl.int64), HAS_BOUNDS, CAPACITY,
                 SAMPLE_CHUNKS, SAMPLE_CHUNK, SEGMENTS, SLOTS, VECTOR, PACK, ROW_BLOCK,
-                KEY_BITS, FROM_END, SORT_BLOCK, ALIGNED, CONTIGUOUS, STAGES,
+                KEY_BITS, FROM_END, SORT_BLOCK, ALIGNED, CONTIGUOUS, STAGES, RAW_HITS,
+                PREFETCH, PIPELINE, RETRY,
             )  # fmt: skip
             tl.debug_barrier()  # this row's reads of the scratch end before the next's writes
     else:
@@ -1234,5 +1336,5 @@ def segmented_select(
             keys_row, columns_row, out_ptr, out_values_ptr, width, target, neg_inf_key,
             program.to(tl.int64), HAS_BOUNDS, CAPACITY, SAMPLE_CHUNKS, SAMPLE_CHUNK,
             SEGMENTS, SLOTS, VECTOR, PACK, ROW_BLOCK, KEY_BITS, FROM_END, SORT_BLOCK,
-            ALIGNED, CONTIGUOUS, STAGES,
+            ALIGNED, CONTIGUOUS, STAGES, RAW_HITS, PREFETCH, PIPELINE, RETRY,
         )  # fmt: skip
