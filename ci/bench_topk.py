@@ -41,8 +41,7 @@ from megatron.core.transformer.experimental_attention_variant.dsa_topk import ( 
 # Settings of the segmented select tried beside the default (module attributes of
 # dsa_topk_triton): the collecting pass comparing bit patterns (raw hits), loading two steps
 # ahead or pipelined by Triton, a smaller sample with a second collecting pass for the rows
-# it misjudges (retry), and geometries that read more bytes a step.
-G = dsa_topk_triton.Geometry
+# it misjudges (retry), and a register cap.
 RAW = dict(SEGMENT_RAW_HITS=True)
 RAW2 = dict(RAW, SEGMENT_PREFETCH=2)
 RETRY4096 = dict(RAW2, SEGMENT_RETRY=True, SAMPLE_CHUNKS=16)
@@ -62,6 +61,10 @@ VARIANTS = {
     "segmented, raw hits, pipelined 3, retry, 4096 samples": dict(
         RAW, SEGMENT_PIPELINE=3, SEGMENT_RETRY=True, SAMPLE_CHUNKS=16
     ),
+    "segmented, raw hits, prefetch 2, retry, 2048 samples": dict(
+        RAW2, SEGMENT_RETRY=True, SAMPLE_CHUNKS=8
+    ),
+    "segmented, retry, 4096 samples": dict(SEGMENT_RETRY=True, SAMPLE_CHUNKS=16),
 }
 # Variants also timed on the plateau shapes (rows with ties at the k-th score).
 PLATEAU_VARIANTS = (
@@ -69,6 +72,8 @@ PLATEAU_VARIANTS = (
     "segmented, raw hits, prefetch 2, retry",
     "segmented, raw hits, prefetch 2, retry, 4096 samples",
     "segmented, raw hits, pipelined 3, retry, 4096 samples",
+    "segmented, raw hits, prefetch 2, retry, 2048 samples",
+    "segmented, retry, 4096 samples",
 )
 # The segmented select stopped after a stage (its output is not the selection): the time
 # of the sampled threshold, and of the threshold and the collecting pass.
@@ -76,6 +81,7 @@ STAGES = {
     "segmented stage: threshold only": dict(SEGMENT_STAGES=1),
     "segmented stage: threshold + collecting pass": dict(SEGMENT_STAGES=2),
     "segmented stage: threshold only, 4096 samples": dict(SEGMENT_STAGES=1, SAMPLE_CHUNKS=16),
+    "segmented stage: threshold only, 2048 samples": dict(SEGMENT_STAGES=1, SAMPLE_CHUNKS=8),
     "segmented stage: threshold + collecting pass, raw hits, prefetch 2": dict(
         RAW2, SEGMENT_STAGES=2
     ),
@@ -198,7 +204,9 @@ def bench_shape(
             ms = time_ms(fn, reps)
         except Exception as error:  # a variant that fails to compile or differs: say so, go on
             print(f"{label:30} {dtype_name:8} {name:52} FAILED: {error!r}"[:2000], flush=True)
-            results.append(dict(shape=label, dtype=dtype_name, method=name, error=repr(error)[:500]))
+            results.append(
+                dict(shape=label, dtype=dtype_name, method=name, error=repr(error)[:500])
+            )
             continue
         reference = reference or ms
         results.append(

@@ -213,7 +213,9 @@ def collect(
 
 
 @triton.jit
-def walk_block(row_ptr, col_stride, n, done, offsets, FROM_END: tl.constexpr, CONTIGUOUS: tl.constexpr):
+def walk_block(
+    row_ptr, col_stride, n, done, offsets, FROM_END: tl.constexpr, CONTIGUOUS: tl.constexpr
+):
     """The int32 columns of the walk's block after `done` keys and which exist (blocks run
     from the row's end with FROM_END; columns ascend inside each block), and their scores."""
     if FROM_END:
@@ -319,7 +321,9 @@ def select_row(
     next_lowest = tl.full((), 2**62, tl.int64)
     next_count = tl.zeros((), tl.int32)
     for start in range(0, width + 1, CANDIDATE_BLOCK):
-        inside, key, _ = candidate_keys(values_row, start, offsets, width + 1, neg_inf_key, KEY_BITS)
+        inside, key, _ = candidate_keys(
+            values_row, start, offsets, width + 1, neg_inf_key, KEY_BITS
+        )
         lowest_count += tl.sum((inside & (key == lowest)).to(tl.int32), axis=0)
         above = inside & (key > lowest)
         block_min = tl.min(tl.where(above, key, 2**62), axis=0)
@@ -489,7 +493,9 @@ def select_rows_filtered(
     neg_inf_key = _negative_infinity_key(rows.dtype)
     row_args = (rows, rows.stride(0), rows.stride(1), n)
     bound_args = (starts if bounded else out, ends if bounded else out)
-    common = dict(HAS_BOUNDS=bounded, KEY_BITS=KEY_BITS_OF[rows.dtype], CONTIGUOUS=rows.stride(1) == 1)
+    common = dict(
+        HAS_BOUNDS=bounded, KEY_BITS=KEY_BITS_OF[rows.dtype], CONTIGUOUS=rows.stride(1) == 1
+    )
     if SEGMENTED:
         bounds = (starts, ends) if bounded else None
         return _select_segmented(rows, width, prefer_large, bounds, column_offset, values, out)
@@ -817,9 +823,7 @@ def row_thresholds(
 
 
 # Stripe counts and buffer sizes follow the row length: runtime values, one compile for all.
-@triton.jit(
-    do_not_specialize=["row_stride", "col_stride", "n", "neg_inf_key", "stripes", "slots"]
-)
+@triton.jit(do_not_specialize=["row_stride", "col_stride", "n", "neg_inf_key", "stripes", "slots"])
 def filter_stripes(
     rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, thresholds_ptr, found_ptr,
     scratch_ptr, neg_inf_key, stripes, slots, HAS_BOUNDS: tl.constexpr, CHUNK: tl.constexpr,
@@ -1127,7 +1131,8 @@ def collect_loop(
     PREFETCH: tl.constexpr, PIPELINE: tl.constexpr,
 ):  # fmt: skip
     """collect_runs' pass. The next PREFETCH steps' scores are loaded while a step's are
-    scanned (PIPELINE > 0: Triton's own pipelining over that many stages instead)."""
+    scanned (PIPELINE > 0: Triton's own pipelining over that many stages instead); only the
+    scores are carried from step to step, the columns are recomputed."""
     base, stops, steps = run_bases(first, last, SEGMENTS, VECTOR)
     found = tl.zeros((SEGMENTS,), tl.int32)
     buffers = runs + tl.arange(0, SEGMENTS)[:, None] * SLOTS
@@ -1141,38 +1146,31 @@ def collect_loop(
                 x, columns, inside, found, buffers, threshold, positive_infinity_key, SLOTS,
                 KEY_BITS, RAW,
             )  # fmt: skip
-    elif PREFETCH == 2:
-        columns, inside, x = run_load(
-            row_ptr, col_stride, first, last, base, stops, 0, VECTOR, ALIGNED, CONTIGUOUS
-        )
-        columns1, inside1, x1 = run_load(
-            row_ptr, col_stride, first, last, base, stops, 1, VECTOR, ALIGNED, CONTIGUOUS
-        )
-        for step in range(0, steps):
-            columns2, inside2, x2 = run_load(
-                row_ptr, col_stride, first, last, base, stops, step + 2, VECTOR, ALIGNED,
-                CONTIGUOUS,
-            )  # fmt: skip
-            found = collect_step(
-                x, columns, inside, found, buffers, threshold, positive_infinity_key, SLOTS,
-                KEY_BITS, RAW,
-            )  # fmt: skip
-            columns, inside, x = columns1, inside1, x1
-            columns1, inside1, x1 = columns2, inside2, x2
     else:
-        columns, inside, x = run_load(
-            row_ptr, col_stride, first, last, base, stops, 0, VECTOR, ALIGNED, CONTIGUOUS
-        )
+        x = run_load(row_ptr, col_stride, first, last, base, stops, 0, VECTOR, ALIGNED, CONTIGUOUS)[
+            2
+        ]
+        x1 = x
+        if PREFETCH == 2:
+            x1 = run_load(
+                row_ptr, col_stride, first, last, base, stops, 1, VECTOR, ALIGNED, CONTIGUOUS
+            )[2]
         for step in range(0, steps):
-            next_columns, next_inside, next_x = run_load(
-                row_ptr, col_stride, first, last, base, stops, step + 1, VECTOR, ALIGNED,
-                CONTIGUOUS,
+            columns, inside, ahead = run_load(
+                row_ptr, col_stride, first, last, base, stops, step + PREFETCH, VECTOR,
+                ALIGNED, CONTIGUOUS,
             )  # fmt: skip
+            columns = columns - PREFETCH * VECTOR
+            inside = (columns >= first) & (columns < last) & (base + step < stops)
             found = collect_step(
                 x, columns, inside, found, buffers, threshold, positive_infinity_key, SLOTS,
                 KEY_BITS, RAW,
             )  # fmt: skip
-            columns, inside, x = next_columns, next_inside, next_x
+            if PREFETCH == 2:
+                x = x1
+                x1 = ahead
+            else:
+                x = ahead
     return found
 
 
@@ -1256,15 +1254,19 @@ def segmented_row(
     )  # fmt: skip
     total = tl.sum(found, axis=0)
     if RETRY:
-        if (total < width) & (threshold > neg_inf_key + 1):
-            # The sample put the threshold too high: aim a lower one at target again (the
-            # sample's rank scaled by target / total), then collect once more.
+        too_few = (total < width) & (threshold > neg_inf_key + 1)
+        if too_few | (total > CAPACITY):
+            # The sample misjudged the row: aim a threshold at target again (the sample's
+            # rank scaled by target / total), below (above) the first when it admitted too
+            # few (too many) scores, then collect once more.
             retarget = (target.to(tl.int64) * target) // tl.maximum(total, 1)
-            lower = threshold_for(
+            again = threshold_for(
                 seg_ptr, col_stride, length, retarget, neg_inf_key, CAPACITY, SAMPLE_CHUNKS,
                 SAMPLE_CHUNK, KEY_BITS, CONTIGUOUS,
             )  # fmt: skip
-            threshold = tl.minimum(lower, threshold - 1)
+            threshold = tl.where(
+                too_few, tl.minimum(again, threshold - 1), tl.maximum(again, threshold + 1)
+            )
             found = collect_runs(
                 rows_ptr + row * row_stride, col_stride, first.to(tl.int32),
                 (first + length).to(tl.int32), threshold, -neg_inf_key - 1, runs,
