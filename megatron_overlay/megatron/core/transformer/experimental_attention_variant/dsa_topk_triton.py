@@ -965,13 +965,18 @@ PROGRAMS_PER_SM = 0
 SEGMENT_MAXNREG = None
 SEGMENT_STAGES = 3
 # Collecting-pass knobs: compare bit patterns for thresholds >= 0 (RAW_HITS); steps loaded
-# ahead (PREFETCH 1 or 2), or Triton's pipelining over PIPELINE stages (0: off); RETRY: a
-# row the sample judged too dense gets a lower threshold and a second collecting pass
-# rather than the full radix select.
-SEGMENT_RAW_HITS = False
-SEGMENT_PREFETCH = 1
+# ahead (PREFETCH 1 or 2), or Triton's pipelining over PIPELINE stages (0: off; 2x slower
+# on the H200); RETRY: a row the sample misjudged (too few or too many candidates) gets a
+# second threshold and collecting pass rather than the full radix select. With RETRY the
+# sample can be half as large (SEGMENT_SAMPLE_CHUNKS runs of SAMPLE_CHUNK scores): on the
+# H200 (docs/gpu-validation.md) fp32 1.96 -> 1.87 ms, bf16 1.24 -> 1.09 ms, integer
+# plateaus 4.17 -> 2.69 ms (fp32) and 2.64 -> 1.71 ms (bf16), where ties at the k-th score
+# overflowed the buffer and sent every row to the radix select.
+SEGMENT_RAW_HITS = True
+SEGMENT_PREFETCH = 2
 SEGMENT_PIPELINE = 0
-SEGMENT_RETRY = False
+SEGMENT_RETRY = True
+SEGMENT_SAMPLE_CHUNKS = 16
 
 
 def segmented_scratch_slots(width: int) -> int:
@@ -1019,7 +1024,7 @@ def _select_segmented(
         rows, rows.stride(0), rows.stride(1), n, count, starts, ends, column_offset, runs, packed,
         out, values, width, max(1, int((width * capacity) ** 0.5)),
         _negative_infinity_key(rows.dtype), HAS_BOUNDS=bounded, CAPACITY=capacity,
-        SAMPLE_CHUNKS=SAMPLE_CHUNKS, SAMPLE_CHUNK=SAMPLE_CHUNK,
+        SAMPLE_CHUNKS=SEGMENT_SAMPLE_CHUNKS, SAMPLE_CHUNK=SAMPLE_CHUNK,
         SEGMENTS=geometry.segments, SLOTS=geometry.slots, VECTOR=geometry.vector,
         PACK=geometry.pack, ROW_BLOCK=ROW_BLOCK,
         KEY_BITS=key_bits, FROM_END=prefer_large, SORT_BLOCK=triton.next_power_of_2(width),

@@ -267,6 +267,7 @@ from megatron.core.transformer.experimental_attention_variant import dsa_topk_tr
 # score (short rows, bounds), the full radix select when a buffer (or a stripe's) overflows,
 # the segmented select's second pass when a run's buffer overflows.
 T.MIN_CAPACITY, T.CAPACITY_FACTOR, T.SAMPLE_CHUNKS, T.SAMPLE_CHUNK = 16, 2, 4, 8
+T.SEGMENT_SAMPLE_CHUNKS = 4
 T.FILTER_BLOCK = T.ROW_BLOCK = 16
 T.FILTER_WARPS = T.SEGMENT_WARPS = 1
 T.MAX_STRIPES, T.STRIPE_CHUNK, T.MIN_STRIPE_SLOTS, T.PACK_SLOTS = 4, 16, 4, 4
