@@ -21,7 +21,8 @@ policy decides the selected set. This module makes the selection explicit:
   deterministic by construction. On CUDA (k up to 4096, rows up to 256K scores) the
   segmented Triton select reads each row once in one launch: a sampled threshold admits a
   few thousand candidates (runs of the row, each appending to its own buffer in column
-  order), a radix search over their bits finds the exact k-th key and the policy's ties,
+  order; a row the sample misjudged gets a second threshold and pass), a radix search
+  over their bits finds the exact k-th key and the policy's ties,
   and the row is written in its final order (``dsa_topk_triton.select_rows_filtered``);
   otherwise one Triton program per row selects from ``topk(k+1)``'s candidates.
   Elsewhere a float ``topk`` of width k+1 settles every row without a
