@@ -25,7 +25,7 @@ import math
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Collection, Optional, Sequence
 
 
 from rebaser.carry.collision import Bisector
@@ -258,9 +258,12 @@ class Triage:
             self._lines[patch.name] = file_lines(patch)
         return self._lines[patch.name]
 
-    def judge(self, rows: list[Row]) -> dict[str, Verdict]:
+    def judge(
+        self, rows: list[Row], bisect: Optional[Collection[str]] = None
+    ) -> dict[str, Verdict]:
         """The proposals, by patch name. The git work (the names upstream added, each stopped
-        patch's bisection) runs two at a time: it is processes, and they are independent."""
+        patch's bisection) runs two at a time: it is processes, and they are independent.
+        `bisect`: the stopped patches whose colliding commit is asked (None: all)."""
         topics = collections.Counter(_topic(row.patch.subject) for row in rows)
         # A topic more than a third of the series shares ("fork:") names no feature.
         self._common_topics = {t for t, n in topics.items() if t and n * 3 > len(rows)}
@@ -269,7 +272,7 @@ class Triage:
             collisions = {
                 row.patch.name: pool.submit(self._collide_once, row, rows[:position])
                 for position, row in enumerate(rows)
-                if row.status in STOPPED
+                if row.status in STOPPED and (bisect is None or row.patch.name in bisect)
             }
             new, at_base, at_target = names.result()
             found = {name: future.result() for name, future in collisions.items()}

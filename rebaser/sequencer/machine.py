@@ -504,6 +504,7 @@ class _Run:
             self.progress,
             stopped=state.stopped,
             on_branch=on_branch if state.retry_step is not None else (),
+            retried=self.plan[state.retry_step].name if state.retry_step is not None else None,
         )
 
     def _fork_tests(self) -> Optional[SuiteResult]:

@@ -38,10 +38,13 @@ def annotate(
     *,
     stopped: Optional[Stop] = None,
     on_branch: Sequence[str] = (),
+    retried: Optional[str] = None,
 ) -> list[StepRow]:
     """The rows with their proposals (rows that are not the series' patches unchanged).
     `stopped`: where the run waits for the user (its row holds no stop); `on_branch`:
-    patches on the branch that have no row (a retry's), counted as applied."""
+    patches on the branch that have no row (a retry's), counted as applied; `retried`: the
+    patch a retry tried again, the only one bisected (the others' rows hold no stop: the
+    apply that left them off said where they collide)."""
     by_name = {row.name: row for row in rows}
     judged = _judged(series, by_name, stopped, on_branch)
     if not any(row.patch.name in by_name for row in judged):
@@ -54,7 +57,9 @@ def annotate(
         upstream = triage.Upstream(repo, replay.base_sha, target)
         with scratch.repository(git_dir, target) as lane:
             bisector = Bisector(lane, replay.base_sha, target, replay.commit_of)
-            verdicts = triage.Triage(upstream, bisector, partial(memo, repo)).judge(judged)
+            bisect = None if retried is None else {retried}
+            triaged = triage.Triage(upstream, bisector, partial(memo, repo))
+            verdicts = triaged.judge(judged, bisect)
         progress(
             f"triage: {len(stops)} stopped patches, {bisector.merges} merges, "
             f"{time.monotonic() - started:.1f} s"
