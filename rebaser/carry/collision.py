@@ -10,8 +10,9 @@ patch's, both children of a root commit holding the patch's parent tree.
 
 Only commits that touch the patch's files (or the files it conflicts in) can change whether
 it applies, so the bisection runs over those: a handful of probes, milliseconds each. The
-patches before it that applied and touch its files are merged onto each probed commit first
-(without them the probe would conflict with their changes). A probe counts as "stops" when
+patches before it that applied and touch the files it conflicts in are merged onto each
+probed commit first (without them the probe would conflict with their changes; the others
+cannot change what conflicts there). A probe counts as "stops" when
 one of the files the patch conflicts in on the target conflicts; for a blocked patch those
 are the files the patch it needs never touches ("its own conflicts").
 """
@@ -91,6 +92,7 @@ class Bisector:
         if not candidates:
             return None
         wanted = set(files)
+        before = touching(before, wanted)
         low, high = -1, len(candidates) - 1  # low applies (the recorded base), high stops
         probes = 0
         while high - low > 1:
@@ -249,6 +251,12 @@ class Bisector:
                 break
             conflicted.append(name)
         return fields[0], sorted(set(conflicted))
+
+
+def touching(patches: Sequence[Patch], files: set[str]) -> list[Patch]:
+    """The patches that change one of `files`: only they change whether a pick conflicts
+    there (merged first in a probe, the others would only cost a merge each)."""
+    return [patch for patch in patches if files & set(patch.touched_paths)]
 
 
 def _names_any(changes: list[tuple[str, str]], files: Sequence[str]) -> bool:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Optional, Sequence
 
 
-from rebaser.carry.collision import Bisector
+from rebaser.carry.collision import Bisector, touching
 from rebaser.carry.difflines import file_lines, present_lines
 from rebaser.carry.in_upstream import Memo
 from rebaser.repo.git import Git
@@ -397,7 +397,8 @@ class Triage:
 
     def _conflicts_on_base(self, row: Row, applied: list[Patch], own: list[str]) -> bool:
         assert self.bisector is not None
-        at_base = self.bisector.conflicts(row.patch, applied, self.upstream.base)
+        before = touching(applied, set(own))
+        at_base = self.bisector.conflicts(row.patch, before, self.upstream.base)
         return at_base is None or bool(set(at_base) & set(own))
 
     # -- superseded ------------------------------------------------------------------------
