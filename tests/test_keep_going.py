@@ -9,6 +9,7 @@ from pathlib import Path
 from synthetic import ADD_DOC, CALC, DOUBLE_MUL, calc_series, edit, git
 from test_apply_synthetic import apply
 
+from rebaser.carry.triage import Upstream
 from rebaser.errors import ExitCode
 
 COMMENTED = edit(DOUBLE_MUL, "    return 2 * a * b\n", "    return 2 * a * b  # doubled\n")
@@ -196,3 +197,39 @@ def test_abort_drops_the_refs_beside_the_branch(rebaser, tmp_path, upstream):
     assert rebaser("abort", "--repo", upstream.path).code == 0
     for prefix in beside:
         assert git(upstream.path, "for-each-ref", "--format=%(refname)", prefix) == "", prefix
+
+
+def test_a_later_stop_greps_nothing_the_first_stop_could_ask(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    """Each stop's triage asked upstream (a grep of the whole tree) for the names the
+    patches with rows by then define: on the real fork every `skip` and `continue` grepped
+    again for its new stop's names, 0.2-0.3 s of a 1 s command. The first stop asks for
+    the names of every patch in the series; the memo keeps the answers."""
+    base = git(upstream.path, "rev-parse", "v1")
+    doubled = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
+    helper = "    return twice_value(a * b)\n\n\ndef twice_value(x):\n    return 2 * x\n"
+    series = calc_series(
+        tmp_path,
+        upstream,
+        [
+            ("fork: double mul", doubled),
+            ("fork: a helper", edit(doubled, "    return 2 * a * b\n", helper)),
+        ],
+        extra_directives=f"@base git:{base}\n",
+    )
+    upstream.commit(
+        {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n")}, "v2", tag="v2"
+    )
+    first = apply(rebaser, series, upstream, "v2")
+    assert first.code == ExitCode.NOT_APPLIED and "stopped at 0001" in first.out, first.out
+    asked: list[list[str]] = []
+    monkeypatch.setattr(Upstream, "defined", lambda self, rev, names: asked.append(names) or {})
+    skipped = rebaser("skip", "--repo", upstream.path, "--json", tmp_path / "s.json")
+    assert skipped.code == ExitCode.NOT_APPLIED and "stopped at 0002" in skipped.out
+    assert asked == []
+    rows = json.loads((tmp_path / "s.json").read_text())["steps"]
+    assert [(row["name"][:4], row["status"]) for row in rows][-2:] == [
+        ("0001", "skipped"),
+        ("0002", "failed"),
+    ]

@@ -259,16 +259,22 @@ class Triage:
         return self._lines[patch.name]
 
     def judge(
-        self, rows: list[Row], bisect: Optional[Collection[str]] = None
+        self,
+        rows: list[Row],
+        bisect: Optional[Collection[str]] = None,
+        later: Sequence[Patch] = (),
     ) -> dict[str, Verdict]:
         """The proposals, by patch name. The git work (the names upstream added, each stopped
         patch's bisection) runs two at a time: it is processes, and they are independent.
-        `bisect`: the stopped patches whose colliding commit is asked (None: all)."""
+        `bisect`: the stopped patches whose colliding commit is asked (None: all); `later`:
+        patches with no row yet whose names are asked too, for the memo (a grep of the
+        whole tree for a few names costs nearly what one for all of them does, and each
+        stop of an apply would ask again)."""
         topics = collections.Counter(_topic(row.patch.subject) for row in rows)
         # A topic more than a third of the series shares ("fork:") names no feature.
         self._common_topics = {t for t, n in topics.items() if t and n * 3 > len(rows)}
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forkkit-triage") as pool:
-            names = pool.submit(self._added_upstream, rows)
+            names = pool.submit(self._added_upstream, rows, later)
             collisions = {
                 row.patch.name: pool.submit(self._collide_once, row, rows[:position])
                 for position, row in enumerate(rows)
@@ -287,11 +293,14 @@ class Triage:
             )
         return verdicts
 
-    def _added_upstream(self, rows: list[Row]):  # type: ignore[no-untyped-def]
-        """(each patch's new names, where each is on the base, where on the target among
-        those upstream added): asked on the target first, then on the base for those found."""
+    def _added_upstream(self, rows: list[Row], later: Sequence[Patch]):  # type: ignore[no-untyped-def]
+        """(each row's patch's new names, where each is on the base, where on the target
+        among those upstream added): asked on the target first, then on the base for those
+        found. The names of `later` patches are asked too (for the memo)."""
         new = {row.patch.name: identifiers(row.patch) for row in rows}
-        found = self._defined(self.upstream.target, [n for names in new.values() for n in names])
+        asked = [n for names in new.values() for n in names]
+        asked += [n for patch in later if patch.name not in new for n in identifiers(patch)]
+        found = self._defined(self.upstream.target, asked)
         at_base = self._defined(self.upstream.base, list(found))
         return new, at_base, {name: paths for name, paths in found.items() if name not in at_base}
 

@@ -59,7 +59,7 @@ def annotate(
             bisector = Bisector(lane, replay.base_sha, target, replay.commit_of)
             bisect = None if retried is None else {retried}
             triaged = triage.Triage(upstream, bisector, partial(memo, repo))
-            verdicts = triaged.judge(judged, bisect)
+            verdicts = triaged.judge(judged, bisect, later=series.patches)
         progress(
             f"triage: {len(stops)} stopped patches, {bisector.merges} merges, "
             f"{time.monotonic() - started:.1f} s"
