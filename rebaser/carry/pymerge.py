@@ -171,7 +171,7 @@ def _whole_file(text: str, ours: str) -> Optional[str]:
     problem = pysyntax.parses(text)
     if problem:
         return f"the merged file would not compile ({problem})"
-    lost = sorted(pysyntax.unbound(ast.parse(text)) - pysyntax.unbound(ast.parse(ours)))
+    lost = sorted(pysyntax.unbound(text) - pysyntax.unbound(ours))
     if lost:
         return f"the merged file would use {', '.join(lost[:3])} without defining or importing it"
     return None
@@ -199,7 +199,7 @@ class _Whole:
             for line in ([segment] if isinstance(segment, str) else segment.ours)
         ]
         try:
-            self.tree: Optional[ast.Module] = ast.parse("".join(self.lines))
+            self.tree: Optional[ast.Module] = pysyntax.parse("".join(self.lines))
         except (SyntaxError, ValueError):
             self.tree = None
 
@@ -232,7 +232,7 @@ def _resolve(
         mine = getattr(region, name)
         lines = whole.lines[low : span[0]] + mine + whole.lines[span[1] : high]
         try:
-            tree = ast.parse("".join(lines))
+            tree = pysyntax.parse("".join(lines))
         except (SyntaxError, ValueError):
             return _UNPARSABLE
         sides[name] = Side(name, lines, tree, (span[0] - low, span[0] - low + len(mine)), low)
@@ -311,10 +311,10 @@ def _check(lines: Lines, sides: dict[str, Side], facts: Facts, whole: _Whole) ->
     problem = pysyntax.parses(text)
     if problem:
         return f"the result would not compile ({problem})"
-    tree = ast.parse(text)
+    tree = pysyntax.parse(text)
     # A name the patch binds in another hunk of the file may still come: the whole file is
     # checked again once every hunk is resolved.
-    lost = pysyntax.unbound(tree) - pysyntax.unbound(sides["ours"].tree)
+    lost = pysyntax.unbound(text) - pysyntax.unbound("".join(sides["ours"].lines))
     if lost and (lost := sorted(lost - facts.patch_binds)):
         return f"the result would use {', '.join(lost[:3])} without defining or importing it"
     if "add_argument" in text:
