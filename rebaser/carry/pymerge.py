@@ -333,9 +333,11 @@ def _imports_deleted(tree: ast.Module, sides: dict[str, Side], facts: Facts) -> 
     if facts.modules is None:
         return None
     before = {
-        ast.dump(node) for node in ast.walk(sides["ours"].tree) if isinstance(node, ast.ImportFrom)
+        ast.dump(node)
+        for node in pysyntax.statements(sides["ours"].tree)
+        if isinstance(node, ast.ImportFrom)
     }
-    for node in ast.walk(tree):
+    for node in pysyntax.statements(tree):
         if not isinstance(node, ast.ImportFrom) or ast.dump(node) in before:
             continue
         module = "." * node.level + (node.module or "")
