@@ -180,13 +180,12 @@ class Bisector:
         edited = _edited_functions(patch)
         if not edited or not paths:
             return []
-        removed = self._defs(sha, "-", paths=paths)
-        kept = self._defs(sha, "+", paths=paths)
+        removed, kept = self._defs(sha, paths=paths)
         names = sorted(n for n in edited & removed.keys() if len(kept.get(n, [])) < len(removed[n]))
         if not names:
             return []
         pattern = r"^\s*(async\s+)?(def|class)\s+(" + "|".join(names) + r")\b"
-        added = self._defs(sha, "+", options=["-G", pattern])
+        _, added = self._defs(sha, options=["-G", pattern])
         found = []
         for name in names:
             elsewhere = sorted({path for path in added.get(name, []) if path not in removed[name]})
@@ -195,9 +194,10 @@ class Bisector:
         return found
 
     def _defs(
-        self, sha: str, sign: str, options: Sequence[str] = (), paths: Sequence[str] = ()
-    ) -> dict[str, list[str]]:
-        """The functions and classes a commit's diff adds ("+") or removes ("-"), by file."""
+        self, sha: str, options: Sequence[str] = (), paths: Sequence[str] = ()
+    ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """The functions and classes a commit's diff removes and adds, by file (one diff
+        for both)."""
         diff = self.git.run(
             "--literal-pathspecs",
             "diff",
@@ -211,16 +211,16 @@ class Bisector:
             "--",
             *paths,
         ).stdout
-        found: dict[str, list[str]] = {}
-        path = ""
+        found: dict[str, dict[str, list[str]]] = {"-": {}, "+": {}}
+        path = {"-": "", "+": ""}
         for line in diff.splitlines():
             if line.startswith("+++ ") or line.startswith("--- "):
-                if line[:3] == ("---" if sign == "-" else "+++") and line[4:] != "/dev/null":
-                    path = line[6:]
+                if line[4:] != "/dev/null":
+                    path[line[0]] = line[6:]
                 continue
-            if line.startswith(sign) and (match := _DEF.match(line[1:])):
-                found.setdefault(match.group(1), []).append(path)
-        return found
+            if line[:1] in found and (match := _DEF.match(line[1:])):
+                found[line[0]].setdefault(match.group(1), []).append(path[line[0]])
+        return found["-"], found["+"]
 
     def _pick(self, tree: str, patch: Patch) -> Optional[tuple[str, list[str]]]:
         """The patch's commit merged onto `tree` as a cherry-pick: (the merged tree, the
