@@ -313,15 +313,22 @@ def statements(tree: ast.AST) -> Iterator[ast.AST]:
     while queue:
         node = queue.popleft()
         yield node
-        for field in node._fields:
-            value = getattr(node, field, None)
-            if type(value) is list:
-                queue.extend(item for item in value if isinstance(item, _HOLDS_STATEMENTS))
-            elif isinstance(value, _HOLDS_STATEMENTS):
-                queue.append(value)
+        queue.extend(_children(node, _HOLDS_STATEMENTS))
 
 
 _HOLDS_STATEMENTS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
+def _children(node: ast.AST, kinds: Union[type, tuple[type, ...]]) -> list[ast.AST]:
+    """A node's children of `kinds`, in ast.iter_child_nodes' order."""
+    found = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if type(value) is list:
+            found.extend(item for item in value if isinstance(item, kinds))
+        elif isinstance(value, kinds):
+            found.append(value)
+    return found
 
 
 def bound_by(node: ast.stmt) -> set[str]:
@@ -363,17 +370,20 @@ def used_names(node: ast.AST) -> set[str]:
         elif kind is ast.Global or kind is ast.Nonlocal:
             own -= set(inner.names)
         if kind in _ANNOTATED:
-            for annotation in _annotations(inner):
-                for part in ast.walk(annotation):
-                    if isinstance(part, ast.Constant) and isinstance(part.value, str):
-                        loads |= _quoted_names(part.value)
-        for field in inner._fields:
-            value = getattr(inner, field, None)
-            if type(value) is list:
-                queue.extend(item for item in value if isinstance(item, ast.AST))
-            elif isinstance(value, ast.AST):
-                queue.append(value)
+            loads |= _quoted_in(inner)
+        queue.extend(_children(inner, ast.AST))
     return loads - own - _BUILTINS
+
+
+def _quoted_in(node: ast.AST) -> set[str]:
+    """The names of the string annotations of a parameter, def or annotated assignment."""
+    return {
+        name
+        for annotation in _annotations(node)
+        for part in ast.walk(annotation)
+        if isinstance(part, ast.Constant) and isinstance(part.value, str)
+        for name in _quoted_names(part.value)
+    }
 
 
 _BUILTINS = frozenset(dir(builtins))
