@@ -52,6 +52,7 @@ class _Statement:
     start: int
     end: int
     indent: str
+    source: str  # the statement's lines, dedented: what LibCST parsed (and its module.code)
     module: cst.Module
     container: cst.CSTNode
     offset: int = 0  # where the lines `start` counts from begin in the file
@@ -67,7 +68,7 @@ class _Statement:
     def around(self) -> str:
         """The statement's code without the container, whitespace left out: what a side
         changed besides the items."""
-        return " ".join(self.module.code.replace(_CODE(self.container), "\0", 1).split())
+        return " ".join(self.source.replace(_CODE(self.container), "\0", 1).split())
 
     def fixed(self) -> list[str]:
         """A def's positional-only and star parameters (which the merge keeps as they are)."""
@@ -162,8 +163,9 @@ def _statement(node: ast.stmt, side: Side) -> Optional[_Statement]:
     start, end = node.lineno - 1, node.end_lineno or node.lineno
     text = "".join(side.lines[start:end])
     indent = text[: len(text) - len(text.lstrip(" \t"))]
+    source = _dedent(text, indent)
     try:
-        module = cst.parse_module(_dedent(text, indent))
+        module = cst.parse_module(source)
     except (cst.ParserSyntaxError, ValueError):
         return None
     if isinstance(target, (ast.FunctionDef, ast.AsyncFunctionDef)):  # in the def's header
@@ -174,7 +176,7 @@ def _statement(node: ast.stmt, side: Side) -> Optional[_Statement]:
     if container is None:
         return None
     into_body = isinstance(container, cst.Parameters) and side.span[1] > _header_end(node)
-    return _Statement(start, end, indent, module, container, side.offset, into_body)
+    return _Statement(start, end, indent, source, module, container, side.offset, into_body)
 
 
 def _target(node: ast.stmt, span: tuple[int, int]) -> Optional[ast.AST]:
