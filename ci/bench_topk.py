@@ -1,9 +1,9 @@
 """Benchmark (GPU): top-k selection for DSA shapes.
 
 For each shape: torch.topk, the overlay's torch backend per tie policy (its CUDA path: the
-segmented Triton select for k <= 4096), the previous kernels (topk(k+1) candidates, then the
-selection program; the striped filtered select) for comparison, the segmented kernel under
-other launch settings, and
+split Triton select for k <= 4096 on rows up to 256K scores), the fused segmented select
+(the path before) and the split select under other settings, each stopped after a stage,
+and
 FlashInfer's top_k per mode (raw) and through the overlay's wrapper. Prints milliseconds
 (median of CUDA-event timings), the ratio to torch.topk, and the ratio to the
 memory-bandwidth bound: the bytes of the score matrix read once over the device's measured
@@ -38,31 +38,39 @@ from megatron.core.transformer.experimental_attention_variant.dsa_topk import ( 
     select_topk,
 )
 
-# The segmented select as it was before raw hits, prefetch 2 and the retry became its
-# defaults (module attributes of dsa_topk_triton), and other settings tried: Triton's
-# pipelining (2x slower), a 2048-score sample, a register cap. The first run of these, on
-# every setting, is in docs/gpu-validation.md.
-BEFORE = dict(
-    SEGMENT_RAW_HITS=False, SEGMENT_PREFETCH=1, SEGMENT_RETRY=False, SEGMENT_SAMPLE_CHUNKS=32
-)
+G = dsa_topk_triton.SplitGeometry
+# The fused segmented select (one launch: threshold, collecting pass and select in one
+# program per row), the CUDA path before the split select; the split select under other
+# geometries (SPLIT_GEOMETRY_OF: chunk, runs, scores a step, slots, warps) and settings.
+FUSED = dict(SPLIT=False)
 VARIANTS = {
-    "segmented before (key hits, prefetch 1, no retry, 8192 samples)": BEFORE,
-    "segmented, raw hits, prefetch 1": dict(SEGMENT_PREFETCH=1),
-    "segmented, retry, 2048 samples": dict(SEGMENT_SAMPLE_CHUNKS=8),
+    "segmented, fused (before)": FUSED,
+    "split, 1-thread runs (128x4 fp32 / 128x8 bf16), chunk 32768": dict(
+        SPLIT_GEOMETRY_OF={32: G(32768, 128, 4, 32, 4), 16: G(32768, 128, 8, 32, 4)}
+    ),
+    "split, 2 warps, 2x128 / 2x256, chunk 4096": dict(
+        SPLIT_GEOMETRY_OF={32: G(4096, 2, 128, 128, 2), 16: G(4096, 2, 256, 128, 2)}
+    ),
+    "split, 4 warps, 4x128 / 4x256, chunk 16384": dict(
+        SPLIT_GEOMETRY_OF={32: G(16384, 4, 128, 256, 4), 16: G(16384, 4, 256, 256, 4)}
+    ),
+    "split, 8 warps, 32x64 / 32x64, chunk 16384": dict(
+        SPLIT_GEOMETRY_OF={32: G(16384, 32, 64, 32, 8), 16: G(16384, 32, 64, 32, 8)}
+    ),
+    "split, prefetch 1": dict(SEGMENT_PREFETCH=1),
+    "split, 2048 samples": dict(SEGMENT_SAMPLE_CHUNKS=8),
+    "split, thresholds in 8 warps": dict(SPLIT_THRESHOLD_WARPS=8),
 }
 # Variants also timed on the plateau shapes (rows with ties at the k-th score).
-PLATEAU_VARIANTS = ("segmented before (key hits, prefetch 1, no retry, 8192 samples)",)
-# The segmented select stopped after a stage (its output is not the selection): the time
-# of the sampled threshold, and of the threshold and the collecting pass.
+PLATEAU_VARIANTS = ("segmented, fused (before)",)
+# The selects stopped after a stage (their output is not the selection): the time of the
+# sampled threshold, and of the threshold and the collecting pass.
 STAGES = {
-    "segmented stage: threshold only": dict(SEGMENT_STAGES=1),
-    "segmented stage: threshold + collecting pass": dict(SEGMENT_STAGES=2),
-    "segmented stage before: threshold only": dict(BEFORE, SEGMENT_STAGES=1),
-    "segmented stage before: threshold + collecting pass": dict(BEFORE, SEGMENT_STAGES=2),
+    "split stage: thresholds only": dict(SPLIT_STAGES=1),
+    "split stage: thresholds + collecting launch": dict(SPLIT_STAGES=2),
+    "fused stage: threshold only": dict(FUSED, SEGMENT_STAGES=1),
+    "fused stage: threshold + collecting pass": dict(FUSED, SEGMENT_STAGES=2),
 }
-# The striped filtered select, the CUDA path before the segmented select.
-STRIPED = dict(SEGMENTED=False)
-
 # rows, keys, k, dtype, scores: "relu" (half exact 0.0, a unique k-th score: the usual case)
 # or "plateau" (small integers: ties at the k-th score in every row, the torch backend's worst case)
 SHAPES = [
@@ -131,20 +139,14 @@ def bench_shape(
         "torch.topk": lambda: torch.topk(scores, k, dim=-1, sorted=False),
         "torch backend, tie 1": lambda: select_topk(scores, k, backend="torch", tie_break=1),
         "torch backend, tie 2": lambda: select_topk(scores, k, backend="torch", tie_break=2),
-        "previous kernel (topk(k+1) + select), tie 1": lambda: (
-            dsa_topk_triton.select_rows_ordered(scores, k, False)
-        ),
-        "striped filtered select (before), tie 1": with_settings(
-            STRIPED, lambda: dsa_topk_triton.select_rows_filtered(scores, k, False)
-        ),
     }
-    if variants:
+    if variants and rows >= 4096:
         for label, settings in VARIANTS.items():
             if kind == "relu" or label in PLATEAU_VARIANTS:
                 methods[f"torch backend, tie 1, {label}"] = with_settings(
                     settings, lambda: dsa_topk_triton.select_rows_filtered(scores, k, False)
                 )
-    if variants and kind == "relu":
+    if variants and kind == "relu" and rows >= 4096:
         for label, settings in STAGES.items():
             methods[label] = with_settings(
                 settings, lambda: dsa_topk_triton.select_rows_filtered(scores, k, False)
@@ -165,10 +167,14 @@ def bench_shape(
     dtype_name = str(dtype).removeprefix("torch.")
     label = f"{rows}x{cols} {kind} k={k}"
     results, reference = [], None
-    expected = select_topk(scores, k, backend="torch", tie_break=1)[1]
+    # The fused segmented select's answer (the CUDA path checked by the GPU suite before
+    # the split select): every tie-1 method must select the same keys.
+    expected = with_settings(FUSED, lambda: select_topk(scores, k, backend="torch", tie_break=1))()[
+        1
+    ]
     for name, fn in methods.items():
         try:
-            if "tie 1" in name and name != "torch backend, tie 1" and "flashinfer" not in name:
+            if "tie 1" in name and "flashinfer" not in name:
                 got = fn()
                 got = got[1] if isinstance(got, tuple) else got
                 assert torch.equal(got, expected), f"{name} selected other keys than the backend"
@@ -325,8 +331,10 @@ def main() -> None:
             variants=args.variants,
         )
         torch.cuda.empty_cache()
-        for line in kernel_resources(dsa_topk_triton.segmented_select):
-            print(line, flush=True)
+        T = dsa_topk_triton
+        for kernel in (T.segmented_select, T.split_thresholds, T.split_collect, T.split_select):
+            for line in kernel_resources(kernel):
+                print(line, flush=True)
         if args.json:  # after every shape, so a stopped run keeps what it measured
             args.json.write_text(
                 json.dumps(

@@ -451,6 +451,8 @@ def stripes_for(n: int) -> int:
 
 def scratch_slots(width: int, n: int) -> int:
     """int32 (key, column) pairs of candidate scratch a row takes."""
+    if SEGMENTED and SPLIT:
+        return split_scratch_slots(width, n)
     if SEGMENTED:
         return segmented_scratch_slots(width)
     capacity = capacity_for(width)
@@ -499,6 +501,8 @@ def select_rows_filtered(
     )
     if SEGMENTED:
         bounds = (starts, ends) if bounded else None
+        if SPLIT:
+            return _select_split(rows, width, prefer_large, bounds, column_offset, values, out)
         return _select_segmented(rows, width, prefer_large, bounds, column_offset, values, out)
     stripes = stripes_for(n)
     if stripes == 0:
@@ -1258,7 +1262,30 @@ def segmented_row(
         (first + length).to(tl.int32), threshold, -neg_inf_key - 1, runs,
         SEGMENTS, SLOTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS, RAW_HITS, PREFETCH, PIPELINE,
     )  # fmt: skip
-    total = tl.sum(found, axis=0)
+    finish_row(
+        rows_ptr + row * row_stride, col_stride, first, length, seg_ptr, threshold, found,
+        tl.sum(found, axis=0), target, runs, keys_row, columns_row, out_row, values_row,
+        column_offset, width, neg_inf_key, out_values_ptr.dtype.element_ty, CAPACITY,
+        SAMPLE_CHUNKS, SAMPLE_CHUNK, SEGMENTS, SLOTS, VECTOR, PACK, ROW_BLOCK, KEY_BITS,
+        FROM_END, SORT_BLOCK, ALIGNED, CONTIGUOUS, STAGES, RAW_HITS, PREFETCH, PIPELINE, RETRY,
+    )  # fmt: skip
+
+
+@triton.jit
+def finish_row(
+    row_ptr, col_stride, first, length, seg_ptr, threshold, found, total, target, runs,
+    keys_row, columns_row, out_row, values_row, column_offset, width, neg_inf_key,
+    values_dtype: tl.constexpr, CAPACITY: tl.constexpr, SAMPLE_CHUNKS: tl.constexpr,
+    SAMPLE_CHUNK: tl.constexpr, SEGMENTS: tl.constexpr, SLOTS: tl.constexpr,
+    VECTOR: tl.constexpr, PACK: tl.constexpr, ROW_BLOCK: tl.constexpr,
+    KEY_BITS: tl.constexpr, FROM_END: tl.constexpr, SORT_BLOCK: tl.constexpr,
+    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr, STAGES: tl.constexpr,
+    RAW_HITS: tl.constexpr, PREFETCH: tl.constexpr, PIPELINE: tl.constexpr,
+    RETRY: tl.constexpr,
+):  # fmt: skip
+    """The row after a collecting pass at ``threshold`` that found ``total`` candidates
+    (``found`` per run of ``runs``): the retry when the threshold misjudged the row, then
+    select_candidates, or the full radix select."""
     if RETRY:
         too_few = (total < width) & (threshold > neg_inf_key + 1)
         if too_few | (total > CAPACITY):
@@ -1274,7 +1301,7 @@ def segmented_row(
                 too_few, tl.minimum(again, threshold - 1), tl.maximum(again, threshold + 1)
             )
             found = collect_runs(
-                rows_ptr + row * row_stride, col_stride, first.to(tl.int32),
+                row_ptr, col_stride, first.to(tl.int32),
                 (first + length).to(tl.int32), threshold, -neg_inf_key - 1, runs,
                 SEGMENTS, SLOTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS, RAW_HITS, PREFETCH,
                 PIPELINE,
@@ -1287,7 +1314,7 @@ def segmented_row(
     if (total <= CAPACITY) & ((total >= width) | every_finite):
         if tl.max(found, axis=0) > SLOTS:
             place_runs(
-                rows_ptr + row * row_stride, col_stride, first.to(tl.int32),
+                row_ptr, col_stride, first.to(tl.int32),
                 (first + length).to(tl.int32), threshold, -neg_inf_key - 1, found,
                 keys_row, columns_row, SEGMENTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS,
             )  # fmt: skip
@@ -1295,7 +1322,7 @@ def segmented_row(
             pack_runs(runs, found, keys_row, columns_row, SEGMENTS, SLOTS, PACK)
         select_candidates(
             keys_row, columns_row, total, threshold, neg_inf_key, width, out_row,
-            values_row, column_offset, out_values_ptr.dtype.element_ty, CAPACITY,
+            values_row, column_offset, values_dtype, CAPACITY,
             KEY_BITS, FROM_END,
         )  # fmt: skip
     else:
@@ -1345,4 +1372,231 @@ def segmented_select(
             program.to(tl.int64), HAS_BOUNDS, CAPACITY, SAMPLE_CHUNKS, SAMPLE_CHUNK,
             SEGMENTS, SLOTS, VECTOR, PACK, ROW_BLOCK, KEY_BITS, FROM_END, SORT_BLOCK,
             ALIGNED, CONTIGUOUS, STAGES, RAW_HITS, PREFETCH, PIPELINE, RETRY,
+        )  # fmt: skip
+
+
+# =====================================================================================
+# The split select: the collecting pass in a launch of its own
+# =====================================================================================
+#
+# The segmented select's program holds the select phase's 4096 candidates in registers
+# (124-128 of them), so its collecting loop runs at two programs (16 warps) per
+# multiprocessor and is bound by latency, not memory. The split select runs the same three
+# phases as three launches, each at its own size:
+#
+# 1. split_thresholds: a program per row samples the threshold (threshold_for).
+# 2. split_collect: a program per chunk of a row (CHUNKS equal, VECTOR-aligned column ranges
+#    of its segment) runs collect_runs over its chunk alone, into the chunk's runs of the
+#    row's buffer, and stores each run's count. It holds a few scores a thread: many
+#    programs per multiprocessor.
+# 3. split_select: a program per row lays the chunks' runs end to end (chunks and runs are
+#    contiguous column ranges in order, so the candidates are in column order) and runs
+#    select_candidates. A row whose threshold missed (too few or too many candidates) or
+#    whose run overflowed its buffer goes on as the segmented select's row would after its
+#    first pass (finish_row: the retry, the second pass, the full radix select), with the
+#    row's buffer as its scratch.
+
+
+@dataclass(frozen=True)
+class SplitGeometry:
+    chunk: int  # scores a collecting program takes, at most (its row's chunks: a power of 2)
+    segments: int  # runs per chunk
+    vector: int  # scores a run reads per step
+    slots: int  # candidate slots per run
+    warps: int  # warps of a collecting program
+
+
+SPLIT = True
+SPLIT_GEOMETRY_OF = {
+    32: SplitGeometry(chunk=8192, segments=4, vector=128, slots=128, warps=4),
+    16: SplitGeometry(chunk=8192, segments=4, vector=256, slots=128, warps=4),
+}
+SPLIT_THRESHOLD_WARPS = 4
+SPLIT_SELECT_WARPS = 8
+# Timing knob (ci/bench_topk.py): < 3 stops after the thresholds (1) or the collecting
+# launch (2).
+SPLIT_STAGES = 3
+
+
+def split_chunks(n: int, geometry: SplitGeometry) -> int:
+    """Collecting programs per row of n scores: a power of 2, about n / geometry.chunk."""
+    return triton.next_power_of_2(max(1, triton.cdiv(n, geometry.chunk)))
+
+
+def split_scratch_slots(width: int, n: int) -> int:
+    """(key, column) pairs of scratch a row takes: its runs' buffers (at least what the
+    segmented select's fallback needs) and the packed candidates."""
+    runs = max(geometry.segments * geometry.slots for geometry in GEOMETRY_OF.values())
+    for geometry in SPLIT_GEOMETRY_OF.values():
+        runs = max(runs, split_chunks(n, geometry) * geometry.segments * geometry.slots)
+    return runs + capacity_for(width)
+
+
+def _select_split(
+    rows: torch.Tensor,
+    width: int,
+    prefer_large: bool,
+    bounds: Optional[Tuple[torch.Tensor, torch.Tensor]],
+    column_offset: int,
+    values: torch.Tensor,
+    out: torch.Tensor,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """select_rows_filtered's answer by the split select (as _select_segmented's)."""
+    count, n = rows.shape
+    capacity = capacity_for(width)
+    bounded = bounds is not None
+    starts, ends = bounds if bounded else (out, out)
+    key_bits = KEY_BITS_OF[rows.dtype]
+    split = SPLIT_GEOMETRY_OF[key_bits]
+    fallback = GEOMETRY_OF[key_bits]
+    chunks = split_chunks(n, split)
+    run_stride = max(chunks * split.segments * split.slots, fallback.segments * fallback.slots)
+    runs = torch.empty(count, run_stride, dtype=torch.int64, device=rows.device)
+    counts = torch.empty(count, chunks * split.segments, dtype=torch.int32, device=rows.device)
+    packed = torch.empty(count, 2, capacity, dtype=torch.int32, device=rows.device)
+    thresholds = torch.empty(count, dtype=torch.int32, device=rows.device)
+    contiguous = rows.stride(1) == 1
+    target = max(1, int((width * capacity) ** 0.5))
+    neg_inf_key = _negative_infinity_key(rows.dtype)
+    row_args = (rows, rows.stride(0), rows.stride(1), n, starts, ends)
+    common = dict(HAS_BOUNDS=bounded, KEY_BITS=key_bits, CONTIGUOUS=contiguous)
+    split_thresholds[(count,)](
+        *row_args, thresholds, target, neg_inf_key, CAPACITY=capacity,
+        SAMPLE_CHUNKS=SEGMENT_SAMPLE_CHUNKS, SAMPLE_CHUNK=SAMPLE_CHUNK,
+        num_warps=SPLIT_THRESHOLD_WARPS, **common,
+    )  # fmt: skip
+    if SPLIT_STAGES == 1:
+        return values, out
+    split_collect[(count, chunks)](
+        *row_args, thresholds, runs, run_stride, counts, neg_inf_key, CHUNKS=chunks,
+        SEGMENTS=split.segments, SLOTS=split.slots, VECTOR=split.vector,
+        ALIGNED=contiguous and n % split.vector == 0, RAW_HITS=SEGMENT_RAW_HITS,
+        PREFETCH=SEGMENT_PREFETCH, num_warps=split.warps, **common,
+    )  # fmt: skip
+    if SPLIT_STAGES == 2:
+        return values, out
+    all_runs = chunks * split.segments
+    split_select[(count,)](
+        *row_args, column_offset, thresholds, runs, run_stride, counts, packed, out, values,
+        width, target, neg_inf_key, CAPACITY=capacity, ALL_RUNS=all_runs,
+        SPLIT_SLOTS=split.slots, SPLIT_PACK=max(1, 4096 // all_runs),
+        SAMPLE_CHUNKS=SEGMENT_SAMPLE_CHUNKS, SAMPLE_CHUNK=SAMPLE_CHUNK,
+        SEGMENTS=fallback.segments, SLOTS=fallback.slots, VECTOR=fallback.vector,
+        PACK=fallback.pack, ROW_BLOCK=ROW_BLOCK, FROM_END=prefer_large,
+        SORT_BLOCK=triton.next_power_of_2(width),
+        ALIGNED=contiguous and n % fallback.vector == 0, RAW_HITS=SEGMENT_RAW_HITS,
+        PREFETCH=SEGMENT_PREFETCH, RETRY=SEGMENT_RETRY, num_warps=SPLIT_SELECT_WARPS, **common,
+    )  # fmt: skip
+    return values, out
+
+
+@triton.jit(do_not_specialize=["row_stride", "col_stride", "n", "target", "neg_inf_key"])
+def split_thresholds(
+    rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, thresholds_ptr, target,
+    neg_inf_key, HAS_BOUNDS: tl.constexpr, CAPACITY: tl.constexpr,
+    SAMPLE_CHUNKS: tl.constexpr, SAMPLE_CHUNK: tl.constexpr, KEY_BITS: tl.constexpr,
+    CONTIGUOUS: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    _, length, seg_ptr = row_segment(
+        rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, row, HAS_BOUNDS
+    )
+    threshold = threshold_for(
+        seg_ptr, col_stride, length, target, neg_inf_key, CAPACITY, SAMPLE_CHUNKS,
+        SAMPLE_CHUNK, KEY_BITS, CONTIGUOUS,
+    )  # fmt: skip
+    tl.store(thresholds_ptr + row, threshold)
+
+
+@triton.jit(do_not_specialize=["row_stride", "col_stride", "n", "run_stride", "neg_inf_key"])
+def split_collect(
+    rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, thresholds_ptr, runs_ptr,
+    run_stride, counts_ptr, neg_inf_key, HAS_BOUNDS: tl.constexpr, CHUNKS: tl.constexpr,
+    SEGMENTS: tl.constexpr, SLOTS: tl.constexpr, VECTOR: tl.constexpr,
+    KEY_BITS: tl.constexpr, ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr,
+    RAW_HITS: tl.constexpr, PREFETCH: tl.constexpr,
+):  # fmt: skip
+    """Chunk program_id(1) of row program_id(0): its candidates into its runs' buffers, each
+    run's count (all of them, also past SLOTS) into the row's counts."""
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    first, length, _ = row_segment(
+        rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, row, HAS_BOUNDS
+    )
+    share = tl.cdiv(tl.cdiv(length, CHUNKS), VECTOR) * VECTOR
+    last = first.to(tl.int32) + length
+    chunk_first = tl.minimum(first.to(tl.int32) + chunk * share, last)
+    chunk_last = tl.minimum(chunk_first + share, last)
+    runs = runs_ptr + row * run_stride + chunk * (SEGMENTS * SLOTS)
+    found = collect_runs(
+        rows_ptr + row * row_stride, col_stride, chunk_first, chunk_last,
+        tl.load(thresholds_ptr + row), -neg_inf_key - 1, runs, SEGMENTS, SLOTS, VECTOR,
+        KEY_BITS, ALIGNED, CONTIGUOUS, RAW_HITS, PREFETCH,
+    )  # fmt: skip
+    tl.store(
+        counts_ptr + row * (CHUNKS * SEGMENTS) + chunk * SEGMENTS + tl.arange(0, SEGMENTS), found
+    )
+
+
+@triton.jit(
+    do_not_specialize=[
+        "row_stride", "col_stride", "n", "column_offset", "run_stride", "width", "target",
+        "neg_inf_key",
+    ]
+)  # fmt: skip
+def split_select(
+    rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, column_offset, thresholds_ptr,
+    runs_ptr, run_stride, counts_ptr, packed_ptr, out_ptr, out_values_ptr, width, target,
+    neg_inf_key, HAS_BOUNDS: tl.constexpr, CAPACITY: tl.constexpr, ALL_RUNS: tl.constexpr,
+    SPLIT_SLOTS: tl.constexpr, SPLIT_PACK: tl.constexpr, SAMPLE_CHUNKS: tl.constexpr,
+    SAMPLE_CHUNK: tl.constexpr, SEGMENTS: tl.constexpr, SLOTS: tl.constexpr,
+    VECTOR: tl.constexpr, PACK: tl.constexpr, ROW_BLOCK: tl.constexpr,
+    KEY_BITS: tl.constexpr, FROM_END: tl.constexpr, SORT_BLOCK: tl.constexpr,
+    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr, RAW_HITS: tl.constexpr,
+    PREFETCH: tl.constexpr, RETRY: tl.constexpr,
+):  # fmt: skip
+    """Row program_id(0) from its chunks' runs (ALL_RUNS of SPLIT_SLOTS slots, in column
+    order): select_candidates, or finish_row's retry / second pass / radix select."""
+    row = tl.program_id(0).to(tl.int64)
+    first, length, seg_ptr = row_segment(
+        rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, row, HAS_BOUNDS
+    )
+    out_row = out_ptr + row * width
+    values_row = out_values_ptr + row * width
+    keys_row = packed_ptr + row * (2 * CAPACITY)
+    columns_row = keys_row + CAPACITY
+    runs = runs_ptr + row * run_stride
+    threshold = tl.load(thresholds_ptr + row)
+    found = tl.load(counts_ptr + row * ALL_RUNS + tl.arange(0, ALL_RUNS))
+    total = tl.sum(found, axis=0)
+    every_finite = threshold == neg_inf_key + 1
+    fits = (tl.max(found, axis=0) <= SPLIT_SLOTS) & (total <= CAPACITY)
+    if fits & ((total >= width) | every_finite):
+        pack_runs(runs, found, keys_row, columns_row, ALL_RUNS, SPLIT_SLOTS, SPLIT_PACK)
+        select_candidates(
+            keys_row, columns_row, total, threshold, neg_inf_key, width, out_row, values_row,
+            column_offset, out_values_ptr.dtype.element_ty, CAPACITY, KEY_BITS, FROM_END,
+        )  # fmt: skip
+    else:
+        # The row goes on as the segmented select's would after its first pass: the retry
+        # when the threshold misjudged it, else a pass at the same threshold into runs of
+        # the segmented geometry (a chunk's run overflowed its buffer).
+        misjudged = ((total < width) & ~every_finite) | (total > CAPACITY)
+        row_found = tl.zeros((SEGMENTS,), tl.int32)
+        same_threshold = total >= 0
+        if RETRY:
+            same_threshold = ~misjudged
+        if same_threshold:
+            row_found = collect_runs(
+                rows_ptr + row * row_stride, col_stride, first.to(tl.int32),
+                (first + length).to(tl.int32), threshold, -neg_inf_key - 1, runs, SEGMENTS,
+                SLOTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS, RAW_HITS, PREFETCH,
+            )  # fmt: skip
+            total = tl.sum(row_found, axis=0)
+        finish_row(
+            rows_ptr + row * row_stride, col_stride, first, length, seg_ptr, threshold,
+            row_found, total, target, runs, keys_row, columns_row, out_row, values_row,
+            column_offset, width, neg_inf_key, out_values_ptr.dtype.element_ty, CAPACITY,
+            SAMPLE_CHUNKS, SAMPLE_CHUNK, SEGMENTS, SLOTS, VECTOR, PACK, ROW_BLOCK, KEY_BITS,
+            FROM_END, SORT_BLOCK, ALIGNED, CONTIGUOUS, 3, RAW_HITS, PREFETCH, 0, RETRY,
         )  # fmt: skip

@@ -273,21 +273,28 @@ T.FILTER_WARPS = T.SEGMENT_WARPS = 1
 T.MAX_STRIPES, T.STRIPE_CHUNK, T.MIN_STRIPE_SLOTS, T.PACK_SLOTS = 4, 16, 4, 4
 # Runs of a thread's few scores (32-bit) and of wider steps (16-bit), with few slots.
 T.GEOMETRY_OF = {32: T.Geometry(8, 4, 4, 2), 16: T.Geometry(4, 8, 16, 4)}
+# The split select: chunks of a few steps, runs of few slots (they overflow at k = 300).
+T.SPLIT_GEOMETRY_OF = {32: T.SplitGeometry(48, 2, 4, 4, 1), 16: T.SplitGeometry(64, 4, 8, 4, 1)}
+T.SPLIT_THRESHOLD_WARPS = T.SPLIT_SELECT_WARPS = 1
 scores, starts, ends = torch.load(sys.argv[1])
 found = {}
 # mode: "row" one program a row, "stripes" stripes of 48 scores, "segmented" a program a
-# row, "persistent" programs looping over the rows.
+# row, "persistent" programs looping over the rows, "split" the split select's launches.
 cases = [(5, False, "contiguous", "row"), (12, True, "transposed", "row"),
          (5, False, "bounded", "row"), (5, True, "contiguous", "stripes"),
          (300, False, "contiguous", "stripes"), (12, True, "bounded", "stripes"),
          (5, False, "contiguous", "segmented"), (12, True, "contiguous", "segmented"),
          (12, False, "transposed", "segmented"), (300, True, "contiguous", "segmented"),
          (5, True, "bounded", "segmented"), (12, False, "bounded", "persistent"),
-         (300, False, "bounded", "persistent"), (12, True, "contiguous", "persistent")]
+         (300, False, "bounded", "persistent"), (12, True, "contiguous", "persistent"),
+         (5, False, "contiguous", "split"), (12, True, "transposed", "split"),
+         (300, False, "bounded", "split"), (12, True, "bounded", "split"),
+         (30, False, "contiguous", "split")]
 for dtype in (torch.float32, torch.bfloat16):
     rows = scores.to(dtype)
     for width, large, layout, mode in cases:
-        T.SEGMENTED = mode in ("segmented", "persistent")
+        T.SEGMENTED = mode in ("segmented", "persistent", "split")
+        T.SPLIT = mode == "split"
         T.STRIPE_SCORES = 48 if mode == "stripes" else 0
         T.PROGRAMS_PER_SM = 2 if mode == "persistent" else 0
         if layout == "bounded":
@@ -340,7 +347,7 @@ def test_filtered_cuda_select_is_exact_in_every_branch(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(found) == 28
+    assert len(found) == 38
     columns = torch.arange(n)
     outside = (columns < starts[:, None]) | (columns >= ends[:, None])
     for case, (indices, values) in found.items():
