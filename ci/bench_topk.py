@@ -1,9 +1,8 @@
 """Benchmark (GPU): top-k selection for DSA shapes.
 
 For each shape: torch.topk, the overlay's torch backend per tie policy (its CUDA path: the
-split Triton select for k <= 4096 on rows up to 256K scores), the fused segmented select
-(the path before) and the split select under other settings, each stopped after a stage,
-and
+fused segmented Triton select for k <= 4096 on rows up to 256K scores), the split select
+under several geometries, each select stopped after a stage, and
 FlashInfer's top_k per mode (raw) and through the overlay's wrapper. Prints milliseconds
 (median of CUDA-event timings), the ratio to torch.topk, and the ratio to the
 memory-bandwidth bound: the bytes of the score matrix read once over the device's measured
@@ -39,37 +38,31 @@ from megatron.core.transformer.experimental_attention_variant.dsa_topk import ( 
 )
 
 G = dsa_topk_triton.SplitGeometry
-# The fused segmented select (one launch: threshold, collecting pass and select in one
-# program per row), the CUDA path before the split select; the split select under other
-# geometries (SPLIT_GEOMETRY_OF: chunk, runs, scores a step, slots, warps) and settings.
-FUSED = dict(SPLIT=False)
+# The split select (SPLIT: thresholds, collecting and select as three launches) under
+# geometries (SPLIT_GEOMETRY_OF: chunk, runs, scores a step, slots, warps), against the
+# fused segmented select, the CUDA path (one launch, a program per row).
+SPLIT = dict(SPLIT=True)
 VARIANTS = {
-    "segmented, fused (before)": FUSED,
+    "split, 4 warps, 4x128 / 4x256, chunk 8192": SPLIT,
     "split, 1-thread runs (128x4 fp32 / 128x8 bf16), chunk 32768": dict(
-        SPLIT_GEOMETRY_OF={32: G(32768, 128, 4, 32, 4), 16: G(32768, 128, 8, 32, 4)}
+        SPLIT, SPLIT_GEOMETRY_OF={32: G(32768, 128, 4, 32, 4), 16: G(32768, 128, 8, 32, 4)}
     ),
     "split, 2 warps, 2x128 / 2x256, chunk 4096": dict(
-        SPLIT_GEOMETRY_OF={32: G(4096, 2, 128, 128, 2), 16: G(4096, 2, 256, 128, 2)}
+        SPLIT, SPLIT_GEOMETRY_OF={32: G(4096, 2, 128, 128, 2), 16: G(4096, 2, 256, 128, 2)}
     ),
-    "split, 4 warps, 4x128 / 4x256, chunk 16384": dict(
-        SPLIT_GEOMETRY_OF={32: G(16384, 4, 128, 256, 4), 16: G(16384, 4, 256, 256, 4)}
-    ),
-    "split, 8 warps, 32x64 / 32x64, chunk 16384": dict(
-        SPLIT_GEOMETRY_OF={32: G(16384, 32, 64, 32, 8), 16: G(16384, 32, 64, 32, 8)}
-    ),
-    "split, prefetch 1": dict(SEGMENT_PREFETCH=1),
-    "split, 2048 samples": dict(SEGMENT_SAMPLE_CHUNKS=8),
-    "split, thresholds in 8 warps": dict(SPLIT_THRESHOLD_WARPS=8),
 }
 # Variants also timed on the plateau shapes (rows with ties at the k-th score).
-PLATEAU_VARIANTS = ("segmented, fused (before)",)
+PLATEAU_VARIANTS = ("split, 4 warps, 4x128 / 4x256, chunk 8192",)
 # The selects stopped after a stage (their output is not the selection): the time of the
 # sampled threshold, and of the threshold and the collecting pass.
 STAGES = {
-    "split stage: thresholds only": dict(SPLIT_STAGES=1),
-    "split stage: thresholds + collecting launch": dict(SPLIT_STAGES=2),
-    "fused stage: threshold only": dict(FUSED, SEGMENT_STAGES=1),
-    "fused stage: threshold + collecting pass": dict(FUSED, SEGMENT_STAGES=2),
+    "fused stage: threshold only": dict(SEGMENT_STAGES=1),
+    "fused stage: threshold + collecting pass": dict(SEGMENT_STAGES=2),
+    "split stage: thresholds only": dict(SPLIT, SPLIT_STAGES=1),
+    "split stage: thresholds + collecting launch": dict(SPLIT, SPLIT_STAGES=2),
+    "split stage, 1-thread runs: thresholds + collecting launch": dict(
+        VARIANTS["split, 1-thread runs (128x4 fp32 / 128x8 bf16), chunk 32768"], SPLIT_STAGES=2
+    ),
 }
 # rows, keys, k, dtype, scores: "relu" (half exact 0.0, a unique k-th score: the usual case)
 # or "plateau" (small integers: ties at the k-th score in every row, the torch backend's worst case)
@@ -167,11 +160,8 @@ def bench_shape(
     dtype_name = str(dtype).removeprefix("torch.")
     label = f"{rows}x{cols} {kind} k={k}"
     results, reference = [], None
-    # The fused segmented select's answer (the CUDA path checked by the GPU suite before
-    # the split select): every tie-1 method must select the same keys.
-    expected = with_settings(FUSED, lambda: select_topk(scores, k, backend="torch", tie_break=1))()[
-        1
-    ]
+    # Every tie-1 method must select the backend's keys.
+    expected = select_topk(scores, k, backend="torch", tie_break=1)[1]
     for name, fn in methods.items():
         try:
             if "tie 1" in name and "flashinfer" not in name:

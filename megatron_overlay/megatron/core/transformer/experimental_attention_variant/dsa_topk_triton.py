@@ -1406,7 +1406,7 @@ class SplitGeometry:
     warps: int  # warps of a collecting program
 
 
-SPLIT = True
+SPLIT = False
 SPLIT_GEOMETRY_OF = {
     32: SplitGeometry(chunk=8192, segments=4, vector=128, slots=128, warps=4),
     16: SplitGeometry(chunk=8192, segments=4, vector=256, slots=128, warps=4),
@@ -1467,7 +1467,7 @@ def _select_split(
     )  # fmt: skip
     if SPLIT_STAGES == 1:
         return values, out
-    split_collect[(count, chunks)](
+    split_collect[(count * chunks,)](
         *row_args, thresholds, runs, run_stride, counts, neg_inf_key, CHUNKS=chunks,
         SEGMENTS=split.segments, SLOTS=split.slots, VECTOR=split.vector,
         ALIGNED=contiguous and n % split.vector == 0, RAW_HITS=SEGMENT_RAW_HITS,
@@ -1516,10 +1516,12 @@ def split_collect(
     KEY_BITS: tl.constexpr, ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr,
     RAW_HITS: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
-    """Chunk program_id(1) of row program_id(0): its candidates into its runs' buffers, each
-    run's count (all of them, also past SLOTS) into the row's counts."""
-    row = tl.program_id(0).to(tl.int64)
-    chunk = tl.program_id(1)
+    """Chunk program % CHUNKS of row program // CHUNKS (a row's chunks are launched
+    together, so programs side by side read neighbouring columns): its candidates into its
+    runs' buffers, each run's count (all of them, also past SLOTS) into the row's counts."""
+    program = tl.program_id(0)
+    row = (program // CHUNKS).to(tl.int64)
+    chunk = program % CHUNKS
     first, length, _ = row_segment(
         rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, row, HAS_BOUNDS
     )
