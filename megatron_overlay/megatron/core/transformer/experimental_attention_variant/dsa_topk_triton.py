@@ -1395,6 +1395,13 @@ def segmented_select(
 #    whose run overflowed its buffer goes on as the segmented select's row would after its
 #    first pass (finish_row: the retry, the second pass, the full radix select), with the
 #    row's buffer as its scratch.
+#
+# Measured on the H200 (docs/gpu-validation.md, 4096 x 131072, k = 2048) it loses to the
+# fused select on every geometry tried: fp32 2.44-2.56 ms against 1.86-1.94, bf16
+# 2.14-2.51 against 1.11-1.15. Its collecting launch runs at twice the fused loop's
+# occupancy and is still slower (fp32 1.5-1.9 ms against 1.2-1.3): the loop is bound by
+# its instructions per score (ncu: the SM 60-80% busy, DRAM 26-35%), not by occupancy.
+# SPLIT (off) keeps it for timing (ci/bench_topk.py) and for rows it may suit later.
 
 
 @dataclass(frozen=True)
