@@ -322,7 +322,7 @@ def main() -> None:
         )
         torch.cuda.empty_cache()
         T = dsa_topk_triton
-        for kernel in (T.segmented_select, T.split_thresholds, T.split_collect, T.split_select):
+        for kernel in (T.segmented_select, T.row_thresholds, T.split_collect, T.split_select):
             for line in kernel_resources(kernel):
                 print(line, flush=True)
         if args.json:  # after every shape, so a stopped run keeps what it measured

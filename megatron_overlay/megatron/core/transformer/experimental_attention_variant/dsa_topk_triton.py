@@ -1384,7 +1384,7 @@ def segmented_select(
 # multiprocessor and is bound by latency, not memory. The split select runs the same three
 # phases as three launches, each at its own size:
 #
-# 1. split_thresholds: a program per row samples the threshold (threshold_for).
+# 1. row_thresholds (the striped select's): a program per row samples the threshold.
 # 2. split_collect: a program per chunk of a row (CHUNKS equal, VECTOR-aligned column ranges
 #    of its segment) runs collect_runs over its chunk alone, into the chunk's runs of the
 #    row's buffer, and stores each run's count. It holds a few scores a thread: many
@@ -1467,7 +1467,7 @@ def _select_split(
     neg_inf_key = _negative_infinity_key(rows.dtype)
     row_args = (rows, rows.stride(0), rows.stride(1), n, starts, ends)
     common = dict(HAS_BOUNDS=bounded, KEY_BITS=key_bits, CONTIGUOUS=contiguous)
-    split_thresholds[(count,)](
+    row_thresholds[(count,)](
         *row_args, thresholds, target, neg_inf_key, CAPACITY=capacity,
         SAMPLE_CHUNKS=SEGMENT_SAMPLE_CHUNKS, SAMPLE_CHUNK=SAMPLE_CHUNK,
         num_warps=SPLIT_THRESHOLD_WARPS, **common,
@@ -1495,24 +1495,6 @@ def _select_split(
         PREFETCH=SEGMENT_PREFETCH, RETRY=SEGMENT_RETRY, num_warps=SPLIT_SELECT_WARPS, **common,
     )  # fmt: skip
     return values, out
-
-
-@triton.jit(do_not_specialize=["row_stride", "col_stride", "n", "target", "neg_inf_key"])
-def split_thresholds(
-    rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, thresholds_ptr, target,
-    neg_inf_key, HAS_BOUNDS: tl.constexpr, CAPACITY: tl.constexpr,
-    SAMPLE_CHUNKS: tl.constexpr, SAMPLE_CHUNK: tl.constexpr, KEY_BITS: tl.constexpr,
-    CONTIGUOUS: tl.constexpr,
-):  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
-    _, length, seg_ptr = row_segment(
-        rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, row, HAS_BOUNDS
-    )
-    threshold = threshold_for(
-        seg_ptr, col_stride, length, target, neg_inf_key, CAPACITY, SAMPLE_CHUNKS,
-        SAMPLE_CHUNK, KEY_BITS, CONTIGUOUS,
-    )  # fmt: skip
-    tl.store(thresholds_ptr + row, threshold)
 
 
 @triton.jit(do_not_specialize=["row_stride", "col_stride", "n", "run_stride", "neg_inf_key"])
