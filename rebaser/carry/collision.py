@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from rebaser.repo.git import Git, commit_tree
+from rebaser.repo.merge_tree import TreeMerges
 from rebaser.series.patches import Patch
 
 _MERGE = ("-c", "merge.renames=true", "-c", "merge.directoryRenames=true")
@@ -42,7 +43,8 @@ class Found:
 
 class Bisector:
     """Probes of one series' patches against upstream commits, in a scratch repository that
-    reads the real repository's objects."""
+    reads the real repository's objects. Close it (or use it as a context manager): its
+    merges run in one git process."""
 
     def __init__(
         self,
@@ -56,7 +58,14 @@ class Bisector:
         self.commit_of = commit_of
         self._pairs: dict[str, tuple[str, str]] = {}  # patch commit -> (its base, its change)
         self._lock = threading.Lock()  # probes run in threads (carry/triage.py)
+        self._merges = TreeMerges(scratch, _MERGE)
         self.merges = 0
+
+    def __enter__(self) -> "Bisector":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._merges.close()
 
     def conflicts(
         self, patch: Patch, before: Sequence[Patch], at: Optional[str] = None
@@ -237,20 +246,10 @@ class Bisector:
                 self._pairs[commit] = pair
         base, change = pair
         ours = commit_tree(self.git, tree, [base], "upstream\n")
-        merged = self.git.run(
-            *_MERGE, "merge-tree", "--write-tree", "--name-only", "-z", ours, change, check=False
-        )
+        merged = self._merges.merge(ours, change)
         with self._lock:
             self.merges += 1
-        if merged.status not in (0, 1):
-            return None
-        fields = merged.stdout.split("\0")
-        conflicted = []
-        for name in fields[1:]:
-            if not name:
-                break
-            conflicted.append(name)
-        return fields[0], sorted(set(conflicted))
+        return None if merged is None else (merged.tree, merged.conflicted)
 
 
 def touching(patches: Sequence[Patch], files: set[str]) -> list[Patch]:

@@ -261,20 +261,13 @@ class Git:
     def _completed(
         self, args: tuple[str, ...], env: Optional[Mapping[str, str]], stdin: Optional[bytes]
     ) -> subprocess.CompletedProcess[bytes]:
-        # Repository-locating variables (set e.g. by `git bisect run` for its command) would
-        # redirect every command to that repository; each Git names its own directory.
-        full_env = {
-            key: value
-            for key, value in os.environ.items()
-            if key not in _LOCATION_VARIABLES and key not in _BEHAVIOUR_VARIABLES
-        }
-        full_env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **self.env})
-        if env:
-            full_env.update(env)
-        command = ["git", *_NEUTRAL_CONFIG, *args]
         try:
             return subprocess.run(
-                command, cwd=self.path, env=full_env, input=stdin, capture_output=True
+                self.command(*args),
+                cwd=self.path,
+                env=self.environment(env),
+                input=stdin,
+                capture_output=True,
             )
         except FileNotFoundError as exc:
             if not self.path.is_dir():  # the folder to run in, not git, is what is missing
@@ -287,6 +280,25 @@ class Git:
                 next_step="install git (2.30 or newer)",
                 code=ExitCode.ENVIRONMENT,
             ) from exc
+
+    @staticmethod
+    def command(*args: str) -> list[str]:
+        """The command line of a git command as rebaser runs it (the neutral config)."""
+        return ["git", *_NEUTRAL_CONFIG, *args]
+
+    def environment(self, env: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+        """The environment a git command runs in: this Git's and `env` over the process's."""
+        # Repository-locating variables (set e.g. by `git bisect run` for its command) would
+        # redirect every command to that repository; each Git names its own directory.
+        full_env = {
+            key: value
+            for key, value in os.environ.items()
+            if key not in _LOCATION_VARIABLES and key not in _BEHAVIOUR_VARIABLES
+        }
+        full_env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **self.env})
+        if env:
+            full_env.update(env)
+        return full_env
 
     def out(self, *args: str, env: Optional[Mapping[str, str]] = None) -> str:
         return self.run(*args, env=env).stdout.strip()

@@ -55,8 +55,10 @@ def annotate(
     else:
         started = time.monotonic()
         upstream = triage.Upstream(repo, replay.base_sha, target)
-        with scratch.repository(git_dir, target) as lane:
-            bisector = Bisector(lane, replay.base_sha, target, replay.commit_of)
+        with (
+            scratch.repository(git_dir, target) as lane,
+            Bisector(lane, replay.base_sha, target, replay.commit_of) as bisector,
+        ):
             bisect = None if retried is None else {retried}
             triaged = triage.Triage(upstream, bisector, partial(memo, repo))
             verdicts = triaged.judge(judged, bisect, later=series.patches)

@@ -1,0 +1,125 @@
+"""Many merges in one `git merge-tree --stdin` (rebaser/repo/merge_tree.py): each answer is
+the one a `git merge-tree --write-tree` of its own gives, whatever its messages, and a
+process that fails hands over to one process a merge."""
+
+from __future__ import annotations
+
+import os
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from synthetic import commit_verbatim, git
+
+from rebaser.repo.git import Git
+from rebaser.repo.merge_tree import Merged, TreeMerges
+
+AUTHOR = "T <t@t>"
+
+
+def _commit(repo: Path, files: dict[str, str | None], message: str) -> str:
+    for name, text in files.items():
+        path = repo / name
+        if text is None:
+            git(repo, "rm", "-q", name)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        git(repo, "add", name)
+    return commit_verbatim(repo, message + "\n", author=AUTHOR)
+
+
+def _history(repo: Path) -> list[str]:
+    """Branch tips whose merges are clean, conflicted in one or several files, with
+    messages (auto-merges, a rename against a modification, modify/delete), and with file
+    names git would quote (a space, a tab, non-ASCII)."""
+    git(repo, "init", "-q", "-b", "main")
+    lines = "".join(f"line {n}\n" for n in range(40))
+    base = _commit(
+        repo,
+        {
+            "a.py": lines,
+            "b.py": lines,
+            "dir/c.py": lines,
+            "gone.py": lines,
+            "odd name\t é.py": lines,
+        },
+        "base",
+    )
+    tips = []
+    for branch, files in [
+        ("edits-a-top", {"a.py": "top\n" + lines}),
+        ("edits-a-top-too", {"a.py": "other top\n" + lines}),
+        ("edits-a-bottom", {"a.py": lines + "bottom\n"}),
+        ("renames-b", {"b.py": None, "renamed/b.py": lines}),
+        ("edits-b", {"b.py": lines.replace("line 7\n", "seven\n")}),
+        ("deletes-gone", {"gone.py": None, "odd name\t é.py": "w\n" + lines}),
+        ("edits-gone-and-odd", {"gone.py": "x\n" + lines, "odd name\t é.py": "y\n" + lines}),
+        ("edits-odd", {"odd name\t é.py": "z\n" + lines, "dir/c.py": "c\n" + lines}),
+    ]:
+        git(repo, "checkout", "-q", "-b", branch, base)
+        tips.append(_commit(repo, files, branch))
+    return tips
+
+
+def _alone(repo: Git, ours: str, theirs: str) -> Merged | None:
+    merges = TreeMerges(repo)
+    merges._one_process = False  # the path of a git without --stdin
+    return merges.merge(ours, theirs)
+
+
+def test_answers_match_a_process_per_merge(tmp_path):
+    tips = _history(tmp_path)
+    repo = Git(tmp_path)
+    pairs = [(ours, theirs) for ours in tips for theirs in tips if ours != theirs]
+    with TreeMerges(repo) as merges:
+        answers = [merges.merge(ours, theirs) for ours, theirs in pairs]
+        assert merges._one_process, "the long-running process answered every merge"
+    expected = [_alone(repo, ours, theirs) for ours, theirs in pairs]
+    assert answers == expected
+    conflicted = {tuple(answer.conflicted) for answer in answers if answer}
+    assert ("a.py",) in conflicted and ("gone.py", "odd name\t é.py") in conflicted
+    assert () in conflicted  # clean merges too
+    # each tree is the one git writes for the merge
+    ours, theirs = tips[0], tips[2]
+    assert answers[pairs.index((ours, theirs))].tree == git(
+        tmp_path, "merge-tree", "--write-tree", ours, theirs
+    )
+
+
+def test_a_process_that_dies_hands_over_to_one_process_a_merge(tmp_path):
+    tips = _history(tmp_path)
+    repo = Git(tmp_path)
+    with TreeMerges(repo) as merges:
+        first = merges.merge(tips[0], tips[1])
+        assert merges._process is not None
+        os.kill(merges._process.pid, signal.SIGKILL)
+        merges._process.wait()
+        second = merges.merge(tips[0], tips[2])
+        assert not merges._one_process and merges._process is None
+        third = merges.merge(tips[3], tips[4])
+    assert first == _alone(repo, tips[0], tips[1]) and first.conflicted == ["a.py"]
+    assert second == _alone(repo, tips[0], tips[2]) and second.conflicted == []
+    assert third == _alone(repo, tips[3], tips[4])
+
+
+def test_unrelated_histories_are_no_merge(tmp_path):
+    tips = _history(tmp_path)
+    git(tmp_path, "checkout", "-q", "--orphan", "unrelated")
+    git(tmp_path, "rm", "-rq", "--cached", ".")
+    lone = _commit(tmp_path, {"lone.py": "x\n"}, "unrelated root")
+    repo = Git(tmp_path)
+    with TreeMerges(repo) as merges:
+        assert merges.merge(tips[0], lone) is None
+        assert merges.merge(tips[0], tips[2]) == _alone(repo, tips[0], tips[2])
+    assert _alone(repo, tips[0], lone) is None
+
+
+def test_threads_share_one_process(tmp_path):
+    tips = _history(tmp_path)
+    repo = Git(tmp_path)
+    pairs = [(ours, theirs) for ours in tips for theirs in tips if ours != theirs] * 3
+    with TreeMerges(repo) as merges, ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda pair: merges.merge(*pair), pairs))
+        assert merges._one_process
+    assert answers == [_alone(repo, ours, theirs) for ours, theirs in pairs]
