@@ -130,7 +130,7 @@ class _Fields:
                 raise EOFError("git merge-tree --stdin ended")
             self._buffer += chunk
         field, self._buffer = self._buffer.split(b"\0", 1)
-        return field.decode("utf-8", errors="surrogateescape")
+        return field.decode("utf-8", errors="replace")  # as Git.run reads output
 
     def end(self) -> None:
         if self.next():
