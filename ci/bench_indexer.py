@@ -14,8 +14,9 @@ a CP4 rank (zigzag: the first and last eighth of 128K positions as 32K queries, 
 128K keys). The training step is selection plus the sparse indexer loss, forward and
 backward, with absorbed-MLA attention inputs (16 heads x 576, one key head).
 
-Each record: milliseconds of one run (after a warm-up at 2k tokens that compiles every
-kernel), the peak memory allocated over the inputs, and whether the keys are identical:
+Each record: milliseconds, the median of --reps runs (after a warm-up at 2k tokens that
+compiles every kernel), the peak memory allocated over the inputs during one run, and whether
+the keys are identical:
 for "torch" and "flashinfer", the two backends select the same keys and those equal a
 brute-force reference (float64 scores, the tie policy by column) on sampled rows; a
 training step's keys equal its selection's. Backend "none" follows no tie policy (null).
@@ -303,7 +304,12 @@ def measure(dsa, dsa_blockwise, args, shape, backend, scorer, phase, device):
         run = build(dsa, dsa_blockwise, args, backend, scorer, x)
         memory.start()
         found = []
-        times = [clock.ms(lambda: found.append(run())) for _ in range(args.reps)]
+
+        def once():
+            found.clear()  # the peak counts one run's output, not --reps of them
+            found.append(run())
+
+        times = [clock.ms(once) for _ in range(args.reps)]
         result = Result(
             shape.label, backend, scorer, phase, sorted(times)[len(times) // 2], memory.extra_mib()
         )
