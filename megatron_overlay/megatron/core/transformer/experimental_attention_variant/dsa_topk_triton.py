@@ -41,6 +41,8 @@ CANDIDATE_BLOCK = 1024
 NUM_WARPS = 8
 # The in-program sort holds next_power_of_2(k) columns in registers: up to this k.
 MAX_ORDERED_WIDTH = 8192
+# Sorts after every real column (rows are shorter than 2**30): marks a padding slot.
+PADDING_COLUMN: tl.constexpr = tl.constexpr(2**31 - 1)
 
 
 def handles(rows: torch.Tensor) -> bool:
@@ -283,13 +285,88 @@ def write_ordered(
     (-1, value -inf) and go last. Columns are written plus column_offset."""
     slots = tl.arange(0, SORT_BLOCK)
     tl.debug_barrier()  # the walks' stores are visible to every thread of the program
-    columns = tl.load(out_row + slots, mask=slots < real, other=2**31 - 1)
+    columns = tl.load(out_row + slots, mask=slots < real, other=PADDING_COLUMN)
     columns = tl.sort(columns)
     tl.debug_barrier()  # every thread has read its slots before any is overwritten
-    kept = slots < real
+    store_ordered(row_ptr, col_stride, out_row, values_row, columns, width, column_offset, SORT_BLOCK)
+
+
+@triton.jit
+def store_ordered(
+    row_ptr, col_stride, out_row, values_row, columns, width, column_offset,
+    SORT_BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Write the row's ascending columns with their scores; the PADDING_COLUMN slots (last)
+    as -1 / -inf. Columns are written plus column_offset."""
+    slots = tl.arange(0, SORT_BLOCK)
+    kept = columns != PADDING_COLUMN
     x = tl.load(row_ptr + columns.to(tl.int64) * col_stride, mask=kept, other=float("-inf"))
     tl.store(out_row + slots, tl.where(kept, columns + column_offset, -1), mask=slots < width)
     tl.store(values_row + slots, x, mask=slots < width)
+
+
+def finalizes(rows: torch.Tensor, width: int) -> bool:
+    """Whether finalize_rows takes these rows and this many selected columns a row."""
+    return handles(rows) and 0 < width <= MAX_ORDERED_WIDTH
+
+
+def finalize_rows(rows: torch.Tensor, indices: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``dsa_topk._finalize`` in one program per row, for columns another kernel selected:
+    (values, int32 columns) ascending, slots whose score is -inf or NaN (or whose column is
+    outside the row) last as -1 / -inf."""
+    count, width = indices.shape
+    values = torch.empty(count, width, dtype=rows.dtype, device=rows.device)
+    out = torch.empty(count, width, dtype=torch.int32, device=rows.device)
+    if count == 0:
+        return values, out
+    finalize_row[(count,)](
+        rows,
+        rows.stride(0),
+        rows.stride(1),
+        rows.size(1),
+        indices,
+        indices.stride(0),
+        indices.stride(1),
+        out,
+        values,
+        width,
+        _negative_infinity_key(rows.dtype),
+        KEY_BITS=KEY_BITS_OF[rows.dtype],
+        SORT_BLOCK=triton.next_power_of_2(width),
+        num_warps=NUM_WARPS,
+    )
+    return values, out
+
+
+@triton.jit
+def larger(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def finalize_row(
+    rows_ptr, row_stride, col_stride, n, indices_ptr, index_row_stride, index_col_stride,
+    out_ptr, values_ptr, width, neg_inf_key, KEY_BITS: tl.constexpr, SORT_BLOCK: tl.constexpr,
+):  # fmt: skip
+    """One row of finalize_rows: its selected scores read once, their columns sorted with the
+    -inf / NaN slots as padding."""
+    row = tl.program_id(0).to(tl.int64)
+    row_ptr = rows_ptr + row * row_stride
+    slots = tl.arange(0, SORT_BLOCK)
+    columns = tl.load(
+        indices_ptr + row * index_row_stride + slots * index_col_stride, mask=slots < width, other=-1
+    ).to(tl.int32)
+    inside = (columns >= 0) & (columns < n)
+    x = tl.load(row_ptr + columns.to(tl.int64) * col_stride, mask=inside, other=float("-inf"))
+    key = raw_key(x, KEY_BITS)
+    real = inside & (key > neg_inf_key) & ~is_nan_key(key, neg_inf_key)
+    columns = tl.where(real, columns, PADDING_COLUMN)
+    # Selections often come ascending already (FlashInfer's deterministic mode): a running
+    # maximum, much cheaper than the sort, tells.
+    if tl.min((tl.associative_scan(columns, 0, larger) == columns).to(tl.int32), 0) == 0:
+        columns = tl.sort(columns)
+    out_row = out_ptr + row * width
+    store_ordered(row_ptr, col_stride, out_row, values_ptr + row * width, columns, width, 0, SORT_BLOCK)
 
 
 @triton.jit

@@ -91,6 +91,29 @@ def test_cuda_kernel_orders_its_rows_as_finalize_does(tie_break, dtype, monkeypa
     assert torch.equal(ordered[1].cpu(), on_cpu[1]) and torch.equal(ordered[0].cpu(), on_cpu[0])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_cuda_finalize_equals_the_torch_one(dtype, layout, index_dtype):
+    """The Triton finalize (one program a row) against _finalize's torch operations, on
+    distinct columns per row hitting NaN, -inf, ±0.0 and +inf scores, k up to 2048, given
+    in any order or ascending (the program's shortcut past its sort)."""
+    scores = tie_heavy(512, 8192, torch.float32, seed=17)
+    scores[::5, ::13] = float("nan")
+    scores[1::5] = scores[1::5].neg()  # -0.0 plateaus, +inf
+    scores[2::5, ::17] = float("inf")
+    scores = scores.to(dtype)
+    view = scores.t().contiguous().t() if layout == "transposed" else scores
+    generator = torch.Generator(device="cuda").manual_seed(18)
+    for width in (1, 37, 2048):
+        order = torch.rand(scores.shape, generator=generator, device="cuda").argsort(dim=-1)
+        for indices in (order[:, :width], order[:, :width].sort(dim=-1).values):
+            indices = indices.to(index_dtype)
+            finalized = dsa_topk._triton_rows().finalize_rows(view, indices)
+            expected = dsa_topk._finalize_with_torch(scores, indices)
+            assert torch.equal(finalized[1], expected[1]) and torch.equal(finalized[0], expected[0])
+
+
 @pytest.fixture(scope="module")
 def flashinfer():
     module = pytest.importorskip("flashinfer", reason="flashinfer-python is not installed")

@@ -139,7 +139,9 @@ def test_flashinfer_wrapper_ranks_nan_as_negative_infinity(fake_flashinfer, monk
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     rows = torch.tensor([[1.0, float("nan"), 3.0, float("inf"), 2.0], [float("nan")] * 5])
-    values, indices = dsa_topk._finalize(rows, dsa_topk._flashinfer_select(rows, 3, True, 1))
+    # _finalize's torch operations: these rows only pretend to be on CUDA.
+    chosen = dsa_topk._flashinfer_select(rows, 3, True, 1)
+    values, indices = dsa_topk._finalize_with_torch(rows, chosen)
     assert indices.tolist() == [[2, 3, 4], [-1, -1, -1]]
     assert torch.isneginf(values[1]).all()
 
@@ -206,6 +208,16 @@ for dtype in (torch.float32, torch.bfloat16):
     for layout, view, policy in layouts:
         chosen = dsa_topk_triton.select_rows(view, width, policy == "large")
         found[f"{dtype} {layout} {policy} unordered"] = dsa_topk._finalize(rows, chosen)[1].tolist()
+        # The CUDA finalize (FlashInfer's columns take it) against the torch one; a column
+        # outside the row (-1) counts as padding.
+        for given in (chosen.long(), chosen.sort(dim=-1).values):  # ascending: no sort
+            finalized = dsa_topk_triton.finalize_rows(view, given)
+            assert all(map(torch.equal, finalized, dsa_topk._finalize_with_torch(rows, given)))
+        outside = torch.cat([torch.full_like(chosen[:, :1], -1), chosen[:, 1:]], dim=-1)
+        values, indices = dsa_topk._finalize_with_torch(rows, chosen[:, 1:])
+        padded = (torch.cat([values, torch.full_like(values[:, :1], float("-inf"))], dim=-1),
+                  torch.cat([indices, torch.full_like(indices[:, :1], -1)], dim=-1))
+        assert all(map(torch.equal, dsa_topk_triton.finalize_rows(view, outside), padded))
         values, indices = dsa_topk_triton.select_rows_ordered(view, width, policy == "large")
         gathered = rows.gather(-1, indices.long().clamp_min(0))
         assert torch.equal(values, gathered.masked_fill(indices < 0, float("-inf")))
@@ -452,7 +464,7 @@ def test_flashinfer_keywords_are_passed(fake_flashinfer, monkeypatch):
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     indices = dsa_topk._flashinfer_select(rows, 4, deterministic=True, tie_break=2)
     assert calls == [dict(k=4, sorted=False, deterministic=True, tie_break=2, dsa_graph_safe=True)]
-    values, final = dsa_topk._finalize(rows, indices)
+    values, final = dsa_topk._finalize_with_torch(rows, indices)
     assert final.tolist() == [[0, 2, 3, -1]]
     with pytest.raises(ValueError, match="k <= 2048"):
         dsa_topk._flashinfer_select(torch.zeros(1, 4096), 2049, deterministic=True, tie_break=1)
