@@ -180,20 +180,20 @@ class Scorer:
 def _score_rows_tilelang(fused: Callable, q, weights, k, starts, ends, clean: bool, use_relu):
     """[b, rows, sk] float32 from TileLang's fused indexer logits (no selection). Outside a
     row's bounds the logits are -inf with ``clean``, unspecified without."""
-    return torch.stack(
-        [
-            fused(
-                q[:, bi].contiguous(),
-                k[:, bi].contiguous(),
-                weights[:, bi],
-                starts,
-                ends,
-                clean_logits=clean,
-                use_relu=use_relu,
-            )
-            for bi in range(q.size(1))
-        ]
-    )
+    logits = [
+        fused(
+            q[:, bi].contiguous(),
+            k[:, bi].contiguous(),
+            weights[:, bi],
+            starts,
+            ends,
+            clean_logits=clean,
+            use_relu=use_relu,
+        )
+        for bi in range(q.size(1))
+    ]
+    # One sequence (the usual case at long contexts): a view, not a copy of the whole block.
+    return logits[0].unsqueeze(0) if len(logits) == 1 else torch.stack(logits)
 
 
 def _pick_scorer(plan: BlockwisePlan, q, k, use_relu: bool) -> Scorer:
