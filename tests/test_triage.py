@@ -397,3 +397,74 @@ def test_the_table_and_the_markdown_start_with_what_needs_a_decision(
     )
     assert "- `0003-change-3.patch` (dropped): **keep**, a real conflict with " in text
     assert "- `0002-change-2.patch` (in upstream): **drop**, in upstream: " in text
+
+
+def test_a_later_stop_asks_upstream_nothing_again_about_an_earlier_stop(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    """Each `skip` or `continue` triages every stopped patch again. What a patch's proposal
+    reads of upstream that depends on nothing but the patch and the target (its added lines
+    in the target's files, the commit adding its names, whether the history is related) is
+    asked at the first stop that judges it, then kept in the memo: on a real fork the later
+    stops read a file set per earlier stop again (a tenth of a second each)."""
+    guard = "    if b == 0:\n        raise ZeroDivisionError(b)\n    assert isinstance(b, float)\n"
+    checked = edit(CALC, "    return a / b\n", guard + "    return a / b\n")
+    backend = "\n\ndef topk_backend():\n    return '{}'\n"
+    shas = history(
+        upstream,
+        5,
+        {
+            2: {"pkg/topk.py": TOPK + backend.format("torch")},
+            3: {"pkg/calc.py": edit(checked, "    return a / b\n", "    return a / float(b)\n")},
+        },
+    )
+    fork_topk = TOPK.replace("scores.topk(k)", "scores.topk(k, sorted=False)")
+    base = git(upstream.path, "rev-parse", "v1")
+    series = build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1",
+        [
+            Change("fork: explicit top-k", {"pkg/topk.py": fork_topk + backend.format("fi")}),
+            Change("fork: check div", {"pkg/calc.py": checked}),
+        ],
+        extra_directives=f"@base git:{base}\n",
+    )
+    first = apply(rebaser, series, upstream, "tip", "--json", tmp_path / "a.json")
+    assert first.code == ExitCode.NOT_APPLIED and "stopped at 0001" in first.out, first.out
+    asked: dict[str, list] = {"texts": [], "adding": [], "related": []}
+    texts, adding, run = (
+        triage_module.Upstream.texts,
+        triage_module.Upstream.adding,
+        triage_module.Git.run,
+    )
+    monkeypatch.setattr(
+        triage_module.Upstream,
+        "texts",
+        lambda self, paths: asked["texts"].append(list(paths)) or texts(self, paths),
+    )
+    monkeypatch.setattr(
+        triage_module.Upstream,
+        "adding",
+        lambda self, name, paths: asked["adding"].append(name) or adding(self, name, paths),
+    )
+
+    def spied(self, *args, **kwargs):
+        if args[:2] == ("merge-base", "--is-ancestor"):
+            asked["related"].append(args)
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(triage_module.Git, "run", spied)
+    skipped = rebaser("skip", "--repo", upstream.path, "--json", tmp_path / "s.json")
+    assert skipped.code == ExitCode.NOT_APPLIED and "stopped at 0002" in skipped.out
+    assert asked == {"texts": [["pkg/calc.py"]], "adding": [], "related": []}
+    before = {row["name"][:4]: row for row in json.loads((tmp_path / "a.json").read_text())["steps"]}
+    after = {row["name"][:4]: row for row in json.loads((tmp_path / "s.json").read_text())["steps"]}
+    assert after["0001"]["status"] == "skipped" and after["0002"]["status"] == "failed"
+    for name, row in (("0001", before["0001"]), ("0002", after["0002"])):
+        assert after[name]["proposal"] == row["proposal"] == "drop", after[name]
+    assert after["0001"]["reason"] == before["0001"]["reason"] == (
+        f"superseded: {shas[1][:12]} (upstream 2) adds the same names: "
+        "function select_topk, function topk_backend (2 of 2)"
+    )
+    assert after["0002"]["reason"] == "superseded: upstream already has 3 of the 3 lines it adds"

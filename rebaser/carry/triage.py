@@ -21,6 +21,7 @@ what that commit did, so the maintainer knows where to resolve it.
 from __future__ import annotations
 
 import collections
+import hashlib
 import math
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -100,15 +101,42 @@ def number(patch: Patch) -> str:
     return head if head.isdigit() else patch.name
 
 
+MemoFor = Callable[..., Memo]  # memo_for(kind, *key): an entry of the repository's memo
+
+
+def remembered(
+    memo_for: Optional[MemoFor], kind: str, key: Sequence[str], compute: Callable[[], Any]
+) -> Any:
+    """compute()'s answer (JSON), from the memo when an earlier command found it: `key`
+    names everything it depends on (commit ids, file names, a patch's bytes' hash)."""
+    if memo_for is None:
+        return compute()
+    entry = memo_for(kind, *key)
+    known = entry.load()
+    if known is not None and set(known) == {"value"}:
+        return known["value"]
+    value = compute()
+    entry.save({"value": value})
+    return value
+
+
 class Upstream:
     """What upstream did between the series' recorded base and the target, read from git
-    once per triage: names defined on either side, subjects, the target's files."""
+    once per triage: names defined on either side, subjects, the target's files.
+    `base` and `target` are commit ids (`memo_for` keys answers by them)."""
 
-    def __init__(self, repo: Git, base: str, target: str) -> None:
+    def __init__(
+        self, repo: Git, base: str, target: str, memo_for: Optional[MemoFor] = None
+    ) -> None:
         self.repo, self.base, self.target = repo, base, target
         # Upstream's history between them (PyPI releases are unrelated root commits: then
         # there is no commit to bisect to, nor commits that re-made a feature).
-        self.related = repo.run("merge-base", "--is-ancestor", base, target, check=False).ok
+        self.related: bool = remembered(
+            memo_for,
+            "related",
+            [base, target],
+            lambda: repo.run("merge-base", "--is-ancestor", base, target, check=False).ok,
+        )
 
     def defined(self, rev: str, names: Sequence[str]) -> dict[str, list[str]]:
         """For each name, the files of `rev` where it appears as a word. One regular
@@ -242,7 +270,7 @@ class Triage:
         self,
         upstream: Upstream,
         bisector: Optional[Bisector],
-        memo_for: Optional[Callable[..., Memo]] = None,
+        memo_for: Optional[MemoFor] = None,
     ) -> None:
         """`memo_for(kind, *key)`: where a result named by everything it depends on is kept
         between commands (each `skip`, `continue` or `retry` triages the run again)."""
@@ -343,17 +371,7 @@ class Triage:
     # -- the colliding commit --------------------------------------------------------------
 
     def _remembered(self, kind: str, key: Sequence[str], compute: Callable[[], Any]) -> Any:
-        """compute()'s answer (JSON), from the memo when an earlier command found it: `key`
-        names everything it depends on."""
-        if self.memo_for is None:
-            return compute()
-        entry = self.memo_for(kind, *key)
-        known = entry.load()
-        if known is not None and set(known) == {"value"}:
-            return known["value"]
-        value = compute()
-        entry.save({"value": value})
-        return value
+        return remembered(self.memo_for, kind, key, compute)
 
     def _collide_once(self, row: Row, earlier: list[Row]) -> Collided:
         """_collide's answer. It depends only on the commits of the patch and of those merged
@@ -441,7 +459,10 @@ class Triage:
         if not same_file and len(found) < 3:
             return None
         name = (same_file or found)[0]
-        added_by = self.upstream.adding(name, at_target[name])
+        paths = at_target[name]
+        added_by = self._remembered(  # a `git log -S` over upstream's range: at every stop
+            "adding", [*self._range, name, *paths], lambda: self.upstream.adding(name, paths)
+        )
         shown = ", ".join(f"{fresh[n]} {n}" for n in (same_file or found)[:3])
         more = f" and {len(found) - 3} more" if len(found) > 3 else ""
         where = f"{added_by[0][:12]} ({added_by[1]})" if added_by else "upstream"
@@ -450,6 +471,15 @@ class Triage:
         )
 
     def _same_lines(self, row: Row) -> Optional[str]:
+        """Upstream already has most of the lines the patch adds. It depends on the patch's
+        bytes and the target alone, and each stop judges every stopped patch again: kept
+        in the memo (the target's files read, the patch parsed, once)."""
+        digest = hashlib.sha1(row.patch.raw).hexdigest()
+        return self._remembered(
+            "same-lines", [self.upstream.target, digest], lambda: self._lines_there(row)
+        )
+
+    def _lines_there(self, row: Row) -> Optional[str]:
         lines = {
             path: found.added
             for path, found in self._lines_of(row.patch).items()

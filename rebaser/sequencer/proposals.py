@@ -54,13 +54,14 @@ def annotate(
         verdicts = {row.patch.name: _light(row) for row in judged}
     else:
         started = time.monotonic()
-        upstream = triage.Upstream(repo, replay.base_sha, target)
+        memo_for = partial(memo, repo)
+        upstream = triage.Upstream(repo, replay.base_sha, target, memo_for)
         with (
             scratch.repository(git_dir, target) as lane,
             Bisector(lane, replay.base_sha, target, replay.commit_of) as bisector,
         ):
             bisect = None if retried is None else {retried}
-            triaged = triage.Triage(upstream, bisector, partial(memo, repo))
+            triaged = triage.Triage(upstream, bisector, memo_for)
             verdicts = triaged.judge(judged, bisect, later=series.patches)
         progress(
             f"triage: {len(stops)} stopped patches, {bisector.merges} merges, "
