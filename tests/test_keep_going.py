@@ -233,3 +233,23 @@ def test_a_later_stop_greps_nothing_the_first_stop_could_ask(
         ("0001", "skipped"),
         ("0002", "failed"),
     ]
+
+
+def test_a_knock_on_check_reads_each_file_once(tmp_path, upstream):
+    """Two missing patches touching the file a failing patch edits: the file is read from
+    the branch once (each read is a git process; on a real fork a stop read the same
+    file three times, in the lane and again in the per-patch path)."""
+    from rebaser.carry.knockon import needed_patch
+    from rebaser.series.patches import load_series
+
+    series = load_series(series_with_a_knock_on(tmp_path, upstream))
+    first, doubled, commented, _ = series.patches
+    reads: list[str] = []
+
+    def read(path: str):
+        reads.append(path)
+        return CALC
+
+    # 0001 is looked at first (the latest missing one), needed not; then 0002, which is.
+    assert needed_patch(commented, [doubled, first], read) is doubled
+    assert reads == ["pkg/calc.py"]

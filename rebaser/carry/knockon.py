@@ -19,11 +19,15 @@ def needed_patch(
     the branch lacks (`read` gives a file's text there, None when it does not exist); None
     when the patch fails for reasons of its own."""
     needs = {path: lines for path, lines in file_lines(patch).items() if not lines.created}
+    # Missing patches often touch the same file; each read is a git process.
+    texts: dict[str, Optional[str]] = {}
     for earlier in reversed(missing):
         for path, lines in file_lines(earlier).items():
             if path not in needs:
                 continue
-            text = read(path)
+            if path not in texts:
+                texts[path] = read(path)
+            text = texts[path]
             if lines.created and text is None:
                 return earlier
             if (needs[path].expected & lines.added) - present_lines(text):
