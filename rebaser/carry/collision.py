@@ -24,7 +24,8 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from rebaser.repo.git import Git, commit_tree
+from rebaser.repo.commits import Commits
+from rebaser.repo.git import Git
 from rebaser.repo.merge_tree import TreeMerges
 from rebaser.series.patches import Patch
 
@@ -44,7 +45,8 @@ class Found:
 class Bisector:
     """Probes of one series' patches against upstream commits, in a scratch repository that
     reads the real repository's objects. Close it (or use it as a context manager): its
-    merges run in one git process."""
+    merges run in one git process, and the trees of the commits it makes are named by
+    another."""
 
     def __init__(
         self,
@@ -59,6 +61,7 @@ class Bisector:
         self._pairs: dict[str, tuple[str, str]] = {}  # patch commit -> (its base, its change)
         self._lock = threading.Lock()  # probes run in threads (carry/triage.py)
         self._merges = TreeMerges(scratch, _MERGE)
+        self._commits = Commits(scratch)
         self.merges = 0
 
     def __enter__(self) -> "Bisector":
@@ -66,6 +69,7 @@ class Bisector:
 
     def __exit__(self, *_: object) -> None:
         self._merges.close()
+        self._commits.close()
 
     def conflicts(
         self, patch: Patch, before: Sequence[Patch], at: Optional[str] = None
@@ -240,12 +244,12 @@ class Bisector:
         with self._lock:
             pair = self._pairs.get(commit)
         if pair is None:
-            base = commit_tree(self.git, f"{commit}^^{{tree}}", [], "base\n")
-            pair = (base, commit_tree(self.git, f"{commit}^{{tree}}", [base], "patch\n"))
+            base = self._commits.commit(f"{commit}^^{{tree}}", [], "base\n")
+            pair = (base, self._commits.commit(f"{commit}^{{tree}}", [base], "patch\n"))
             with self._lock:
                 self._pairs[commit] = pair
         base, change = pair
-        ours = commit_tree(self.git, tree, [base], "upstream\n")
+        ours = self._commits.commit(tree, [base], "upstream\n")
         merged = self._merges.merge(ours, change)
         with self._lock:
             self.merges += 1
