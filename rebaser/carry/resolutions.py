@@ -75,8 +75,10 @@ def recorded_for(series: Series, patch: Patch) -> bool:
 def replay(worktree: Git, patch: Patch, series: Series) -> Replay:
     """Resolve the worktree's conflicts from the series' records, all or nothing; `git add`."""
     records = folder_for(series, patch)
+    if not recorded_for(series, patch):  # most patches: no git process asked
+        return Replay(False)
     paths = worktree.unmerged_paths()
-    if not recorded_for(series, patch) or not paths:
+    if not paths:
         return Replay(False)
     resolved: dict[str, str] = {}
     total = unknown = 0
