@@ -18,12 +18,19 @@ from rebaser.steps.records import StepRow, StepStatus
 
 
 def take_fix(
-    worktree: Git, name: str, patch: Optional[Patch], series: Series, stopped_at: str
+    worktree: Git,
+    name: str,
+    patch: Optional[Patch],
+    series: Series,
+    stopped_at: str,
+    status: Optional[list[str]] = None,
 ) -> StepRow:
     """The step `name` (applying `patch`, if any), fixed by hand since the branch stood at
     `stopped_at`: the staged fix is committed with the patch's message, or the commit the
-    user made is taken (with the patch's identity trailer). Its row."""
-    _refuse_unfinished(worktree, name)
+    user made is taken (with the patch's identity trailer). Its row. `status`: the
+    worktree's status lines when the caller has just read them (a `git status` of 3,300
+    files is not asked twice)."""
+    _refuse_unfinished(worktree, name, status)
     staged = worktree.out("diff", "--cached", "--name-only").split()
     if staged:
         first = series.patches[0]
@@ -69,7 +76,7 @@ def set_aside(worktree: Git, branch: str, patch: Patch, stopped_at: str) -> Opti
     return backup
 
 
-def _refuse_unfinished(worktree: Git, name: str) -> None:
+def _refuse_unfinished(worktree: Git, name: str, status: Optional[list[str]] = None) -> None:
     """Conflicts, rejected hunks, markers or unstaged changes: not a fix yet."""
     where = str(worktree.path)
     if unmerged := worktree.unmerged_paths():
@@ -78,7 +85,9 @@ def _refuse_unfinished(worktree: Git, name: str) -> None:
             where=where,
             next_step="edit those files, `git add` them, then `rebaser continue`",
         )
-    rejects = [line[3:] for line in worktree.status_porcelain() if line.endswith(".rej")]
+    if status is None:
+        status = worktree.status_porcelain()
+    rejects = [line[3:] for line in status if line.endswith(".rej")]
     if rejects:
         raise RebaserError(
             f"{name}: rejected hunks are still lying around: {', '.join(rejects)}",

@@ -298,8 +298,8 @@ def _locked_state(repo_hint: Optional[Path], command: str) -> Iterator[ApplyStat
 def _take_fix(state: ApplyState, series: Series, step: Step, worktree: Git) -> None:
     """The user's fix of the stopped step becomes its row (and, after a conflict, the
     series remembers how it was resolved)."""
-    recovery.refuse_untracked(worktree, state.stopped.patch)
-    row = fix.take_fix(worktree, step.name, step.patch, series, state.stopped_head)
+    status = recovery.refuse_untracked(worktree, state.stopped.patch)
+    row = fix.take_fix(worktree, step.name, step.patch, series, state.stopped_head, status)
     if step.patch is not None:
         row.detail += fix.record_resolution(worktree, step.patch, series)
     state.steps.append(row)

@@ -76,9 +76,11 @@ def describe(state: ApplyState) -> list[str]:
     return lines
 
 
-def refuse_untracked(worktree: Git, step: str) -> None:
-    """A later stop resets the worktree: untracked files would be lost, so refuse them now."""
-    untracked = [line[3:] for line in worktree.status_porcelain() if line.startswith("?? ")]
+def refuse_untracked(worktree: Git, step: str) -> list[str]:
+    """A later stop resets the worktree: untracked files would be lost, so refuse them now.
+    The worktree's status lines (for the next check, as long as nothing changes)."""
+    status = worktree.status_porcelain()
+    untracked = [line[3:] for line in status if line.startswith("?? ")]
     if untracked:
         shown = ", ".join(untracked[:_SHOWN]) + (", ..." if len(untracked) > _SHOWN else "")
         raise RebaserError(
@@ -87,6 +89,7 @@ def refuse_untracked(worktree: Git, step: str) -> None:
             next_step="`git add` those that belong to the fix; move the others out of the "
             "worktree (a later stop resets it); then `rebaser continue`",
         )
+    return status
 
 
 def restore_last_step(state: ApplyState, worktree: Git) -> Optional[str]:
