@@ -579,3 +579,45 @@ def test_a_parameter_the_patch_removes_next_to_upstreams_stays_a_conflict(tmp_pa
     )
     assert not result.resolved
     assert "the patch removes parameter replay, next to upstream's changes" in result.kept[0]
+
+
+@pytest.mark.parametrize(
+    "base, ours, theirs, loads",
+    [
+        # both sides change one return: no container of items holds the hunk
+        ("def f():\n    return 1\n", "def f():\n    return 2\n", "def f():\n    return 3\n", False),
+        # both sides add an entry to one dict: the item merge, in LibCST
+        ("D = {\n    'a': 1,\n}\n", "D = {\n    'a': 1,\n    'b': 2,\n}\n",
+         "D = {\n    'a': 1,\n    'c': 3,\n}\n", True),
+    ],
+)  # fmt: skip
+def test_libcst_is_loaded_only_for_a_hunk_a_container_holds(tmp_path, base, ours, theirs, loads):
+    """LibCST takes 0.15 s to load; a stop whose hunks no dict, call, import or parameter
+    list holds does not load it (each command is a process of its own)."""
+    import sys
+
+    for name, text in (("base", base), ("ours", ours), ("theirs", theirs)):
+        (tmp_path / name).write_text(text)
+    script = textwrap.dedent(
+        """
+        import subprocess, sys
+        from rebaser.carry import pymerge
+        texts = [open(name).read() for name in ("base", "ours", "theirs")]
+        diff3 = subprocess.run(
+            ["git", "merge-file", "-p", "--diff3", "ours", "base", "theirs"],
+            capture_output=True, text=True,
+        ).stdout
+        merged = pymerge.merge(*texts, diff3)
+        print(merged.clean, "libcst" in sys.modules)
+        """
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out == [str(loads), str(loads)]

@@ -30,9 +30,9 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from rebaser.carry import pysyntax
-from rebaser.carry.pysyntax import Facts, Place, Side
+from rebaser.carry.pycontainers import Held, header_end
+from rebaser.carry.pysyntax import Facts, Side
 
-_CONTAINERS = (ast.Dict, ast.Set, ast.Call, ast.List, ast.Tuple, ast.ImportFrom)
 _KINDS = {ast.Dict: cst.Dict, ast.Set: cst.Set, ast.Call: cst.Call, ast.List: cst.List}
 _FIELDS = {
     cst.Call: ("args",),
@@ -87,14 +87,13 @@ class _Pick:
     side: str
 
 
-def merge(places: dict[str, Place], sides: dict[str, Side], facts: Facts) -> Outcome:
-    """(first line, end, new lines, reason) in upstream's file; a refusal; or None when no
-    dict, set, call, `__all__`, import or parameter list holds the hunk (the statement merge
-    then tries)."""
+def merge(held: dict[str, Held], sides: dict[str, Side], facts: Facts) -> Outcome:
+    """(first line, end, new lines, reason) in upstream's file; a refusal; or None when
+    LibCST finds no dict, set, call, `__all__`, import or parameter list of the statement
+    holding the hunk (the statement merge then tries). `held`: pycontainers.held()."""
     statements = {}
-    for name, place in places.items():
-        child = next(c for c in place.children if pysyntax.overlaps(c, sides[name].span))
-        found = _statement(child.node, sides[name])
+    for name, (node, target) in held.items():
+        found = _statement(node, target, sides[name])
         if found is None:
             return None
         statements[name] = found
@@ -155,11 +154,8 @@ def _positional(picks: list[_Pick], base: Keyed) -> Union[str, list[_Pick]]:
 # -- finding the container -----------------------------------------------------------------
 
 
-def _statement(node: ast.stmt, side: Side) -> Optional[_Statement]:
-    """The statement's deepest container holding the hunk, in LibCST."""
-    target = _target(node, side.span)
-    if target is None:
-        return None
+def _statement(node: ast.stmt, target: ast.AST, side: Side) -> Optional[_Statement]:
+    """The statement's deepest container holding the hunk (`target`, in `ast`), in LibCST."""
     start, end = node.lineno - 1, node.end_lineno or node.lineno
     text = "".join(side.lines[start:end])
     indent = text[: len(text) - len(text.lstrip(" \t"))]
@@ -175,45 +171,8 @@ def _statement(node: ast.stmt, side: Side) -> Optional[_Statement]:
         container = _at(module, target, node.lineno, len(indent))
     if container is None:
         return None
-    into_body = isinstance(container, cst.Parameters) and side.span[1] > _header_end(node)
+    into_body = isinstance(container, cst.Parameters) and side.span[1] > header_end(node)
     return _Statement(start, end, indent, source, module, container, side.offset, into_body)
-
-
-def _target(node: ast.stmt, span: tuple[int, int]) -> Optional[ast.AST]:
-    """The smallest dict, set, call, `__all__` list or import holding the span; the def
-    itself when the span lies in its header, or starts there and ends in its body."""
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-        header_end = _header_end(node)
-        if node.lineno - 1 <= span[0] and span[1] <= header_end:
-            return node
-        if node.lineno - 1 <= span[0] < header_end < span[1] <= (node.end_lineno or 0):
-            return node
-    holders = [
-        inner
-        for inner in ast.walk(node)
-        if isinstance(inner, _CONTAINERS)
-        and _holds(inner, span)
-        and (not isinstance(inner, (ast.List, ast.Tuple)) or _is_all(node))
-    ]
-    return min(holders, key=lambda n: (n.end_lineno or 0) - n.lineno) if holders else None
-
-
-def _header_end(node: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> int:
-    """The line (0-based) where a def's body begins: its first statement or decorator."""
-    first = node.body[0]
-    return min([first.lineno, *(d.lineno for d in getattr(first, "decorator_list", []))]) - 1
-
-
-def _holds(node: ast.AST, span: tuple[int, int]) -> bool:
-    first, last = node.lineno - 1, node.end_lineno or node.lineno  # type: ignore[attr-defined]
-    if span[0] == span[1]:
-        return first < span[0] < last
-    return first <= span[0] and span[1] <= last
-
-
-def _is_all(node: ast.stmt) -> bool:
-    targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
-    return any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets)
 
 
 def _dedent(text: str, indent: str) -> str:

@@ -33,7 +33,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from rebaser.carry import pysyntax
+from rebaser.carry import pycontainers, pysyntax
 from rebaser.carry.pystatements import StatementMerge
 from rebaser.carry.pysyntax import Facts, Lines, ModuleNames, Place, Side
 
@@ -240,10 +240,10 @@ def _resolve(
     if isinstance(places, str):
         return places
     merged = None
-    if _one_statement(places, sides):
-        from rebaser.carry import pyelements  # LibCST takes 0.4 s to load: only when needed
+    if _one_statement(places, sides) and (held := pycontainers.held(places, sides)):
+        from rebaser.carry import pyelements  # LibCST takes 0.15 s to load: only when needed
 
-        merged = pyelements.merge(places, sides, facts)
+        merged = pyelements.merge(held, sides, facts)
     if merged is None:
         merged = StatementMerge(places, sides).merge(facts)
     if isinstance(merged, str):
