@@ -22,7 +22,7 @@ import zlib
 from pathlib import Path
 from typing import Optional, Sequence
 
-from rebaser.repo.git import FORKKIT_IDENTITY, Git, commit_tree
+from rebaser.repo.git import FORKKIT_IDENTITY, Git, commit_tree, ended
 
 
 class Commits:
@@ -63,26 +63,13 @@ class Commits:
 
     def _close(self) -> None:
         process, self._process = self._process, None
-        if process is not None:
-            assert process.stdin is not None
-            try:
-                process.stdin.close()
-            except OSError:  # it died: the pipe is broken
-                pass
-            process.wait()
+        ended(process)
 
     def _tree(self, name: str) -> Optional[str]:
         """The id of the tree `name` names; None when it names no tree (commit-tree then
         fails, saying why)."""
         if self._process is None:
-            self._process = subprocess.Popen(
-                self.git.command("cat-file", "--batch-check"),
-                cwd=self.git.path,
-                env=self.git.environment(),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-            )
+            self._process = self.git.serving("cat-file", "--batch-check")
         assert self._process.stdin is not None and self._process.stdout is not None
         if "\n" in name:
             raise ValueError("a name of more than one line")

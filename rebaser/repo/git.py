@@ -300,6 +300,18 @@ class Git:
             full_env.update(env)
         return full_env
 
+    def serving(self, *args: str) -> "subprocess.Popen[bytes]":
+        """A long-running git command that answers requests written to its stdin
+        (`--stdin`, `--batch-check`); end it with `ended`."""
+        return subprocess.Popen(
+            self.command(*args),
+            cwd=self.path,
+            env=self.environment(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+
     def out(self, *args: str, env: Optional[Mapping[str, str]] = None) -> str:
         return self.run(*args, env=env).stdout.strip()
 
@@ -375,3 +387,16 @@ def find_repo(path: Path) -> Optional[Git]:
     if bare.ok and bare.stdout.startswith("true\n"):
         return Git(bare.stdout.splitlines()[1])
     return None
+
+
+def ended(process: "Optional[subprocess.Popen[bytes]]") -> None:
+    """Close a serving git command's input and wait for it to end (a dead one's broken pipe
+    is no error)."""
+    if process is None:
+        return
+    assert process.stdin is not None
+    try:
+        process.stdin.close()
+    except OSError:
+        pass
+    process.wait()

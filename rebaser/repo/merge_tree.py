@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import IO, Iterator, Optional, Sequence
 
-from rebaser.repo.git import Git
+from rebaser.repo.git import Git, ended
 
 
 @dataclass(frozen=True)
@@ -57,13 +57,7 @@ class TreeMerges:
 
     def close(self) -> None:
         process, self._process = self._process, None
-        if process is not None:
-            assert process.stdin is not None
-            try:
-                process.stdin.close()
-            except OSError:  # it died: the pipe is broken
-                pass
-            process.wait()
+        ended(process)
 
     def _alone(self, ours: str, theirs: str) -> Optional[Merged]:
         result = self.git.run(
@@ -95,15 +89,8 @@ class TreeMerges:
 
     def _started(self) -> "_Fields":
         if self._process is None or self._fields is None:
-            self._process = subprocess.Popen(
-                self.git.command(
-                    *self.config, "merge-tree", "--stdin", "--name-only", "-z", "--messages"
-                ),
-                cwd=self.git.path,
-                env=self.git.environment(),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
+            self._process = self.git.serving(
+                *self.config, "merge-tree", "--stdin", "--name-only", "-z", "--messages"
             )
             assert self._process.stdout is not None
             self._fields, self._answered = _Fields(self._process.stdout), 0
