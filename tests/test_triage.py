@@ -4,6 +4,7 @@ reason for every patch, each rule on a real git history built in the test."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from pathlib import Path
@@ -14,6 +15,8 @@ from test_apply_synthetic import apply
 
 from rebaser.carry import triage as triage_module
 from rebaser.errors import ExitCode
+from rebaser.repo.git import Git
+from rebaser.repo.memo import memo
 
 DOUBLED = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
 
@@ -468,3 +471,32 @@ def test_a_later_stop_asks_upstream_nothing_again_about_an_earlier_stop(
         "function select_topk, function topk_backend (2 of 2)"
     )
     assert after["0002"]["reason"] == "superseded: upstream already has 3 of the 3 lines it adds"
+
+
+def test_a_shallow_clones_answers_are_not_kept_for_it_deepened(tmp_path):
+    """Whether upstream's range is related depends on the history the clone holds: a
+    shallow clone lacks the ancestry and answers no. Deepened (`fetch --unshallow`), the
+    same range is asked again, not answered from the memo; and a git error (an unknown
+    commit) is never kept."""
+    source = tmp_path / "source"
+    source.mkdir()
+    git(source, "init", "-q", "-b", "main")
+    shas = []
+    for number in range(3):
+        (source / "f.txt").write_text(f"{number}\n")
+        git(source, "add", "f.txt")
+        git(source, "commit", "-q", "-m", f"upstream {number}")
+        shas.append(git(source, "rev-parse", "HEAD"))
+    git(source, "tag", "base", shas[0])
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{source}", str(clone))
+    git(clone, "fetch", "-q", "--depth", "1", "origin", "tag", "base")
+    repo = Git(clone)
+    memo_for = functools.partial(memo, repo)
+    assert not triage_module.Upstream(repo, shas[0], shas[2], memo_for).related
+    git(clone, "fetch", "-q", "--unshallow", "origin")
+    deepened = triage_module.Upstream(repo, shas[0], shas[2], memo_for)
+    assert deepened.related and deepened.history == "full"
+    unknown = "0" * 40
+    assert not triage_module.Upstream(repo, unknown, shas[2], memo_for).related
+    assert memo_for("related", unknown, shas[2], "full").load() is None

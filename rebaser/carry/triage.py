@@ -105,10 +105,15 @@ MemoFor = Callable[..., Memo]  # memo_for(kind, *key): an entry of the repositor
 
 
 def remembered(
-    memo_for: Optional[MemoFor], kind: str, key: Sequence[str], compute: Callable[[], Any]
+    memo_for: Optional[MemoFor],
+    kind: str,
+    key: Sequence[str],
+    compute: Callable[[], Any],
+    keep: Callable[[Any], bool] = lambda _: True,
 ) -> Any:
     """compute()'s answer (JSON), from the memo when an earlier command found it: `key`
-    names everything it depends on (commit ids, file names, a patch's bytes' hash)."""
+    names everything it depends on (commit ids, file names, a patch's bytes' hash). An
+    answer `keep` refuses (a failure) is asked again next time."""
     if memo_for is None:
         return compute()
     entry = memo_for(kind, *key)
@@ -116,27 +121,43 @@ def remembered(
     if known is not None and set(known) == {"value"}:
         return known["value"]
     value = compute()
-    entry.save({"value": value})
+    if keep(value):
+        entry.save({"value": value})
     return value
+
+
+def history_of(repo: Git) -> str:
+    """How much of its history a repository holds, for the memo's keys: answers about a
+    range of a shallow clone (no ancestry, no commits before its boundary) change when it
+    is deepened, so its boundary is part of what they depend on."""
+    try:
+        boundary = (repo.common_dir() / "shallow").read_bytes()
+    except FileNotFoundError:
+        return "full"
+    return "shallow " + hashlib.sha1(boundary).hexdigest()
 
 
 class Upstream:
     """What upstream did between the series' recorded base and the target, read from git
     once per triage: names defined on either side, subjects, the target's files.
-    `base` and `target` are commit ids (`memo_for` keys answers by them)."""
+    `base` and `target` are commit ids (`memo_for` keys answers by them and `history`)."""
 
     def __init__(
         self, repo: Git, base: str, target: str, memo_for: Optional[MemoFor] = None
     ) -> None:
         self.repo, self.base, self.target = repo, base, target
+        self.history = history_of(repo)
         # Upstream's history between them (PyPI releases are unrelated root commits: then
-        # there is no commit to bisect to, nor commits that re-made a feature).
-        self.related: bool = remembered(
+        # there is no commit to bisect to, nor commits that re-made a feature). A git error
+        # (status 128) counts as unrelated, and is asked again next time.
+        status = remembered(
             memo_for,
             "related",
-            [base, target],
-            lambda: repo.run("merge-base", "--is-ancestor", base, target, check=False).ok,
+            [base, target, self.history],
+            lambda: repo.run("merge-base", "--is-ancestor", base, target, check=False).status,
+            keep=lambda status: status in (0, 1),
         )
+        self.related: bool = status == 0
 
     def defined(self, rev: str, names: Sequence[str]) -> dict[str, list[str]]:
         """For each name, the files of `rev` where it appears as a word. One regular
@@ -275,7 +296,7 @@ class Triage:
         """`memo_for(kind, *key)`: where a result named by everything it depends on is kept
         between commands (each `skip`, `continue` or `retry` triages the run again)."""
         self.upstream, self.bisector, self.memo_for = upstream, bisector, memo_for
-        self._range = [upstream.base, upstream.target]
+        self._range = [upstream.base, upstream.target, upstream.history]
         self._rarity: Optional[tuple[collections.Counter, int]] = None
         self._lines: dict[str, dict] = {}
         self._common_topics: set[str] = set()
