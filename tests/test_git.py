@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from rebaser.repo.git import Git, commit_env
+from rebaser.repo import memo as memo_module
 from rebaser.repo.memo import memo
 from tests.synthetic import git
 
@@ -94,3 +95,15 @@ def test_a_memo_keyed_by_a_file_name_that_is_not_utf8(tmp_path: Path) -> None:
     entry.save({"files": [name]})
     assert memo(Git(repo), "upstream", "base", "tip", name).load() == {"files": [name]}
     assert memo(Git(repo), "upstream", "base", "tip", "pkg/café.py").path != entry.path
+
+
+def test_a_memo_entry_of_other_code_is_not_found(tmp_path: Path, monkeypatch) -> None:
+    """An entry may hold a verdict rebaser's rules made (a proposal's reason): another
+    rebaser (an upgrade) must not read it as its own."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    memo(Git(repo), "same-lines", "target", "patch").save({"value": "superseded: ..."})
+    assert memo(Git(repo), "same-lines", "target", "patch").load() == {"value": "superseded: ..."}
+    monkeypatch.setattr(memo_module, "_code", lambda: "an upgraded rebaser")
+    assert memo(Git(repo), "same-lines", "target", "patch").load() is None
