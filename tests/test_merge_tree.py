@@ -126,14 +126,18 @@ def test_threads_share_one_process(tmp_path):
 
 
 def test_commits_written_by_python_are_the_ones_commit_tree_makes(tmp_path, monkeypatch):
-    """The probes' commits (rebaser/repo/commits.py) are written as loose objects, their
-    trees named by one `git cat-file --batch-check`: at the same second each is, byte for
-    byte, the commit `git commit-tree` makes, git reads it, and a name of no tree (a
-    commit's, a missing one) fails as commit-tree fails."""
+    """The probes' commits (rebaser/repo/commits.py) are written as loose objects into the
+    scratch repository, their trees named by one `git cat-file --batch-check`: at the same
+    second and in the same time zone each is, byte for byte, the commit `git commit-tree`
+    makes, git reads it, and a name of no tree (a commit's, a missing one) fails as
+    commit-tree fails. Outside a scratch repository (the user's own) git makes them."""
+    import time
+
     import pytest
 
     from rebaser.errors import RebaserError
     from rebaser.repo import commits as commits_module
+    from rebaser.repo import scratch
     from rebaser.repo.commits import Commits
     from rebaser.repo.git import commit_tree
 
@@ -141,29 +145,36 @@ def test_commits_written_by_python_are_the_ones_commit_tree_makes(tmp_path, monk
     repo.mkdir()
     tips = _history(repo)
     monkeypatch.setattr(commits_module.time, "time", lambda: 1_700_000_000.5)
-    at = "@1700000000 +0000"
-    real = Git(repo)
-    with Commits(real) as made:
-        base = made.commit(f"{tips[0]}^{{tree}}", [], "base\n")
-        assert base == commit_tree(real, f"{tips[0]}^{{tree}}", [], "base\n", date=at)
-        assert git(repo, "cat-file", "-t", base) == "commit"
-        for tip in tips[1:]:
-            tree = f"{tip}^{{tree}}"
-            ours = made.commit(tree, [base, tips[0]], "upstream\n")
-            assert ours == commit_tree(real, tree, [base, tips[0]], "upstream\n", date=at)
-            trees = [git(repo, "rev-parse", f"{commit}^{{tree}}") for commit in (ours, tip)]
-            assert trees[0] == trees[1]
-        for wrong in ("no-such-branch^{tree}", tips[1]):
-            with pytest.raises(RebaserError):
-                made.commit(wrong, [base], "upstream\n")
-        tree = git(repo, "rev-parse", f"{tips[1]}^{{tree}}")
-        assert made.commit(tree, [base], "again\n") == commit_tree(
-            real, tree, [base], "again\n", date=at
-        )
-        assert made._objects is not None  # still written by Python after the failed names
-    git(repo, "worktree", "add", "-q", "--detach", str(tmp_path / "wt"), tips[0])
-    elsewhere = Commits(Git(tmp_path / "wt"))  # .git is a file: commit-tree makes them
-    assert elsewhere._objects is None
-    made_there = elsewhere.commit(tree, [base], "again\n")  # at git's clock
-    assert git(repo, "rev-parse", f"{made_there}^{{tree}}", f"{made_there}^") == f"{tree}\n{base}"
-    elsewhere.close()
+    # git's zone when no date is given is the local one (POSIX form: no time zone database)
+    monkeypatch.setenv("TZ", "XST-5:30")
+    time.tzset()
+    at = "@1700000000 +0530"
+    try:
+        with scratch.repository(repo / ".git", tips[0]) as lane, Commits(lane) as made:
+            assert made._objects is not None
+            base = made.commit(f"{tips[0]}^{{tree}}", [], "base\n")
+            assert base == commit_tree(lane, f"{tips[0]}^{{tree}}", [], "base\n", date=at)
+            assert git(lane.path, "cat-file", "-t", base) == "commit"
+            for tip in tips[1:]:
+                tree = f"{tip}^{{tree}}"
+                ours = made.commit(tree, [base, tips[0]], "upstream\n")
+                assert ours == commit_tree(lane, tree, [base, tips[0]], "upstream\n", date=at)
+                trees = [git(lane.path, "rev-parse", f"{c}^{{tree}}") for c in (ours, tip)]
+                assert trees[0] == trees[1]
+            for wrong in ("no-such-branch^{tree}", tips[1]):
+                with pytest.raises(RebaserError):
+                    made.commit(wrong, [base], "upstream\n")
+            tree = git(repo, "rev-parse", f"{tips[1]}^{{tree}}")
+            assert made.commit(tree, [base], "again\n") == commit_tree(
+                lane, tree, [base], "again\n", date=at
+            )
+            assert made._objects is not None  # still written by Python after the failed names
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    with Commits(Git(repo)) as own:  # the user's repository: commit-tree makes them
+        assert own._objects is None
+        made_there = own.commit(tree, [tips[0]], "again\n")  # at git's clock
+    assert (
+        git(repo, "rev-parse", f"{made_there}^{{tree}}", f"{made_there}^") == f"{tree}\n{tips[0]}"
+    )

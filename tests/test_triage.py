@@ -461,14 +461,20 @@ def test_a_later_stop_asks_upstream_nothing_again_about_an_earlier_stop(
     skipped = rebaser("skip", "--repo", upstream.path, "--json", tmp_path / "s.json")
     assert skipped.code == ExitCode.NOT_APPLIED and "stopped at 0002" in skipped.out
     assert asked == {"texts": [["pkg/calc.py"]], "adding": [], "related": []}
-    before = {row["name"][:4]: row for row in json.loads((tmp_path / "a.json").read_text())["steps"]}
+    before = {
+        row["name"][:4]: row for row in json.loads((tmp_path / "a.json").read_text())["steps"]
+    }
     after = {row["name"][:4]: row for row in json.loads((tmp_path / "s.json").read_text())["steps"]}
     assert after["0001"]["status"] == "skipped" and after["0002"]["status"] == "failed"
     for name, row in (("0001", before["0001"]), ("0002", after["0002"])):
         assert after[name]["proposal"] == row["proposal"] == "drop", after[name]
-    assert after["0001"]["reason"] == before["0001"]["reason"] == (
-        f"superseded: {shas[1][:12]} (upstream 2) adds the same names: "
-        "function select_topk, function topk_backend (2 of 2)"
+    assert (
+        after["0001"]["reason"]
+        == before["0001"]["reason"]
+        == (
+            f"superseded: {shas[1][:12]} (upstream 2) adds the same names: "
+            "function select_topk, function topk_backend (2 of 2)"
+        )
     )
     assert after["0002"]["reason"] == "superseded: upstream already has 3 of the 3 lines it adds"
 

@@ -3,11 +3,13 @@
 A probe merges two commits made for it (carry/collision.py): trees on a parent made for
 the probe, read by nothing but `git merge-tree`. A stop's triage on a real fork made 15 of
 them, a process each (5 to 10 ms, one after the other). Here the trees are named by one
-long-running `git cat-file --batch-check` and each commit is written as git writes a loose object: its text with a
-`commit <size>` header, zlib-deflated, in a file named by its hash, put in place by a
-rename. Where the repository's objects are not in a folder here, or that process fails,
-each commit is made by `git commit-tree` as before; a name that is no tree fails there as
-it always did.
+long-running `git cat-file --batch-check` and each commit is written as git writes a
+loose object: its text with a `commit <size>` header, zlib-deflated, in a file named by its
+hash, put in place by a rename. Only into a scratch repository (repo/scratch.py: its own
+objects folder, which nothing else reads, and no shared-repository permissions to keep);
+elsewhere, where the environment sets a commit date, or where that process fails, each
+commit is made by `git commit-tree` as before; a name that is no tree fails there as it
+always did.
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ import zlib
 from pathlib import Path
 from typing import Optional, Sequence
 
+from rebaser.repo import tempdirs
 from rebaser.repo.git import FORKKIT_IDENTITY, Git, commit_tree, ended
+
+# Where set, git writes elsewhere or at another date than a commit written here.
+_REDIRECTING = frozenset(
+    {"GIT_DIR", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY", "GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE"}
+)
 
 
 class Commits:
@@ -32,8 +40,10 @@ class Commits:
 
     def __init__(self, git: Git) -> None:
         self.git = git
-        objects = git.path / (git.env.get("GIT_OBJECT_DIRECTORY") or ".git/objects")
-        self._objects: Optional[Path] = objects if objects.is_dir() else None
+        objects = git.path / ".git" / "objects"
+        scratch = (git.path / tempdirs.OWNER).is_file() and objects.is_dir()
+        redirected = _REDIRECTING & set(git.environment())
+        self._objects: Optional[Path] = objects if scratch and not redirected else None
         self._process: Optional[subprocess.Popen[bytes]] = None
         self._lock = threading.Lock()
 
@@ -84,8 +94,11 @@ class Commits:
     def _written(self, tree: str, parents: Sequence[str], message: str) -> str:
         assert self._objects is not None
         name, email = FORKKIT_IDENTITY
-        # git's clock, as commit-tree takes it when no date is given (committer_env)
-        person = f"{name} <{email}> {int(time.time())} +0000"
+        # git's clock and time zone, as commit-tree takes them when no date is given
+        now = int(time.time())
+        offset = time.localtime(now).tm_gmtoff // 60
+        zone = f"{'-' if offset < 0 else '+'}{abs(offset) // 60:02d}{abs(offset) % 60:02d}"
+        person = f"{name} <{email}> {now} {zone}"
         text = (
             f"tree {tree}\n"
             + "".join(f"parent {parent}\n" for parent in parents)
