@@ -353,10 +353,13 @@ def finalize_row(
     row = tl.program_id(0).to(tl.int64)
     row_ptr = rows_ptr + row * row_stride
     slots = tl.arange(0, SORT_BLOCK)
-    columns = tl.load(
-        indices_ptr + row * index_row_stride + slots * index_col_stride, mask=slots < width, other=-1
-    ).to(tl.int32)
-    inside = (columns >= 0) & (columns < n)
+    given = tl.load(
+        indices_ptr + row * index_row_stride + slots.to(tl.int64) * index_col_stride,
+        mask=slots < width,
+        other=-1,
+    )
+    inside = (given >= 0) & (given < n)  # before the int32 cast: 2**32 + 5 is not column 5
+    columns = given.to(tl.int32)
     x = tl.load(row_ptr + columns.to(tl.int64) * col_stride, mask=inside, other=float("-inf"))
     key = raw_key(x, KEY_BITS)
     real = inside & (key > neg_inf_key) & ~is_nan_key(key, neg_inf_key)

@@ -209,15 +209,18 @@ for dtype in (torch.float32, torch.bfloat16):
         chosen = dsa_topk_triton.select_rows(view, width, policy == "large")
         found[f"{dtype} {layout} {policy} unordered"] = dsa_topk._finalize(rows, chosen)[1].tolist()
         # The CUDA finalize (FlashInfer's columns take it) against the torch one; a column
-        # outside the row (-1) counts as padding.
+        # outside the row counts as padding.
         for given in (chosen.long(), chosen.sort(dim=-1).values):  # ascending: no sort
             finalized = dsa_topk_triton.finalize_rows(view, given)
             assert all(map(torch.equal, finalized, dsa_topk._finalize_with_torch(rows, given)))
-        outside = torch.cat([torch.full_like(chosen[:, :1], -1), chosen[:, 1:]], dim=-1)
-        values, indices = dsa_topk._finalize_with_torch(rows, chosen[:, 1:])
-        padded = (torch.cat([values, torch.full_like(values[:, :1], float("-inf"))], dim=-1),
-                  torch.cat([indices, torch.full_like(indices[:, :1], -1)], dim=-1))
-        assert all(map(torch.equal, dsa_topk_triton.finalize_rows(view, outside), padded))
+        # -1, or past the int32 range (2**32 + 5 must not read as column 5)
+        for wrong in (-1, 2**32 + 5):
+            outside = torch.cat([torch.full((len(chosen), 1), wrong), chosen[:, 1:].long()], -1)
+            finalized = dsa_topk_triton.finalize_rows(view, outside)
+            values, indices = dsa_topk._finalize_with_torch(rows, chosen[:, 1:])
+            padded = (torch.cat([values, torch.full_like(values[:, :1], float("-inf"))], dim=-1),
+                      torch.cat([indices, torch.full_like(indices[:, :1], -1)], dim=-1))
+            assert all(map(torch.equal, finalized, padded)), wrong
         values, indices = dsa_topk_triton.select_rows_ordered(view, width, policy == "large")
         gathered = rows.gather(-1, indices.long().clamp_min(0))
         assert torch.equal(values, gathered.masked_fill(indices < 0, float("-inf")))
