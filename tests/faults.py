@@ -100,14 +100,21 @@ def _command(point: FaultPoint, args: Sequence[object], how: str) -> list[str]:
 
 
 def run_cli(args: Sequence[object], **popen: object) -> subprocess.Popen:
-    """`rebaser ARGS` as its own process, for signals sent from outside."""
+    """`rebaser ARGS` as its own process, for signals sent from outside. It takes Ctrl-C as
+    from a terminal even when the suite runs in the background (a shell's `&` starts it with
+    SIGINT ignored, and Python then never raises KeyboardInterrupt)."""
     return subprocess.Popen(
         [sys.executable, "-m", "rebaser", *map(str, args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_interruptible,
         **popen,  # type: ignore[arg-type]
     )
+
+
+def _interruptible() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for_file(path: Path, process: subprocess.Popen, timeout: float = 120) -> str:
