@@ -361,8 +361,7 @@ def finalize_row(
     inside = (given >= 0) & (given < n)  # before the int32 cast: 2**32 + 5 is not column 5
     columns = given.to(tl.int32)
     x = tl.load(row_ptr + columns.to(tl.int64) * col_stride, mask=inside, other=float("-inf"))
-    key = raw_key(x, KEY_BITS)
-    real = inside & (key > neg_inf_key) & ~is_nan_key(key, neg_inf_key)
+    real = inside & (order_key(x, neg_inf_key, KEY_BITS) > neg_inf_key)  # not -inf, not NaN
     columns = tl.where(real, columns, PADDING_COLUMN)
     # Selections often come ascending already (FlashInfer's deterministic mode): a running
     # maximum, much cheaper than the sort, tells.
