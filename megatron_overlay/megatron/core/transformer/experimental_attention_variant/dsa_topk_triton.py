@@ -25,6 +25,7 @@ through their strides, so transposed or sliced score rows work as they are.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -43,6 +44,9 @@ NUM_WARPS = 8
 MAX_ORDERED_WIDTH = 8192
 # Sorts after every real column (rows are shorter than 2**30): marks a padding slot.
 PADDING_COLUMN: tl.constexpr = tl.constexpr(2**31 - 1)
+# Compiled kernels store the collected candidates by inline PTX (store_pairs); Triton's
+# interpreter (TRITON_INTERPRET=1, read when Triton is imported) runs none.
+SCATTER_ASM: tl.constexpr = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
 
 
 def handles(rows: torch.Tensor) -> bool:
@@ -288,7 +292,9 @@ def write_ordered(
     columns = tl.load(out_row + slots, mask=slots < real, other=PADDING_COLUMN)
     columns = tl.sort(columns)
     tl.debug_barrier()  # every thread has read its slots before any is overwritten
-    store_ordered(row_ptr, col_stride, out_row, values_row, columns, width, column_offset, SORT_BLOCK)
+    store_ordered(
+        row_ptr, col_stride, out_row, values_row, columns, width, column_offset, SORT_BLOCK
+    )
 
 
 @triton.jit
@@ -368,7 +374,9 @@ def finalize_row(
     if tl.min((tl.associative_scan(columns, 0, larger) == columns).to(tl.int32), 0) == 0:
         columns = tl.sort(columns)
     out_row = out_ptr + row * width
-    store_ordered(row_ptr, col_stride, out_row, values_ptr + row * width, columns, width, 0, SORT_BLOCK)
+    store_ordered(
+        row_ptr, col_stride, out_row, values_ptr + row * width, columns, width, 0, SORT_BLOCK
+    )
 
 
 @triton.jit
@@ -1112,8 +1120,7 @@ def _select_segmented(
         SEGMENTS=geometry.segments, SLOTS=geometry.slots, VECTOR=geometry.vector,
         PACK=geometry.pack, ROW_BLOCK=ROW_BLOCK,
         KEY_BITS=key_bits, FROM_END=prefer_large, SORT_BLOCK=triton.next_power_of_2(width),
-        ALIGNED=contiguous and n % geometry.vector == 0, CONTIGUOUS=contiguous,
-        PERSISTENT=PROGRAMS_PER_SM > 0, STAGES=SEGMENT_STAGES, RAW_HITS=SEGMENT_RAW_HITS,
+        CONTIGUOUS=contiguous, PERSISTENT=PROGRAMS_PER_SM > 0, STAGES=SEGMENT_STAGES, RAW_HITS=SEGMENT_RAW_HITS,
         PREFETCH=SEGMENT_PREFETCH, PIPELINE=SEGMENT_PIPELINE, RETRY=SEGMENT_RETRY,
         num_warps=SEGMENT_WARPS,
         **({"maxnreg": SEGMENT_MAXNREG} if SEGMENT_MAXNREG else {}),
@@ -1122,32 +1129,49 @@ def _select_segmented(
 
 
 @triton.jit
+def full_blocks(first, last, VECTOR: tl.constexpr):
+    """The VECTOR-wide column blocks that lie whole in [first, last): [start, stop). The
+    columns of the partial blocks at either end are each one edge_step."""
+    start = tl.cdiv(first, VECTOR)
+    return start, tl.maximum(last // VECTOR, start)
+
+
+@triton.jit
+def run_bases(start, stop, SEGMENTS: tl.constexpr):
+    """SEGMENTS runs of column blocks cover blocks [start, stop): each run's first block,
+    the block it stops before, and the steps a run takes."""
+    steps = tl.cdiv(stop - start, SEGMENTS)
+    base = (start + tl.arange(0, SEGMENTS) * steps)[:, None]
+    return base, tl.minimum(base + steps, stop), steps
+
+
+@triton.jit
+def load_scores(row_ptr, col_stride, columns, mask, CONTIGUOUS: tl.constexpr):
+    """The scores at ``columns`` where mask, -inf elsewhere: below every threshold, so no
+    hit needs the mask again."""
+    if CONTIGUOUS:
+        return tl.load(row_ptr + columns, mask=mask, other=float("-inf"))
+    return tl.load(row_ptr + columns.to(tl.int64) * col_stride, mask=mask, other=float("-inf"))
+
+
+@triton.jit
 def run_load(
-    row_ptr, col_stride, first, last, base, stops, step, VECTOR: tl.constexpr,
-    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr,
-):  # fmt: skip
-    """Step ``step`` of every run (runs start at VECTOR-wide column blocks ``base`` and stop
-    before blocks ``stops``): the columns, which are visible, and their scores. ALIGNED rows
-    (contiguous, n a multiple of VECTOR) load whole blocks under a mask that is constant
-    along each block, so the loads stay vectorized; the columns outside [first, last) of a
-    block are read, not used."""
+    row_ptr, col_stride, base, stops, step, VECTOR: tl.constexpr, CONTIGUOUS: tl.constexpr
+):
+    """Step ``step`` of every run (runs start at blocks ``base`` and stop before blocks
+    ``stops``): the columns and the scores, -inf past the run's last block (never a hit).
+    The mask is constant along each block, so the loads of aligned rows stay vectorized."""
     block = base + step
     columns = block * VECTOR + tl.arange(0, VECTOR)[None, :]
-    inside = (columns >= first) & (columns < last) & (block < stops)
-    if ALIGNED:
-        x = tl.load(row_ptr + columns, mask=block < stops, other=0)
-    elif CONTIGUOUS:
-        x = tl.load(row_ptr + columns, mask=inside, other=0)
-    else:
-        x = tl.load(row_ptr + columns.to(tl.int64) * col_stride, mask=inside, other=0)
-    return columns, inside, x
+    x = load_scores(row_ptr, col_stride, columns, block < stops, CONTIGUOUS)
+    return columns, x
 
 
 @triton.jit
 def run_hits(
-    x, inside, threshold, positive_infinity_key, KEY_BITS: tl.constexpr, RAW: tl.constexpr = False
+    x, threshold, positive_infinity_key, KEY_BITS: tl.constexpr, RAW: tl.constexpr = False
 ):  # fmt: skip
-    """The scores' keys, and which are visible and at or above the threshold. RAW (for a
+    """The scores' keys, and which are at or above the threshold. RAW (for a
     threshold >= 0 only): the bit patterns stand for the keys, which they equal for every
     score >= +0.0, and every score below +0.0 has negative bits, below the threshold."""
     if KEY_BITS == 16:
@@ -1160,106 +1184,144 @@ def run_hits(
         key = bits ^ ((bits >> (KEY_BITS - 1)) & ((1 << (KEY_BITS - 1)) - 1))
     # The threshold lies above -inf's key: -inf and negative NaN fail it; positive NaN keys
     # lie above +inf's.
-    return key, inside & (key >= threshold) & (key <= positive_infinity_key)
+    return key, (key >= threshold) & (key <= positive_infinity_key)
 
 
 @triton.jit
-def run_bases(first, last, SEGMENTS: tl.constexpr, VECTOR: tl.constexpr):
-    """SEGMENTS runs of VECTOR-wide column blocks cover [first, last), from the block that
-    holds first: each run's first block, the block it stops before, and the steps a run
-    takes."""
-    start = first // VECTOR
-    stop = tl.cdiv(last, VECTOR)
-    steps = tl.cdiv(stop - start, SEGMENTS)
-    base = (start + tl.arange(0, SEGMENTS) * steps)[:, None]
-    return base, tl.minimum(base + steps, stop), steps
-
-
-@triton.jit
-def collect_runs(
-    row_ptr, col_stride, first, last, threshold, positive_infinity_key, runs,
-    SEGMENTS: tl.constexpr, SLOTS: tl.constexpr, VECTOR: tl.constexpr, KEY_BITS: tl.constexpr,
-    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr, RAW_HITS: tl.constexpr = False,
-    PREFETCH: tl.constexpr = 1, PIPELINE: tl.constexpr = 0,
-):  # fmt: skip
-    """Append each run's keys at or above threshold, with their columns, to the run's
-    buffer (packed key << 32 | column, the first SLOTS); return each run's count. RAW_HITS:
-    rows whose threshold is >= 0 compare bit patterns (no key transform per score)."""
-    if RAW_HITS and threshold >= 0:
-        found = collect_loop(
-            row_ptr, col_stride, first, last, threshold, positive_infinity_key, runs,
-            SEGMENTS, SLOTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS, True, PREFETCH, PIPELINE,
+def store_pairs(pointers, keys, columns, mask):
+    """Store keys << 32 | columns (int64) at pointers where mask. Compiled, as one predicated
+    64-bit store an element in the layout the values are computed in: tl.store would first
+    move them through shared memory (with barriers, every step) into a layout it picks for
+    scattered addresses. Triton's interpreter runs no inline assembly: tl.store there."""
+    if SCATTER_ASM:
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $4, 0; @p st.global.v2.b32 [$1], {$3, $2}; "
+            "mov.b32 $0, 0; }",
+            "=r,l,r,r,r", [pointers, keys, columns, mask.to(tl.int32)], dtype=tl.int32,
+            is_pure=False, pack=1,
         )  # fmt: skip
     else:
-        found = collect_loop(
-            row_ptr, col_stride, first, last, threshold, positive_infinity_key, runs,
-            SEGMENTS, SLOTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS, False, PREFETCH, PIPELINE,
-        )  # fmt: skip
-    return found
+        tl.store(pointers, (keys.to(tl.int64) << 32) | columns.to(tl.int64), mask=mask)
 
 
 @triton.jit
 def collect_step(
-    x, columns, inside, found, buffers, threshold, positive_infinity_key, SLOTS: tl.constexpr,
-    KEY_BITS: tl.constexpr, RAW: tl.constexpr,
+    x, columns, found, destination, columns_row, threshold, positive_infinity_key,
+    SLOTS: tl.constexpr, KEY_BITS: tl.constexpr, RAW: tl.constexpr, PLACE: tl.constexpr,
 ):  # fmt: skip
-    """One step of collect_loop: append the step's hits to the runs' buffers."""
-    key, hit = run_hits(x, inside, threshold, positive_infinity_key, KEY_BITS, RAW)
+    """One step of collect_pass: each run's hits in column order after its ``found``.
+    Collecting, into the run's buffer at ``destination`` (its first SLOTS); PLACE, into the
+    packed keys (``destination``) and columns."""
+    key, hit = run_hits(x, threshold, positive_infinity_key, KEY_BITS, RAW)
     hits = hit.to(tl.int32)
     slot = found[:, None] + tl.cumsum(hits, axis=1) - 1
-    entry = (key.to(tl.int64) << 32) | columns.to(tl.int64)
-    tl.store(buffers + slot, entry, mask=hit & (slot < SLOTS))
+    if PLACE:
+        # Packed as the runs' buffers are: Triton 3.6's layout pass fails (dominance) on the
+        # plain stores of key and columns for 16-bit rows.
+        entry = (key.to(tl.int64) << 32) | columns.to(tl.int64)
+        tl.store(destination + slot, (entry >> 32).to(tl.int32), mask=hit)
+        tl.store(columns_row + slot, entry.to(tl.int32), mask=hit)
+    else:
+        store_pairs(destination + slot, key, columns, hit & (slot < SLOTS))
     return found + tl.sum(hits, axis=1)
 
 
 @triton.jit
-def collect_loop(
-    row_ptr, col_stride, first, last, threshold, positive_infinity_key, runs,
-    SEGMENTS: tl.constexpr, SLOTS: tl.constexpr, VECTOR: tl.constexpr, KEY_BITS: tl.constexpr,
-    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr, RAW: tl.constexpr,
-    PREFETCH: tl.constexpr, PIPELINE: tl.constexpr,
+def edge_step(
+    row_ptr, col_stride, run, lo, hi, found, destination, columns_row, threshold,
+    positive_infinity_key, SEGMENTS: tl.constexpr, SLOTS: tl.constexpr,
+    VECTOR: tl.constexpr, KEY_BITS: tl.constexpr, CONTIGUOUS: tl.constexpr,
+    RAW: tl.constexpr, PLACE: tl.constexpr,
 ):  # fmt: skip
-    """collect_runs' pass. The next PREFETCH steps' scores are loaded while a step's are
-    scanned (PIPELINE > 0: Triton's own pipelining over that many stages instead); only the
-    scores are carried from step to step, the columns are recomputed."""
-    base, stops, steps = run_bases(first, last, SEGMENTS, VECTOR)
-    found = tl.zeros((SEGMENTS,), tl.int32)
-    buffers = runs + tl.arange(0, SEGMENTS)[:, None] * SLOTS
+    """collect_step for the columns [lo, hi) of one block, as run ``run``'s (the other runs
+    load nothing)."""
+    columns = (lo // VECTOR) * VECTOR + tl.arange(0, VECTOR)[None, :]
+    columns = columns + tl.zeros((SEGMENTS, 1), tl.int32)
+    inside = (tl.arange(0, SEGMENTS)[:, None] == run) & (columns >= lo) & (columns < hi)
+    x = load_scores(row_ptr, col_stride, columns, inside, CONTIGUOUS)
+    return collect_step(
+        x, columns, found, destination, columns_row, threshold, positive_infinity_key,
+        SLOTS, KEY_BITS, RAW, PLACE,
+    )  # fmt: skip
+
+
+@triton.jit
+def collect_pass(
+    row_ptr, col_stride, first, last, threshold, positive_infinity_key, found, destination,
+    columns_row, SEGMENTS: tl.constexpr, SLOTS: tl.constexpr, VECTOR: tl.constexpr,
+    KEY_BITS: tl.constexpr, CONTIGUOUS: tl.constexpr, RAW: tl.constexpr,
+    PREFETCH: tl.constexpr, PIPELINE: tl.constexpr, PLACE: tl.constexpr,
+):  # fmt: skip
+    """One pass over the columns [first, last): the runs cover the whole blocks inside it,
+    so their steps test no column against the bounds; the partial block before them joins
+    run 0, the one after them the last run (their candidates stay in column order). The
+    next PREFETCH steps' scores are loaded while a step's are scanned (PIPELINE > 0:
+    Triton's own pipelining over that many stages instead); only the scores are carried
+    from step to step, the columns are recomputed."""
+    start, stop = full_blocks(first, last, VECTOR)
+    head_end = tl.minimum(start * VECTOR, last)
+    found = edge_step(
+        row_ptr, col_stride, 0, first, head_end, found, destination, columns_row, threshold,
+        positive_infinity_key, SEGMENTS, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, RAW, PLACE,
+    )  # fmt: skip
+    base, stops, steps = run_bases(start, stop, SEGMENTS)
     if PIPELINE > 0:
         for step in tl.range(0, steps, num_stages=PIPELINE):
-            columns, inside, x = run_load(
-                row_ptr, col_stride, first, last, base, stops, step, VECTOR, ALIGNED,
-                CONTIGUOUS,
-            )  # fmt: skip
+            columns, x = run_load(row_ptr, col_stride, base, stops, step, VECTOR, CONTIGUOUS)
             found = collect_step(
-                x, columns, inside, found, buffers, threshold, positive_infinity_key, SLOTS,
-                KEY_BITS, RAW,
+                x, columns, found, destination, columns_row, threshold,
+                positive_infinity_key, SLOTS, KEY_BITS, RAW, PLACE,
             )  # fmt: skip
     else:
-        x = run_load(row_ptr, col_stride, first, last, base, stops, 0, VECTOR, ALIGNED, CONTIGUOUS)[
-            2
-        ]
+        x = run_load(row_ptr, col_stride, base, stops, 0, VECTOR, CONTIGUOUS)[1]
         x1 = x
         if PREFETCH == 2:
-            x1 = run_load(
-                row_ptr, col_stride, first, last, base, stops, 1, VECTOR, ALIGNED, CONTIGUOUS
-            )[2]
+            x1 = run_load(row_ptr, col_stride, base, stops, 1, VECTOR, CONTIGUOUS)[1]
         for step in range(0, steps):
-            columns, inside, ahead = run_load(
-                row_ptr, col_stride, first, last, base, stops, step + PREFETCH, VECTOR,
-                ALIGNED, CONTIGUOUS,
-            )  # fmt: skip
+            columns, ahead = run_load(
+                row_ptr, col_stride, base, stops, step + PREFETCH, VECTOR, CONTIGUOUS
+            )
             columns = columns - PREFETCH * VECTOR
-            inside = (columns >= first) & (columns < last) & (base + step < stops)
             found = collect_step(
-                x, columns, inside, found, buffers, threshold, positive_infinity_key, SLOTS,
-                KEY_BITS, RAW,
+                x, columns, found, destination, columns_row, threshold,
+                positive_infinity_key, SLOTS, KEY_BITS, RAW, PLACE,
             )  # fmt: skip
             if PREFETCH == 2:
                 x = x1
                 x1 = ahead
             else:
                 x = ahead
+    return edge_step(
+        row_ptr, col_stride, SEGMENTS - 1, tl.maximum(stop * VECTOR, head_end), last, found,
+        destination, columns_row, threshold, positive_infinity_key, SEGMENTS, SLOTS, VECTOR,
+        KEY_BITS, CONTIGUOUS, RAW, PLACE,
+    )  # fmt: skip
+
+
+@triton.jit
+def collect_runs(
+    row_ptr, col_stride, first, last, threshold, positive_infinity_key, runs,
+    SEGMENTS: tl.constexpr, SLOTS: tl.constexpr, VECTOR: tl.constexpr, KEY_BITS: tl.constexpr,
+    CONTIGUOUS: tl.constexpr, RAW_HITS: tl.constexpr = False, PREFETCH: tl.constexpr = 1,
+    PIPELINE: tl.constexpr = 0,
+):  # fmt: skip
+    """Append each run's keys at or above threshold, with their columns, to the run's
+    buffer (packed key << 32 | column, the first SLOTS); return each run's count. RAW_HITS:
+    rows whose threshold is >= 0 compare bit patterns (no key transform per score)."""
+    found = tl.zeros((SEGMENTS,), tl.int32)
+    buffers = runs + tl.arange(0, SEGMENTS)[:, None] * SLOTS
+    if RAW_HITS and threshold >= 0:
+        found = collect_pass(
+            row_ptr, col_stride, first, last, threshold, positive_infinity_key, found, buffers,
+            buffers, SEGMENTS, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, True, PREFETCH, PIPELINE,
+            False,
+        )  # fmt: skip
+    else:
+        found = collect_pass(
+            row_ptr, col_stride, first, last, threshold, positive_infinity_key, found, buffers,
+            buffers, SEGMENTS, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, False, PREFETCH, PIPELINE,
+            False,
+        )  # fmt: skip
     return found
 
 
@@ -1267,26 +1329,16 @@ def collect_loop(
 def place_runs(
     row_ptr, col_stride, first, last, threshold, positive_infinity_key, found, keys_row,
     columns_row, SEGMENTS: tl.constexpr, VECTOR: tl.constexpr, KEY_BITS: tl.constexpr,
-    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr,
+    CONTIGUOUS: tl.constexpr,
 ):  # fmt: skip
     """A second pass for rows where a run overflowed its buffer: with every run's count
     known, store its candidates straight to their packed slots."""
-    base, stops, steps = run_bases(first, last, SEGMENTS, VECTOR)
     placed = tl.cumsum(found, axis=0) - found
     tl.debug_barrier()  # the scratch's earlier readers are done
-    for step in range(0, steps):
-        columns, inside, x = run_load(
-            row_ptr, col_stride, first, last, base, stops, step, VECTOR, ALIGNED, CONTIGUOUS
-        )
-        key, hit = run_hits(x, inside, threshold, positive_infinity_key, KEY_BITS)
-        hits = hit.to(tl.int32)
-        slot = placed[:, None] + tl.cumsum(hits, axis=1) - 1
-        # Packed as collect_runs packs: Triton 3.6's layout pass fails (dominance) on the
-        # plain stores of key and columns for 16-bit rows.
-        entry = (key.to(tl.int64) << 32) | columns.to(tl.int64)
-        tl.store(keys_row + slot, (entry >> 32).to(tl.int32), mask=hit)
-        tl.store(columns_row + slot, entry.to(tl.int32), mask=hit)
-        placed += tl.sum(hits, axis=1)
+    collect_pass(
+        row_ptr, col_stride, first, last, threshold, positive_infinity_key, placed, keys_row,
+        columns_row, SEGMENTS, 0, VECTOR, KEY_BITS, CONTIGUOUS, False, 1, 0, True,
+    )  # fmt: skip
     tl.debug_barrier()  # the packed candidates are visible before they are read
 
 
@@ -1317,7 +1369,7 @@ def segmented_row(
     SAMPLE_CHUNK: tl.constexpr, SEGMENTS: tl.constexpr, SLOTS: tl.constexpr,
     VECTOR: tl.constexpr, PACK: tl.constexpr, ROW_BLOCK: tl.constexpr,
     KEY_BITS: tl.constexpr, FROM_END: tl.constexpr, SORT_BLOCK: tl.constexpr,
-    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr, STAGES: tl.constexpr,
+    CONTIGUOUS: tl.constexpr, STAGES: tl.constexpr,
     RAW_HITS: tl.constexpr, PREFETCH: tl.constexpr, PIPELINE: tl.constexpr,
     RETRY: tl.constexpr,
 ):  # fmt: skip
@@ -1339,14 +1391,14 @@ def segmented_row(
     found = collect_runs(
         rows_ptr + row * row_stride, col_stride, first.to(tl.int32),
         (first + length).to(tl.int32), threshold, -neg_inf_key - 1, runs,
-        SEGMENTS, SLOTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS, RAW_HITS, PREFETCH, PIPELINE,
+        SEGMENTS, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, RAW_HITS, PREFETCH, PIPELINE,
     )  # fmt: skip
     finish_row(
         rows_ptr + row * row_stride, col_stride, first, length, seg_ptr, threshold, found,
         tl.sum(found, axis=0), target, runs, keys_row, columns_row, out_row, values_row,
         column_offset, width, neg_inf_key, out_values_ptr.dtype.element_ty, CAPACITY,
         SAMPLE_CHUNKS, SAMPLE_CHUNK, SEGMENTS, SLOTS, VECTOR, PACK, ROW_BLOCK, KEY_BITS,
-        FROM_END, SORT_BLOCK, ALIGNED, CONTIGUOUS, STAGES, RAW_HITS, PREFETCH, PIPELINE, RETRY,
+        FROM_END, SORT_BLOCK, CONTIGUOUS, STAGES, RAW_HITS, PREFETCH, PIPELINE, RETRY,
     )  # fmt: skip
 
 
@@ -1358,7 +1410,7 @@ def finish_row(
     SAMPLE_CHUNK: tl.constexpr, SEGMENTS: tl.constexpr, SLOTS: tl.constexpr,
     VECTOR: tl.constexpr, PACK: tl.constexpr, ROW_BLOCK: tl.constexpr,
     KEY_BITS: tl.constexpr, FROM_END: tl.constexpr, SORT_BLOCK: tl.constexpr,
-    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr, STAGES: tl.constexpr,
+    CONTIGUOUS: tl.constexpr, STAGES: tl.constexpr,
     RAW_HITS: tl.constexpr, PREFETCH: tl.constexpr, PIPELINE: tl.constexpr,
     RETRY: tl.constexpr,
 ):  # fmt: skip
@@ -1382,7 +1434,7 @@ def finish_row(
             found = collect_runs(
                 row_ptr, col_stride, first.to(tl.int32),
                 (first + length).to(tl.int32), threshold, -neg_inf_key - 1, runs,
-                SEGMENTS, SLOTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS, RAW_HITS, PREFETCH,
+                SEGMENTS, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, RAW_HITS, PREFETCH,
                 PIPELINE,
             )  # fmt: skip
             total = tl.sum(found, axis=0)
@@ -1395,7 +1447,7 @@ def finish_row(
             place_runs(
                 row_ptr, col_stride, first.to(tl.int32),
                 (first + length).to(tl.int32), threshold, -neg_inf_key - 1, found,
-                keys_row, columns_row, SEGMENTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS,
+                keys_row, columns_row, SEGMENTS, VECTOR, KEY_BITS, CONTIGUOUS,
             )  # fmt: skip
         else:
             pack_runs(runs, found, keys_row, columns_row, SEGMENTS, SLOTS, PACK)
@@ -1423,7 +1475,7 @@ def segmented_select(
     SAMPLE_CHUNK: tl.constexpr, SEGMENTS: tl.constexpr, SLOTS: tl.constexpr,
     VECTOR: tl.constexpr, PACK: tl.constexpr, ROW_BLOCK: tl.constexpr,
     KEY_BITS: tl.constexpr, FROM_END: tl.constexpr, SORT_BLOCK: tl.constexpr,
-    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr, PERSISTENT: tl.constexpr,
+    CONTIGUOUS: tl.constexpr, PERSISTENT: tl.constexpr,
     STAGES: tl.constexpr, RAW_HITS: tl.constexpr, PREFETCH: tl.constexpr,
     PIPELINE: tl.constexpr, RETRY: tl.constexpr,
 ):  # fmt: skip
@@ -1440,7 +1492,7 @@ def segmented_select(
                 runs, keys_row, columns_row, out_ptr, out_values_ptr, width, target,
                 neg_inf_key, row_id + tl.zeros((), tl.int64), HAS_BOUNDS, CAPACITY,
                 SAMPLE_CHUNKS, SAMPLE_CHUNK, SEGMENTS, SLOTS, VECTOR, PACK, ROW_BLOCK,
-                KEY_BITS, FROM_END, SORT_BLOCK, ALIGNED, CONTIGUOUS, STAGES, RAW_HITS,
+                KEY_BITS, FROM_END, SORT_BLOCK, CONTIGUOUS, STAGES, RAW_HITS,
                 PREFETCH, PIPELINE, RETRY,
             )  # fmt: skip
             tl.debug_barrier()  # this row's reads of the scratch end before the next's writes
@@ -1450,7 +1502,7 @@ def segmented_select(
             keys_row, columns_row, out_ptr, out_values_ptr, width, target, neg_inf_key,
             program.to(tl.int64), HAS_BOUNDS, CAPACITY, SAMPLE_CHUNKS, SAMPLE_CHUNK,
             SEGMENTS, SLOTS, VECTOR, PACK, ROW_BLOCK, KEY_BITS, FROM_END, SORT_BLOCK,
-            ALIGNED, CONTIGUOUS, STAGES, RAW_HITS, PREFETCH, PIPELINE, RETRY,
+            CONTIGUOUS, STAGES, RAW_HITS, PREFETCH, PIPELINE, RETRY,
         )  # fmt: skip
 
 
@@ -1556,8 +1608,7 @@ def _select_split(
     split_collect[(count * chunks,)](
         *row_args, thresholds, runs, run_stride, counts, neg_inf_key, CHUNKS=chunks,
         SEGMENTS=split.segments, SLOTS=split.slots, VECTOR=split.vector,
-        ALIGNED=contiguous and n % split.vector == 0, RAW_HITS=SEGMENT_RAW_HITS,
-        PREFETCH=SEGMENT_PREFETCH, num_warps=split.warps, **common,
+        RAW_HITS=SEGMENT_RAW_HITS, PREFETCH=SEGMENT_PREFETCH, num_warps=split.warps, **common,
     )  # fmt: skip
     if SPLIT_STAGES == 2:
         return values, out
@@ -1569,8 +1620,7 @@ def _select_split(
         SAMPLE_CHUNKS=SEGMENT_SAMPLE_CHUNKS, SAMPLE_CHUNK=SAMPLE_CHUNK,
         SEGMENTS=fallback.segments, SLOTS=fallback.slots, VECTOR=fallback.vector,
         PACK=fallback.pack, ROW_BLOCK=ROW_BLOCK, FROM_END=prefer_large,
-        SORT_BLOCK=triton.next_power_of_2(width),
-        ALIGNED=contiguous and n % fallback.vector == 0, RAW_HITS=SEGMENT_RAW_HITS,
+        SORT_BLOCK=triton.next_power_of_2(width), RAW_HITS=SEGMENT_RAW_HITS,
         PREFETCH=SEGMENT_PREFETCH, RETRY=SEGMENT_RETRY, num_warps=SPLIT_SELECT_WARPS, **common,
     )  # fmt: skip
     return values, out
@@ -1581,7 +1631,7 @@ def split_collect(
     rows_ptr, row_stride, col_stride, n, starts_ptr, ends_ptr, thresholds_ptr, runs_ptr,
     run_stride, counts_ptr, neg_inf_key, HAS_BOUNDS: tl.constexpr, CHUNKS: tl.constexpr,
     SEGMENTS: tl.constexpr, SLOTS: tl.constexpr, VECTOR: tl.constexpr,
-    KEY_BITS: tl.constexpr, ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr,
+    KEY_BITS: tl.constexpr, CONTIGUOUS: tl.constexpr,
     RAW_HITS: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
     """Chunk program % CHUNKS of row program // CHUNKS (a row's chunks are launched
@@ -1601,7 +1651,7 @@ def split_collect(
     found = collect_runs(
         rows_ptr + row * row_stride, col_stride, chunk_first, chunk_last,
         tl.load(thresholds_ptr + row), -neg_inf_key - 1, runs, SEGMENTS, SLOTS, VECTOR,
-        KEY_BITS, ALIGNED, CONTIGUOUS, RAW_HITS, PREFETCH,
+        KEY_BITS, CONTIGUOUS, RAW_HITS, PREFETCH,
     )  # fmt: skip
     tl.store(
         counts_ptr + row * (CHUNKS * SEGMENTS) + chunk * SEGMENTS + tl.arange(0, SEGMENTS), found
@@ -1622,7 +1672,7 @@ def split_select(
     SAMPLE_CHUNK: tl.constexpr, SEGMENTS: tl.constexpr, SLOTS: tl.constexpr,
     VECTOR: tl.constexpr, PACK: tl.constexpr, ROW_BLOCK: tl.constexpr,
     KEY_BITS: tl.constexpr, FROM_END: tl.constexpr, SORT_BLOCK: tl.constexpr,
-    ALIGNED: tl.constexpr, CONTIGUOUS: tl.constexpr, RAW_HITS: tl.constexpr,
+    CONTIGUOUS: tl.constexpr, RAW_HITS: tl.constexpr,
     PREFETCH: tl.constexpr, RETRY: tl.constexpr,
 ):  # fmt: skip
     """Row program_id(0) from its chunks' runs (ALL_RUNS of SPLIT_SLOTS slots, in column
@@ -1660,7 +1710,7 @@ def split_select(
             row_found = collect_runs(
                 rows_ptr + row * row_stride, col_stride, first.to(tl.int32),
                 (first + length).to(tl.int32), threshold, -neg_inf_key - 1, runs, SEGMENTS,
-                SLOTS, VECTOR, KEY_BITS, ALIGNED, CONTIGUOUS, RAW_HITS, PREFETCH,
+                SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, RAW_HITS, PREFETCH,
             )  # fmt: skip
             total = tl.sum(row_found, axis=0)
         finish_row(
@@ -1668,5 +1718,5 @@ def split_select(
             row_found, total, target, runs, keys_row, columns_row, out_row, values_row,
             column_offset, width, neg_inf_key, out_values_ptr.dtype.element_ty, CAPACITY,
             SAMPLE_CHUNKS, SAMPLE_CHUNK, SEGMENTS, SLOTS, VECTOR, PACK, ROW_BLOCK, KEY_BITS,
-            FROM_END, SORT_BLOCK, ALIGNED, CONTIGUOUS, 3, RAW_HITS, PREFETCH, 0, RETRY,
+            FROM_END, SORT_BLOCK, CONTIGUOUS, 3, RAW_HITS, PREFETCH, 0, RETRY,
         )  # fmt: skip
