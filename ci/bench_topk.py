@@ -37,32 +37,31 @@ from megatron.core.transformer.experimental_attention_variant.dsa_topk import ( 
     select_topk,
 )
 
-G = dsa_topk_triton.SplitGeometry
-# The split select (SPLIT: thresholds, collecting and select as three launches) under
-# geometries (SPLIT_GEOMETRY_OF: chunk, runs, scores a step, slots, warps), against the
-# fused segmented select, the CUDA path (one launch, a program per row).
-SPLIT = dict(SPLIT=True)
+G = dsa_topk_triton.Geometry
+# The fused segmented select (the CUDA path: one launch, a program per row) under other
+# geometries (GEOMETRY_OF by key bits: runs, slots, scores a run reads a step, pack), and
+# the split select (SPLIT: thresholds, collecting and select as three launches).
 VARIANTS = {
-    "split, 4 warps, 4x128 / 4x256, chunk 8192": SPLIT,
-    "split, 1-thread runs (128x4 fp32 / 128x8 bf16), chunk 32768": dict(
-        SPLIT, SPLIT_GEOMETRY_OF={32: G(32768, 128, 4, 32, 4), 16: G(32768, 128, 8, 32, 4)}
+    "segmented, fp32 64 runs x 32 / bf16 256 runs x 16": dict(
+        GEOMETRY_OF={32: G(64, 128, 32, 32), 16: G(256, 32, 16, 16)}
     ),
-    "split, 2 warps, 2x128 / 2x256, chunk 4096": dict(
-        SPLIT, SPLIT_GEOMETRY_OF={32: G(4096, 2, 128, 128, 2), 16: G(4096, 2, 256, 128, 2)}
+    "segmented, fp32 128 runs x 16 / bf16 128 runs x 32": dict(
+        GEOMETRY_OF={32: G(128, 64, 16, 16), 16: G(128, 64, 32, 32)}
+    ),
+    "segmented, fp32 16 runs x 128 / bf16 64 runs x 32": dict(
+        GEOMETRY_OF={32: G(16, 512, 128, 64), 16: G(64, 128, 32, 32)}
+    ),
+    "segmented, fp32 32 runs x 64 / bf16 256 runs x 8": dict(
+        GEOMETRY_OF={32: G(32, 256, 64, 32), 16: G(256, 32, 8, 8)}
     ),
 }
 # Variants also timed on the plateau shapes (rows with ties at the k-th score).
-PLATEAU_VARIANTS = ("split, 4 warps, 4x128 / 4x256, chunk 8192",)
+PLATEAU_VARIANTS = ()
 # The selects stopped after a stage (their output is not the selection): the time of the
 # sampled threshold, and of the threshold and the collecting pass.
 STAGES = {
     "fused stage: threshold only": dict(SEGMENT_STAGES=1),
     "fused stage: threshold + collecting pass": dict(SEGMENT_STAGES=2),
-    "split stage: thresholds only": dict(SPLIT, SPLIT_STAGES=1),
-    "split stage: thresholds + collecting launch": dict(SPLIT, SPLIT_STAGES=2),
-    "split stage, 1-thread runs: thresholds + collecting launch": dict(
-        VARIANTS["split, 1-thread runs (128x4 fp32 / 128x8 bf16), chunk 32768"], SPLIT_STAGES=2
-    ),
 }
 # rows, keys, k, dtype, scores: "relu" (half exact 0.0, a unique k-th score: the usual case)
 # or "plateau" (small integers: ties at the k-th score in every row, the torch backend's worst case)
