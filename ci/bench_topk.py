@@ -42,21 +42,19 @@ G = dsa_topk_triton.Geometry
 # geometries (GEOMETRY_OF by key bits: runs, slots, scores a run reads a step, pack), and
 # the split select (SPLIT: thresholds, collecting and select as three launches).
 VARIANTS = {
-    "segmented, fp32 64 runs x 32 / bf16 256 runs x 16": dict(
-        GEOMETRY_OF={32: G(64, 128, 32, 32), 16: G(256, 32, 16, 16)}
-    ),
-    "segmented, fp32 128 runs x 16 / bf16 128 runs x 32": dict(
-        GEOMETRY_OF={32: G(128, 64, 16, 16), 16: G(128, 64, 32, 32)}
-    ),
-    "segmented, fp32 16 runs x 128 / bf16 64 runs x 32": dict(
-        GEOMETRY_OF={32: G(16, 512, 128, 64), 16: G(64, 128, 32, 32)}
-    ),
-    "segmented, fp32 32 runs x 64 / bf16 256 runs x 8": dict(
+    "segmented, fp32 at Triton's registers (two programs an SM)": dict(
         GEOMETRY_OF={32: G(32, 256, 64, 32), 16: G(256, 32, 8, 8)}
     ),
+    "segmented, fp32 at most 80 registers / bf16 at most 64": dict(
+        GEOMETRY_OF={32: G(32, 256, 64, 32, registers=80), 16: G(256, 32, 8, 8, registers=64)}
+    ),
+    "segmented, fp32 16 runs x 128 / bf16 128 runs x 16": dict(
+        GEOMETRY_OF={32: G(16, 512, 128, 64, registers=64), 16: G(128, 64, 16, 16)}
+    ),
+    "split, 4 warps, 4x128 / 4x256, chunk 8192": dict(SPLIT=True),
 }
 # Variants also timed on the plateau shapes (rows with ties at the k-th score).
-PLATEAU_VARIANTS = ()
+PLATEAU_VARIANTS = ("segmented, fp32 at Triton's registers (two programs an SM)",)
 # The selects stopped after a stage (their output is not the selection): the time of the
 # sampled threshold, and of the threshold and the collecting pass.
 STAGES = {

@@ -1034,8 +1034,10 @@ def select_from_stripes(
 #
 # Geometry by key bits, the fastest measured on the H200 (ci/bench_topk.py, 4096 x 131072,
 # k = 2048; docs/gpu-validation.md): bf16 rows as 256 runs of one thread each, 8 scores
-# (16 bytes) a step, prefix sums inside the thread; fp32 rows as 32 runs of 64-score steps.
-# 16 runs of 128 scores (one warp's coalesced read a step) were slower for both.
+# (16 bytes) a step, prefix sums inside the thread; fp32 rows as 32 runs of 64-score steps,
+# at most 64 registers a thread, so four programs share a multiprocessor (fp32 1.08 ms
+# against 1.37 at two; bf16 was slower capped). 16 runs of 128 scores (one warp's
+# coalesced read a step) were slower for both.
 
 
 @dataclass(frozen=True)
@@ -1044,17 +1046,17 @@ class Geometry:
     slots: int  # candidate slots per run
     vector: int  # scores a run reads per step
     pack: int  # slots a run moves per step when the buffers are laid end to end
+    registers: Optional[int] = None  # ptxas's cap a thread (None: Triton's choice)
 
 
 SEGMENTED = True
-GEOMETRY_OF = {32: Geometry(32, 256, 64, 32), 16: Geometry(256, 32, 8, 8)}
+GEOMETRY_OF = {32: Geometry(32, 256, 64, 32, registers=64), 16: Geometry(256, 32, 8, 8)}
 SEGMENT_WARPS = 8
 # 0: a program per row. A persistent launch (programs looping over rows) took 194 registers:
 # the compiler hoists every phase's index tensors out of the row loop.
 PROGRAMS_PER_SM = 0
-# Timing knobs (ci/bench_topk.py): a register cap for ptxas (None: Triton's choice), and
-# SEGMENT_STAGES < 3 stops each row after its threshold (1) or collecting pass (2).
-SEGMENT_MAXNREG = None
+# Timing knob (ci/bench_topk.py): SEGMENT_STAGES < 3 stops each row after its threshold
+# (1) or collecting pass (2).
 SEGMENT_STAGES = 3
 # Collecting-pass knobs: compare bit patterns for thresholds >= 0 (RAW_HITS); steps loaded
 # ahead (PREFETCH 1 or 2), or Triton's pipelining over PIPELINE stages (0: off; 2x slower
@@ -1123,7 +1125,7 @@ def _select_segmented(
         CONTIGUOUS=contiguous, PERSISTENT=PROGRAMS_PER_SM > 0, STAGES=SEGMENT_STAGES, RAW_HITS=SEGMENT_RAW_HITS,
         PREFETCH=SEGMENT_PREFETCH, PIPELINE=SEGMENT_PIPELINE, RETRY=SEGMENT_RETRY,
         num_warps=SEGMENT_WARPS,
-        **({"maxnreg": SEGMENT_MAXNREG} if SEGMENT_MAXNREG else {}),
+        **({"maxnreg": geometry.registers} if geometry.registers else {}),
     )  # fmt: skip
     return values, out
 
