@@ -44,9 +44,12 @@ NUM_WARPS = 8
 MAX_ORDERED_WIDTH = 8192
 # Sorts after every real column (rows are shorter than 2**30): marks a padding slot.
 PADDING_COLUMN: tl.constexpr = tl.constexpr(2**31 - 1)
-# Compiled kernels store the collected candidates by inline PTX (store_pairs); Triton's
-# interpreter (TRITON_INTERPRET=1, read when Triton is imported) runs none.
-SCATTER_ASM: tl.constexpr = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
+# Kernels compiled for NVIDIA GPUs store the collected candidates by inline PTX
+# (store_pairs); Triton's interpreter (TRITON_INTERPRET=1, read when Triton is imported) and
+# ROCm builds run none.
+SCATTER_ASM: tl.constexpr = tl.constexpr(
+    os.environ.get("TRITON_INTERPRET", "0") != "1" and torch.version.hip is None
+)
 
 
 def handles(rows: torch.Tensor) -> bool:
@@ -1194,7 +1197,7 @@ def store_pairs(pointers, keys, columns, mask):
     """Store keys << 32 | columns (int64) at pointers where mask. Compiled, as one predicated
     64-bit store an element in the layout the values are computed in: tl.store would first
     move them through shared memory (with barriers, every step) into a layout it picks for
-    scattered addresses. Triton's interpreter runs no inline assembly: tl.store there."""
+    scattered addresses. Where no PTX runs (SCATTER_ASM false): tl.store."""
     if SCATTER_ASM:
         tl.inline_asm_elementwise(
             "{ .reg .pred p; setp.ne.b32 p, $4, 0; @p st.global.v2.b32 [$1], {$3, $2}; "
