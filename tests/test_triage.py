@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -78,6 +79,50 @@ def test_the_colliding_commit_is_the_one_the_history_planted(
     }
     assert row["proposal"] == "keep"
     assert row["reason"] == f"a real conflict with {shas[16][:12]} (upstream 17): resolve by hand"
+
+
+def test_a_stops_triage_starts_while_the_patch_stops_and_finds_the_same(
+    rebaser, tmp_path, upstream
+):
+    """Where the fast lane hands a conflict to the per-patch path, the stop's triage starts
+    beside it (that path is git processes in the worktree, mostly); what it asks goes to the
+    memo, so the triage after the stop asks upstream nothing, and finds what the triage of
+    the same stop finds without a lane."""
+    planted, text = {}, CALC
+    for number in range(2, 31, 2):  # upstream edits the file often: the bisection probes
+        text += f"\n\ndef f{number}():\n    return {number}\n"
+        if number == 18:
+            text = edit(text, "return a * b", "return b * a")
+        planted[number] = {"pkg/calc.py": text}
+    shas = history(upstream, 30, planted)
+    base = git(upstream.path, "rev-parse", "v1")
+    series = build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1",
+        [Change("fork: double mul", {"pkg/calc.py": DOUBLED})],
+        extra_directives=f"@base git:{base}\n",
+    )
+    laned = apply(rebaser, series, upstream, "tip", "--json", tmp_path / "lane.json")
+    assert laned.code == ExitCode.NOT_APPLIED and "stopped at 0001" in laned.out, laned.out
+    assert "triage: 1 stopped patches, 0 merges" in laned.out + laned.err
+    assert rebaser("abort", "--repo", upstream.path).code == ExitCode.OK
+    shutil.rmtree(upstream.path / ".git" / "forkkit" / "memo")  # asked again, not remembered
+    alone = apply(rebaser, series, upstream, "tip", "--no-fast-lane", "--json", tmp_path / "a.json")
+    assert alone.code == ExitCode.NOT_APPLIED, alone.out
+    rows = [
+        json.loads((tmp_path / name).read_text())["steps"][-1] for name in ("lane.json", "a.json")
+    ]
+    assert (
+        rows[0]["collides_with"]
+        == rows[1]["collides_with"]
+        == {
+            "sha": shas[17],
+            "subject": "upstream 18",
+            "what": "modified pkg/calc.py",
+        }
+    )
+    assert rows[0]["reason"] == rows[1]["reason"]
 
 
 def test_the_colliding_commit_of_a_file_renamed_and_then_edited(

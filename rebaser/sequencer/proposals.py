@@ -8,7 +8,9 @@ without a git process.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 import time
 from dataclasses import replace
 from functools import partial
@@ -21,8 +23,8 @@ from rebaser.carry.replay import Replay
 from rebaser.repo import scratch
 from rebaser.repo.git import Git
 from rebaser.repo.memo import memo
-from rebaser.series.patches import Series
-from rebaser.steps.records import Collision, StepRow, Stop
+from rebaser.series.patches import Patch, Series
+from rebaser.steps.records import Collision, StepRow, StepStatus, Stop, StopPhase, patch_row
 
 _NEEDS = re.compile(r"^needs (\S+), which did not apply")
 
@@ -68,6 +70,38 @@ def annotate(
             f"{time.monotonic() - started:.1f} s"
         )
     return [_with(row, verdicts.get(row.name)) for row in rows]
+
+
+def ahead(
+    rows: list[StepRow],
+    series: Series,
+    repo: Git,
+    git_dir: Path,
+    target: str,
+    replay: Replay,
+    patch: Patch,
+    conflicts: list[str],
+) -> Callable[[], None]:
+    """Start the triage of the stop a patch is about to make (conflicts in `conflicts`, as
+    the fast lane met them) while the per-patch path makes it in the worktree; what it asks
+    of upstream goes to the memo, named by everything the answers depend on, where the
+    triage after the stop finds it: a guess that proves wrong costs only time. Returns a
+    wait for it, to call before that triage (it reads the same memo entries)."""
+    row = patch_row(patch, StepStatus.FAILED, "", [])
+    stop = Stop(StopPhase.APPLY, patch.name, "", conflicts)
+
+    def triage_ahead() -> None:
+        # Any failure here the triage after the stop meets again, and reports.
+        with contextlib.suppress(Exception):
+            annotate([*rows, row], series, repo, git_dir, target, replay, _quiet, stopped=stop)
+
+    thread = threading.Thread(target=triage_ahead, name="forkkit-triage-ahead")
+    thread.start()
+    return thread.join
+
+
+def _quiet(_: str) -> None:
+    pass
 
 
 def _judged(
