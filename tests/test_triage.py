@@ -81,19 +81,11 @@ def test_the_colliding_commit_is_the_one_the_history_planted(
     assert row["reason"] == f"a real conflict with {shas[16][:12]} (upstream 17): resolve by hand"
 
 
-def test_a_stops_triage_starts_while_the_patch_stops_and_finds_the_same(
-    rebaser, tmp_path, upstream
-):
-    """Where the fast lane hands a conflict to the per-patch path, the stop's triage starts
-    beside it (that path is git processes in the worktree, mostly); what it asks goes to the
-    memo, so the triage after the stop asks upstream nothing, and finds what the triage of
-    the same stop finds without a lane."""
-    planted, text = {}, CALC
-    for number in range(2, 31, 2):  # upstream edits the file often: the bisection probes
-        text += f"\n\ndef f{number}():\n    return {number}\n"
-        if number == 18:
-            text = edit(text, "return a * b", "return b * a")
-        planted[number] = {"pkg/calc.py": text}
+def doubled_mul(
+    upstream: SyntheticUpstream, tmp_path: Path, planted: dict[int, dict[str, str]]
+) -> tuple[list[str], Path]:
+    """30 upstream commits (history()) and the series of one patch doubling mul(), on v1:
+    the commits' shas and the series file."""
     shas = history(upstream, 30, planted)
     base = git(upstream.path, "rev-parse", "v1")
     series = build_series(
@@ -103,9 +95,27 @@ def test_a_stops_triage_starts_while_the_patch_stops_and_finds_the_same(
         [Change("fork: double mul", {"pkg/calc.py": DOUBLED})],
         extra_directives=f"@base git:{base}\n",
     )
+    return shas, series
+
+
+def test_a_stops_triage_starts_while_the_patch_stops_and_finds_the_same(
+    rebaser, tmp_path, upstream
+):
+    """Where the fast lane hands a conflict to the per-patch path, the stop's triage starts
+    beside it (that path is git processes in the worktree, mostly) with the lane's conflicts;
+    the stop's rows say what it guessed, so they take its verdicts: what the triage of the
+    same stop finds without a lane."""
+    planted, text = {}, CALC
+    for number in range(2, 31, 2):  # upstream edits the file often: the bisection probes
+        text += f"\n\ndef f{number}():\n    return {number}\n"
+        if number == 18:
+            text = edit(text, "return a * b", "return b * a")
+        planted[number] = {"pkg/calc.py": text}
+    shas, series = doubled_mul(upstream, tmp_path, planted)
     laned = apply(rebaser, series, upstream, "tip", "--json", tmp_path / "lane.json")
     assert laned.code == ExitCode.NOT_APPLIED and "stopped at 0001" in laned.out, laned.out
-    assert "triage: 1 stopped patches, 0 merges" in laned.out + laned.err
+    assert "triage: 1 stopped patches, 4 merges" in laned.err, laned.err
+    assert "(beside the stop)" in laned.err
     assert rebaser("abort", "--repo", upstream.path).code == ExitCode.OK
     shutil.rmtree(upstream.path / ".git" / "forkkit" / "memo")  # asked again, not remembered
     alone = apply(rebaser, series, upstream, "tip", "--no-fast-lane", "--json", tmp_path / "a.json")
@@ -123,6 +133,22 @@ def test_a_stops_triage_starts_while_the_patch_stops_and_finds_the_same(
         }
     )
     assert rows[0]["reason"] == rows[1]["reason"]
+
+
+def test_a_triage_ahead_that_guessed_wrong_is_not_taken(rebaser, tmp_path, upstream, monkeypatch):
+    """Where the stop's rows are not what the triage ahead judged (here: other conflicts),
+    the triage after the stop works its verdicts out again (from the memo where it can)."""
+    from rebaser.sequencer import proposals
+
+    ahead = proposals.ahead
+    monkeypatch.setattr(proposals, "ahead", lambda *args: ahead(*args[:-1], ["pkg/elsewhere.py"]))
+    planted = {17: {"pkg/calc.py": edit(CALC, "return a * b", "return b * a")}}
+    _, series = doubled_mul(upstream, tmp_path, planted)
+    stopped = apply(rebaser, series, upstream, "tip", "--json", tmp_path / "r.json")
+    assert stopped.code == ExitCode.NOT_APPLIED and "stopped at 0001" in stopped.out
+    assert "triage: 1 stopped patches" in stopped.err and "beside the stop" not in stopped.err
+    row = json.loads((tmp_path / "r.json").read_text())["steps"][-1]
+    assert row["collides_with"]["subject"] == "upstream 17", row
 
 
 def test_the_colliding_commit_of_a_file_renamed_and_then_edited(

@@ -321,7 +321,7 @@ class _Run:
         self.state, self.series, self.plan = state, series, plan
         self.progress, self.command = progress, command
         self.carry = carry  # built at once by apply (to prefetch the commits), else lazily
-        self._triage_ahead: Optional[Callable[[], None]] = None  # proposals.ahead's wait
+        self._triage_ahead: Optional[Callable[[], Optional[proposals.Triaged]]] = None
         self.worktree = Git(state.worktree)
         self.git_dir = workspace.worktree_git_dir(self.worktree.path)
 
@@ -515,8 +515,7 @@ class _Run:
         """The rows with keep/drop proposals (sequencer/proposals.py); a retry's branch
         holds the patches that have no row here."""
         state = self.state
-        if self._triage_ahead is not None:  # its answers are in the memo once it ends
-            self._triage_ahead()
+        known = self._triage_ahead() if self._triage_ahead is not None else None
         listed = {row.name for row in rows}
         on_branch = [p.name for p in self.series.patches if p.name not in listed]
         return proposals.annotate(
@@ -530,6 +529,7 @@ class _Run:
             stopped=state.stopped,
             on_branch=on_branch if state.retry_step is not None else (),
             retried=self.plan[state.retry_step].name if state.retry_step is not None else None,
+            known=known,
         )
 
     def _fork_tests(self) -> Optional[SuiteResult]:
