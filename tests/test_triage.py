@@ -8,6 +8,7 @@ import functools
 import json
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -135,13 +136,42 @@ def test_a_stops_triage_starts_while_the_patch_stops_and_finds_the_same(
     assert rows[0]["reason"] == rows[1]["reason"]
 
 
+def test_a_knock_on_stops_triage_starts_beside_it_too(rebaser, tmp_path, upstream):
+    """After a skip the lane stops at a patch that needs the skipped one: its triage starts
+    beside the per-patch path too, and finds what the triage of that stop finds alone."""
+    _, (first, needing) = needing_0001(upstream)
+    base = git(upstream.path, "rev-parse", "v1")
+    changes = [first, Change("fork: a note", {"pkg/note.py": "NOTE = 1\n"}), needing]
+    series = build_series(
+        tmp_path / "proj", upstream, "v1", changes, extra_directives=f"@base git:{base}\n"
+    )
+    reports = []
+    for name, lane in (("lane", []), ("alone", ["--no-fast-lane"])):
+        stopped = apply(rebaser, series, upstream, "tip", *lane)
+        assert stopped.code == ExitCode.NOT_APPLIED and "stopped at 0001" in stopped.out
+        report = tmp_path / f"{name}.json"
+        skipped = rebaser("skip", "--repo", upstream.path, "--json", report)
+        assert skipped.code == ExitCode.NOT_APPLIED and "stopped at 0003" in skipped.out
+        assert ("(beside the stop)" in skipped.err) == (name == "lane"), skipped.err
+        said = json.loads(report.read_text())
+        reports.append({**said["steps"][-1], "stop": said["stop"]})  # the row holds none
+        assert rebaser("abort", "--repo", upstream.path).code == ExitCode.OK
+        shutil.rmtree(upstream.path / ".git" / "forkkit" / "memo")
+    assert reports[0]["stop"]["reason"].startswith("needs 0001, which did not apply")
+    for key in ("stop", "proposal", "reason", "collides_with"):
+        assert reports[0][key] == reports[1][key], key
+
+
 def test_a_triage_ahead_that_guessed_wrong_is_not_taken(rebaser, tmp_path, upstream, monkeypatch):
     """Where the stop's rows are not what the triage ahead judged (here: other conflicts),
     the triage after the stop works its verdicts out again (from the memo where it can)."""
     from rebaser.sequencer import proposals
 
     ahead = proposals.ahead
-    monkeypatch.setattr(proposals, "ahead", lambda *args: ahead(*args[:-1], ["pkg/elsewhere.py"]))
+    elsewhere = ["pkg/elsewhere.py"]
+    monkeypatch.setattr(
+        proposals, "ahead", lambda *args: ahead(*args[:-1], replace(args[-1], conflicts=elsewhere))
+    )
     planted = {17: {"pkg/calc.py": edit(CALC, "return a * b", "return b * a")}}
     _, series = doubled_mul(upstream, tmp_path, planted)
     stopped = apply(rebaser, series, upstream, "tip", "--json", tmp_path / "r.json")
@@ -348,9 +378,9 @@ def test_patches_that_follow_up_a_dropped_one_are_dropped(
     assert proposals["0006"] == ("keep", "applied as it is")
 
 
-def test_a_blocked_patch_names_its_own_conflicts(carry_changes, rebaser, tmp_path, upstream):
-    """0002 is blocked on 0001 in calc.py and, on its own, conflicts in util.py, a file
-    0001 never touches; its colliding commit is the one that edited util.py."""
+def needing_0001(upstream: SyntheticUpstream) -> tuple[list[str], list[Change]]:
+    """Upstream commits and two patches: 0001 conflicts in calc.py (upstream 3), 0002 edits
+    0001's line and, on its own, conflicts in util.py (upstream 8)."""
     util = "def clamp(x):\n    return max(0, x)\n"
     upstream.commit({"pkg/util.py": util}, "util")
     git(upstream.path, "tag", "-f", "v1")  # the series' base has util.py
@@ -362,18 +392,24 @@ def test_a_blocked_patch_names_its_own_conflicts(carry_changes, rebaser, tmp_pat
             8: {"pkg/util.py": util.replace("max(0, x)", "max(1, x)")},
         },
     )
-    rows, _, _ = carry_changes(
-        [
-            Change("fork: double mul", {"pkg/calc.py": DOUBLED}),
-            Change(
-                "fork: say why",
-                {
-                    "pkg/calc.py": DOUBLED.replace("2 * a * b", "2 * a * b  # doubled"),
-                    "pkg/util.py": util.replace("max(0, x)", "max(-1, x)"),
-                },
-            ),
-        ],
-    )
+    changes = [
+        Change("fork: double mul", {"pkg/calc.py": DOUBLED}),
+        Change(
+            "fork: say why",
+            {
+                "pkg/calc.py": DOUBLED.replace("2 * a * b", "2 * a * b  # doubled"),
+                "pkg/util.py": util.replace("max(0, x)", "max(-1, x)"),
+            },
+        ),
+    ]
+    return shas, changes
+
+
+def test_a_blocked_patch_names_its_own_conflicts(carry_changes, rebaser, tmp_path, upstream):
+    """0002 is blocked on 0001 in calc.py and, on its own, conflicts in util.py, a file
+    0001 never touches; its colliding commit is the one that edited util.py."""
+    shas, changes = needing_0001(upstream)
+    rows, _, _ = carry_changes(changes)
     blocked = rows["0002"]
     assert blocked["status"] == "blocked"
     assert blocked["stop"]["reason"] == (

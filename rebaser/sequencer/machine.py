@@ -447,8 +447,7 @@ class _Run:
             self.git_dir,
             state.base_sha,
             replay,
-            handed.patch,
-            handed.conflicts,
+            handed,
         )
 
     def _patch_run(self) -> list[Patch]:

@@ -23,8 +23,11 @@ from rebaser.carry.replay import Replay
 from rebaser.repo import scratch
 from rebaser.repo.git import Git
 from rebaser.repo.memo import memo
-from rebaser.series.patches import Patch, Series
-from rebaser.steps.records import Collision, StepRow, StepStatus, Stop, StopPhase, patch_row
+from rebaser.series.patches import Series
+from rebaser.steps.attempts import PatchOutcome
+from rebaser.steps.fastlane import Handed
+from rebaser.steps.patching import left_off
+from rebaser.steps.records import Collision, StepRow, StepStatus, Stop, patch_row
 
 _NEEDS = re.compile(r"^needs (\S+), which did not apply")
 
@@ -110,16 +113,18 @@ def ahead(
     git_dir: Path,
     target: str,
     replay: Replay,
-    patch: Patch,
-    conflicts: list[str],
+    handed: Handed,
 ) -> Callable[[], Optional[Triaged]]:
-    """Start the triage of the stop a patch is about to make (conflicts in `conflicts`, as
-    the fast lane met them) while the per-patch path makes it in the worktree. Returns a
-    wait for it: its verdicts, for annotate(known=...), which takes them only where the
-    rows say what it guessed; otherwise what it asked of upstream is in the memo (named by
-    everything each answer depends on), and a wrong guess costs only time."""
-    guessed = [*rows, patch_row(patch, StepStatus.FAILED, "", [])]
-    stop = Stop(StopPhase.APPLY, patch.name, "", conflicts)
+    """Start the triage of the stop a patch is about to make (as the fast lane met it: its
+    conflicts, or the missing patch it needs) while the per-patch path makes it in the
+    worktree. Returns a wait for it: its verdicts, for annotate(known=...), which takes
+    them only where the rows say what it guessed; otherwise what it asked of upstream is in
+    the memo (named by everything each answer depends on), and a wrong guess costs only
+    time."""
+    row = patch_row(handed.patch, StepStatus.FAILED, "", [])
+    failed = PatchOutcome(StepStatus.FAILED, "", conflicts=handed.conflicts)
+    _, stop = left_off(handed.patch, failed, row, handed.needs)
+    guessed = [*rows, row]
     found: list[Triaged] = []
 
     def triage_ahead() -> None:

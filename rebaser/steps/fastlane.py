@@ -101,11 +101,13 @@ def carry(
 @dataclass(frozen=True)
 class Handed:
     """A patch git stopped at in conflict that the lane leaves to the per-patch path, and
-    the files still in conflict after the structured merge: that path's cherry-pick onto
-    the same commit meets the same ones."""
+    the files still in conflict after the structured merge (that path's cherry-pick onto
+    the same commit meets the same ones), or the missing patch it needs (a knock-on: that
+    path's check reads the same files)."""
 
     patch: Patch
     conflicts: list[str]
+    needs: Optional[Patch] = None
 
 
 def _move_branch(worktree: Git, branch: str, tip: str) -> None:
@@ -124,7 +126,7 @@ def _sequence(
     """git's sequencer: the commits onto `head`, stopping where git stops. Where a pick
     conflicts only in Python hunks the structured merge resolves, it goes on (what it did,
     by the patch's position); past the patches `judge` takes, too (their rows, by
-    position). Last, the conflict it stops at for the per-patch path (not a knock-on)."""
+    position). Last, the conflict it stops at for the per-patch path, if it does."""
     lane.run(
         *_SEQUENCER,
         "rebase",
@@ -152,7 +154,7 @@ def _sequence(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkkit-judge") as rows:
         while (stopped := _stopped_at(lane)) is not None and stopped[0] in position:
             number = position[stopped[0]]
-            results = _by_syntax(lane, patches[number], left_off)
+            results, needed = _by_syntax(lane, patches[number], left_off)
             if results and not lane.unmerged_paths():
                 merged[number] = results
                 env = {**committer_env(), "GIT_EDITOR": "true"}
@@ -163,6 +165,8 @@ def _sequence(
             if verdict is None:
                 if results is not None:  # merged by syntax as far as it goes: a conflict
                     handed = Handed(patches[number], lane.unmerged_paths())
+                elif needed is not None:
+                    handed = Handed(patches[number], [], needed)
                 break
             verdicts[number] = rows.submit(verdict)
             lane.run(*_SEQUENCER, "rebase", "--skip", check=False, env=committer_env())
@@ -171,16 +175,16 @@ def _sequence(
 
 def _by_syntax(
     lane: Git, patch: Patch, missing: Callable[[], list[Patch]]
-) -> Optional[list[structured.FileResult]]:
+) -> tuple[Optional[list[structured.FileResult]], Optional[Patch]]:
     """What the structured merge did to a pick git stopped at in conflict; None where it is
     not tried: an empty pick, or a patch that needs a missing one (a knock-on, which the
-    per-patch path or the judge names)."""
+    per-patch path or the judge names: the patch it needs is the second value)."""
     if not lane.unmerged_paths():
-        return None
+        return None, None
     left = missing()
-    if left and needed_patch(patch, left, _reader(lane)) is not None:
-        return None
-    return structured.resolve_conflicts(lane, label=patch.name, sparse=True)
+    if left and (needed := needed_patch(patch, left, _reader(lane))) is not None:
+        return None, needed
+    return structured.resolve_conflicts(lane, label=patch.name, sparse=True), None
 
 
 def _left_off(row: Optional[StepRow]) -> bool:
