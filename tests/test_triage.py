@@ -12,7 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from synthetic import CALC, Change, SyntheticUpstream, build_series, edit, git
+from faults import FaultPoint, run_with_fault
+from synthetic import CALC, Change, SyntheticUpstream, apply_args, build_series, edit, git
 from test_apply_synthetic import apply
 
 from rebaser.carry import triage as triage_module
@@ -134,6 +135,29 @@ def test_a_stops_triage_starts_while_the_patch_stops_and_finds_the_same(
         }
     )
     assert rows[0]["reason"] == rows[1]["reason"]
+
+
+def test_ctrl_c_while_the_triage_runs_beside_the_stop_can_be_continued(rebaser, tmp_path, upstream):
+    """Ctrl-C as the per-patch path starts, the triage ahead still running in its thread:
+    the apply ends saying what is possible, and `continue` makes the same stop with the same
+    verdict as an apply that was not interrupted."""
+    planted, text = {}, CALC
+    for number in range(2, 31, 2):
+        text += f"\n\ndef f{number}():\n    return {number}\n"
+        if number == 18:
+            text = edit(text, "return a * b", "return b * a")
+        planted[number] = {"pkg/calc.py": text}
+    shas, series = doubled_mul(upstream, tmp_path, planted)
+    point = FaultPoint("rebaser.steps.patching:PatchStep.run", "before", 1)
+    interrupted = run_with_fault(point, apply_args(series, upstream, "tip"), how="interrupt")
+    assert interrupted.returncode != 0, interrupted.stdout + interrupted.stderr
+    assert "rebaser continue" in interrupted.stderr, interrupted.stderr
+    report = tmp_path / "continued.json"
+    continued = rebaser("continue", "--repo", upstream.path, "--json", report)
+    assert continued.code == ExitCode.NOT_APPLIED and "stopped at 0001" in continued.out
+    row = json.loads(report.read_text())["steps"][-1]
+    assert row["collides_with"]["sha"] == shas[17]
+    assert rebaser("abort", "--repo", upstream.path).code == ExitCode.OK
 
 
 def test_a_knock_on_stops_triage_starts_beside_it_too(rebaser, tmp_path, upstream):
