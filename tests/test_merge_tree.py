@@ -136,7 +136,6 @@ def test_commits_written_by_python_are_the_ones_commit_tree_makes(tmp_path, monk
     import pytest
 
     from rebaser.errors import RebaserError
-    from rebaser.repo import commits as commits_module
     from rebaser.repo import scratch
     from rebaser.repo.commits import Commits
     from rebaser.repo.git import commit_tree
@@ -144,7 +143,7 @@ def test_commits_written_by_python_are_the_ones_commit_tree_makes(tmp_path, monk
     repo = tmp_path / "repo"
     repo.mkdir()
     tips = _history(repo)
-    monkeypatch.setattr(commits_module.time, "time", lambda: 1_700_000_000.5)
+    monkeypatch.setattr(time, "time", lambda: 1_700_000_000.5)  # git.commit_text's clock
     # git's zone when no date is given is the local one (POSIX form: no time zone database)
     monkeypatch.setenv("TZ", "XST-5:30")
     time.tzset()

@@ -63,7 +63,7 @@ def test_record_then_replay_on_another_base_matches_git_rerere(tmp_path, upstrea
 
     # Ours: stop on v2, snapshot, resolve + commit, record; then replay on v3.
     first = stop_at(upstream, "v2", "first")
-    resolutions.snapshot(first)
+    resolutions.snapshot(first, first.unmerged_paths())
     (first.path / "pkg/calc.py").write_text(RESOLVED)
     first.run("add", "pkg/calc.py")
     first.commit(patch.message, author=AUTHOR, date="1700000000 +0000")

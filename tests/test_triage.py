@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from synthetic import CALC, Change, SyntheticUpstream, build_series, edit, git
+from faults import FaultPoint, run_with_fault
+from synthetic import CALC, Change, SyntheticUpstream, apply_args, build_series, edit, git
 from test_apply_synthetic import apply
 
 from rebaser.carry import triage as triage_module
@@ -78,6 +81,128 @@ def test_the_colliding_commit_is_the_one_the_history_planted(
     }
     assert row["proposal"] == "keep"
     assert row["reason"] == f"a real conflict with {shas[16][:12]} (upstream 17): resolve by hand"
+
+
+def doubled_mul(
+    upstream: SyntheticUpstream, tmp_path: Path, planted: dict[int, dict[str, str]]
+) -> tuple[list[str], Path]:
+    """30 upstream commits (history()) and the series of one patch doubling mul(), on v1:
+    the commits' shas and the series file."""
+    shas = history(upstream, 30, planted)
+    base = git(upstream.path, "rev-parse", "v1")
+    series = build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1",
+        [Change("fork: double mul", {"pkg/calc.py": DOUBLED})],
+        extra_directives=f"@base git:{base}\n",
+    )
+    return shas, series
+
+
+def test_a_stops_triage_starts_while_the_patch_stops_and_finds_the_same(
+    rebaser, tmp_path, upstream
+):
+    """Where the fast lane hands a conflict to the per-patch path, the stop's triage starts
+    beside it (that path is git processes in the worktree, mostly) with the lane's conflicts;
+    the stop's rows say what it guessed, so they take its verdicts: what the triage of the
+    same stop finds without a lane."""
+    planted, text = {}, CALC
+    for number in range(2, 31, 2):  # upstream edits the file often: the bisection probes
+        text += f"\n\ndef f{number}():\n    return {number}\n"
+        if number == 18:
+            text = edit(text, "return a * b", "return b * a")
+        planted[number] = {"pkg/calc.py": text}
+    shas, series = doubled_mul(upstream, tmp_path, planted)
+    laned = apply(rebaser, series, upstream, "tip", "--json", tmp_path / "lane.json")
+    assert laned.code == ExitCode.NOT_APPLIED and "stopped at 0001" in laned.out, laned.out
+    assert "triage: 1 stopped patches, 4 merges" in laned.err, laned.err
+    assert "(beside the stop)" in laned.err
+    assert rebaser("abort", "--repo", upstream.path).code == ExitCode.OK
+    shutil.rmtree(upstream.path / ".git" / "forkkit" / "memo")  # asked again, not remembered
+    alone = apply(rebaser, series, upstream, "tip", "--no-fast-lane", "--json", tmp_path / "a.json")
+    assert alone.code == ExitCode.NOT_APPLIED, alone.out
+    rows = [
+        json.loads((tmp_path / name).read_text())["steps"][-1] for name in ("lane.json", "a.json")
+    ]
+    assert (
+        rows[0]["collides_with"]
+        == rows[1]["collides_with"]
+        == {
+            "sha": shas[17],
+            "subject": "upstream 18",
+            "what": "modified pkg/calc.py",
+        }
+    )
+    assert rows[0]["reason"] == rows[1]["reason"]
+
+
+def test_ctrl_c_while_the_triage_runs_beside_the_stop_can_be_continued(rebaser, tmp_path, upstream):
+    """Ctrl-C as the per-patch path starts, the triage ahead still running in its thread:
+    the apply ends saying what is possible, and `continue` makes the same stop with the same
+    verdict as an apply that was not interrupted."""
+    planted, text = {}, CALC
+    for number in range(2, 31, 2):
+        text += f"\n\ndef f{number}():\n    return {number}\n"
+        if number == 18:
+            text = edit(text, "return a * b", "return b * a")
+        planted[number] = {"pkg/calc.py": text}
+    shas, series = doubled_mul(upstream, tmp_path, planted)
+    point = FaultPoint("rebaser.steps.patching:PatchStep.run", "before", 1)
+    interrupted = run_with_fault(point, apply_args(series, upstream, "tip"), how="interrupt")
+    assert interrupted.returncode != 0, interrupted.stdout + interrupted.stderr
+    assert "rebaser continue" in interrupted.stderr, interrupted.stderr
+    report = tmp_path / "continued.json"
+    continued = rebaser("continue", "--repo", upstream.path, "--json", report)
+    assert continued.code == ExitCode.NOT_APPLIED and "stopped at 0001" in continued.out
+    row = json.loads(report.read_text())["steps"][-1]
+    assert row["collides_with"]["sha"] == shas[17]
+    assert rebaser("abort", "--repo", upstream.path).code == ExitCode.OK
+
+
+def test_a_knock_on_stops_triage_starts_beside_it_too(rebaser, tmp_path, upstream):
+    """After a skip the lane stops at a patch that needs the skipped one: its triage starts
+    beside the per-patch path too, and finds what the triage of that stop finds alone."""
+    _, (first, needing) = needing_0001(upstream)
+    base = git(upstream.path, "rev-parse", "v1")
+    changes = [first, Change("fork: a note", {"pkg/note.py": "NOTE = 1\n"}), needing]
+    series = build_series(
+        tmp_path / "proj", upstream, "v1", changes, extra_directives=f"@base git:{base}\n"
+    )
+    reports = []
+    for name, lane in (("lane", []), ("alone", ["--no-fast-lane"])):
+        stopped = apply(rebaser, series, upstream, "tip", *lane)
+        assert stopped.code == ExitCode.NOT_APPLIED and "stopped at 0001" in stopped.out
+        report = tmp_path / f"{name}.json"
+        skipped = rebaser("skip", "--repo", upstream.path, "--json", report)
+        assert skipped.code == ExitCode.NOT_APPLIED and "stopped at 0003" in skipped.out
+        assert ("(beside the stop)" in skipped.err) == (name == "lane"), skipped.err
+        said = json.loads(report.read_text())
+        reports.append({**said["steps"][-1], "stop": said["stop"]})  # the row holds none
+        assert rebaser("abort", "--repo", upstream.path).code == ExitCode.OK
+        shutil.rmtree(upstream.path / ".git" / "forkkit" / "memo")
+    assert reports[0]["stop"]["reason"].startswith("needs 0001, which did not apply")
+    for key in ("stop", "proposal", "reason", "collides_with"):
+        assert reports[0][key] == reports[1][key], key
+
+
+def test_a_triage_ahead_that_guessed_wrong_is_not_taken(rebaser, tmp_path, upstream, monkeypatch):
+    """Where the stop's rows are not what the triage ahead judged (here: other conflicts),
+    the triage after the stop works its verdicts out again (from the memo where it can)."""
+    from rebaser.sequencer import proposals
+
+    ahead = proposals.ahead
+    elsewhere = ["pkg/elsewhere.py"]
+    monkeypatch.setattr(
+        proposals, "ahead", lambda *args: ahead(*args[:-1], replace(args[-1], conflicts=elsewhere))
+    )
+    planted = {17: {"pkg/calc.py": edit(CALC, "return a * b", "return b * a")}}
+    _, series = doubled_mul(upstream, tmp_path, planted)
+    stopped = apply(rebaser, series, upstream, "tip", "--json", tmp_path / "r.json")
+    assert stopped.code == ExitCode.NOT_APPLIED and "stopped at 0001" in stopped.out
+    assert "triage: 1 stopped patches" in stopped.err and "beside the stop" not in stopped.err
+    row = json.loads((tmp_path / "r.json").read_text())["steps"][-1]
+    assert row["collides_with"]["subject"] == "upstream 17", row
 
 
 def test_the_colliding_commit_of_a_file_renamed_and_then_edited(
@@ -277,9 +402,9 @@ def test_patches_that_follow_up_a_dropped_one_are_dropped(
     assert proposals["0006"] == ("keep", "applied as it is")
 
 
-def test_a_blocked_patch_names_its_own_conflicts(carry_changes, rebaser, tmp_path, upstream):
-    """0002 is blocked on 0001 in calc.py and, on its own, conflicts in util.py, a file
-    0001 never touches; its colliding commit is the one that edited util.py."""
+def needing_0001(upstream: SyntheticUpstream) -> tuple[list[str], list[Change]]:
+    """Upstream commits and two patches: 0001 conflicts in calc.py (upstream 3), 0002 edits
+    0001's line and, on its own, conflicts in util.py (upstream 8)."""
     util = "def clamp(x):\n    return max(0, x)\n"
     upstream.commit({"pkg/util.py": util}, "util")
     git(upstream.path, "tag", "-f", "v1")  # the series' base has util.py
@@ -291,18 +416,24 @@ def test_a_blocked_patch_names_its_own_conflicts(carry_changes, rebaser, tmp_pat
             8: {"pkg/util.py": util.replace("max(0, x)", "max(1, x)")},
         },
     )
-    rows, _, _ = carry_changes(
-        [
-            Change("fork: double mul", {"pkg/calc.py": DOUBLED}),
-            Change(
-                "fork: say why",
-                {
-                    "pkg/calc.py": DOUBLED.replace("2 * a * b", "2 * a * b  # doubled"),
-                    "pkg/util.py": util.replace("max(0, x)", "max(-1, x)"),
-                },
-            ),
-        ],
-    )
+    changes = [
+        Change("fork: double mul", {"pkg/calc.py": DOUBLED}),
+        Change(
+            "fork: say why",
+            {
+                "pkg/calc.py": DOUBLED.replace("2 * a * b", "2 * a * b  # doubled"),
+                "pkg/util.py": util.replace("max(0, x)", "max(-1, x)"),
+            },
+        ),
+    ]
+    return shas, changes
+
+
+def test_a_blocked_patch_names_its_own_conflicts(carry_changes, rebaser, tmp_path, upstream):
+    """0002 is blocked on 0001 in calc.py and, on its own, conflicts in util.py, a file
+    0001 never touches; its colliding commit is the one that edited util.py."""
+    shas, changes = needing_0001(upstream)
+    rows, _, _ = carry_changes(changes)
     blocked = rows["0002"]
     assert blocked["status"] == "blocked"
     assert blocked["stop"]["reason"] == (

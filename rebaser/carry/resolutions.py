@@ -20,7 +20,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from rebaser.repo.git import Git
 from rebaser.series.confinement import RECORDS, read_record, record_parts, write_record
@@ -106,10 +106,11 @@ def replay(worktree: Git, patch: Patch, series: Series) -> Replay:
     return Replay(True, f"{total} recorded conflict resolution(s) in {', '.join(paths)}")
 
 
-def snapshot(worktree: Git) -> None:
-    """Keep the conflicted files as they are at the stop, for `record` after the user's fix."""
+def snapshot(worktree: Git, conflicts: Sequence[str]) -> None:
+    """Keep the conflicted files (`conflicts`, the worktree's unmerged paths, which the stop
+    has just listed) as they are at the stop, for `record` after the user's fix."""
     files = {}
-    for path in worktree.unmerged_paths():
+    for path in conflicts:
         lines = _read_lines(worktree.path / path)
         if lines is not None and parse_conflicts(lines):
             files[path] = "".join(lines)

@@ -72,6 +72,12 @@ class Row:
     conflicts: list[str] = field(default_factory=list)
     needs: Optional[str] = None  # a blocked patch: the number of the patch it needs
 
+    def read(self) -> tuple:
+        """What a verdict reads of the row (the detail only where it is the reason: a patch
+        upstream has, _in_upstream)."""
+        detail = self.detail if self.status == "in upstream" else ""
+        return (self.patch.name, self.status, detail, tuple(self.conflicts), self.needs)
+
 
 @dataclass
 class Verdict:

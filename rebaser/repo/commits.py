@@ -4,8 +4,9 @@ A probe merges two commits made for it (carry/collision.py): trees on a parent m
 the probe, read by nothing but `git merge-tree`. A stop's triage on a real fork made 15 of
 them, a process each (5 to 10 ms, one after the other). Here the trees are named by one
 long-running `git cat-file --batch-check` and each commit is written as git writes a
-loose object: its text with a `commit <size>` header, zlib-deflated, in a file named by its
-hash, put in place by a rename. Only into a scratch repository (repo/scratch.py: its own
+loose object: its text (repo/git.py's commit_text, beside commit_tree: how a commit by
+rebaser is spelled stays in one place) with a `commit <size>` header, zlib-deflated, in a
+file named by its hash, put in place by a rename. Only into a scratch repository (repo/scratch.py: its own
 objects folder, which nothing else reads, and no shared-repository permissions to keep);
 elsewhere, where the environment sets a commit date, or where that process fails, each
 commit is made by `git commit-tree` as before; a name that is no tree fails there as it
@@ -19,13 +20,12 @@ import os
 import subprocess
 import tempfile
 import threading
-import time
 import zlib
 from pathlib import Path
 from typing import Optional, Sequence
 
 from rebaser.repo import tempdirs
-from rebaser.repo.git import FORKKIT_IDENTITY, Git, commit_tree, ended
+from rebaser.repo.git import Git, commit_text, commit_tree, ended
 
 # Where set, git writes elsewhere or at another date than a commit written here.
 _REDIRECTING = frozenset(
@@ -93,17 +93,7 @@ class Commits:
 
     def _written(self, tree: str, parents: Sequence[str], message: str) -> str:
         assert self._objects is not None
-        name, email = FORKKIT_IDENTITY
-        # git's clock and time zone, as commit-tree takes them when no date is given
-        now = int(time.time())
-        offset = time.localtime(now).tm_gmtoff // 60
-        zone = f"{'-' if offset < 0 else '+'}{abs(offset) // 60:02d}{abs(offset) % 60:02d}"
-        person = f"{name} <{email}> {now} {zone}"
-        text = (
-            f"tree {tree}\n"
-            + "".join(f"parent {parent}\n" for parent in parents)
-            + f"author {person}\ncommitter {person}\n\n{message}"
-        ).encode()
+        text = commit_text(tree, parents, message)
         stored = b"commit %d\0" % len(text) + text
         oid = hashlib.new("sha256" if len(tree) == 64 else "sha1", stored).hexdigest()
         path = self._objects / oid[:2] / oid[2:]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -62,6 +63,22 @@ def commit_tree(
         stdin=message.encode(),
     )
     return made.stdout.strip()
+
+
+def commit_text(tree: str, parents: Sequence[str], message: str) -> bytes:
+    """The commit `commit_tree` makes of the tree id `tree` on `parents` with no author or
+    date given (rebaser's, at git's clock and time zone now), as git stores it: for a
+    writer of loose objects that spares the process (repo/commits.py)."""
+    name, email = FORKKIT_IDENTITY
+    now = int(time.time())
+    offset = time.localtime(now).tm_gmtoff // 60
+    zone = f"{'-' if offset < 0 else '+'}{abs(offset) // 60:02d}{abs(offset) % 60:02d}"
+    person = f"{name} <{email}> {now} {zone}"
+    return (
+        f"tree {tree}\n"
+        + "".join(f"parent {parent}\n" for parent in parents)
+        + f"author {person}\ncommitter {person}\n\n{message}"
+    ).encode()
 
 
 # Every git command rebaser runs behaves the same whatever the user's global, system or

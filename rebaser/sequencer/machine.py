@@ -321,6 +321,7 @@ class _Run:
         self.state, self.series, self.plan = state, series, plan
         self.progress, self.command = progress, command
         self.carry = carry  # built at once by apply (to prefetch the commits), else lazily
+        self._triage_ahead: Optional[Callable[[], Optional[proposals.Triaged]]] = None
         self.worktree = Git(state.worktree)
         self.git_dir = workspace.worktree_git_dir(self.worktree.path)
 
@@ -423,10 +424,31 @@ class _Run:
         # Going on past failures, the lane judges the patches git stops at by itself.
         context = self._context()
         judge = LaneJudge(context) if self.state.keep_going else None
-        carried = fastlane.carry(
+        carried, handed = fastlane.carry(
             self.worktree, self.git_dir, branch, head, patches, commits, context.missing, judge
         )
         self.record(*carried)
+        if handed is not None and judge is None:
+            self._triage_before_the_stop(handed)
+
+    def _triage_before_the_stop(self, handed: fastlane.Handed) -> None:
+        """The patch the lane left in conflict is about to stop on the per-patch path (in
+        the worktree: git processes, mostly): its triage starts meanwhile."""
+        state, replay = self.state, self.carry.replay if self.carry else None
+        step = self.plan[state.next_step] if state.next_step < len(self.plan) else None
+        if not state.triage or state.retry_step is not None or replay is None:
+            return
+        if step is None or step.patch is not handed.patch:  # the lane was cut before it
+            return
+        self._triage_ahead = proposals.ahead(
+            list(state.steps),
+            self.series,
+            state.repo_git,
+            self.git_dir,
+            state.base_sha,
+            replay,
+            handed,
+        )
 
     def _patch_run(self) -> list[Patch]:
         """The patches of the plan's steps from the next one on, while they follow each other
@@ -492,6 +514,7 @@ class _Run:
         """The rows with keep/drop proposals (sequencer/proposals.py); a retry's branch
         holds the patches that have no row here."""
         state = self.state
+        known = self._triage_ahead() if self._triage_ahead is not None else None
         listed = {row.name for row in rows}
         on_branch = [p.name for p in self.series.patches if p.name not in listed]
         return proposals.annotate(
@@ -505,6 +528,7 @@ class _Run:
             stopped=state.stopped,
             on_branch=on_branch if state.retry_step is not None else (),
             retried=self.plan[state.retry_step].name if state.retry_step is not None else None,
+            known=known,
         )
 
     def _fork_tests(self) -> Optional[SuiteResult]:

@@ -8,9 +8,11 @@ without a git process.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -22,9 +24,21 @@ from rebaser.repo import scratch
 from rebaser.repo.git import Git
 from rebaser.repo.memo import memo
 from rebaser.series.patches import Series
-from rebaser.steps.records import Collision, StepRow, Stop
+from rebaser.steps.attempts import PatchOutcome
+from rebaser.steps.fastlane import Handed
+from rebaser.steps.patching import left_off
+from rebaser.steps.records import Collision, StepRow, StepStatus, Stop, patch_row
 
 _NEEDS = re.compile(r"^needs (\S+), which did not apply")
+
+
+@dataclass(frozen=True)
+class Triaged:
+    """The verdicts on a run's rows, and what they were worked out from."""
+
+    judged: list[tuple]  # triage.Row.read() of each row judged
+    verdicts: dict[str, triage.Verdict]
+    said: str  # the progress line: how many stops, merges and seconds
 
 
 def annotate(
@@ -39,35 +53,94 @@ def annotate(
     stopped: Optional[Stop] = None,
     on_branch: Sequence[str] = (),
     retried: Optional[str] = None,
+    known: Optional[Triaged] = None,
 ) -> list[StepRow]:
     """The rows with their proposals (rows that are not the series' patches unchanged).
     `stopped`: where the run waits for the user (its row holds no stop); `on_branch`:
     patches on the branch that have no row (a retry's), counted as applied; `retried`: the
     patch a retry tried again, the only one bisected (the others' rows hold no stop: the
-    apply that left them off said where they collide)."""
+    apply that left them off said where they collide); `known`: a triage worked out ahead
+    (ahead()), taken when it judged what these rows say."""
     by_name = {row.name: row for row in rows}
     judged = _judged(series, by_name, stopped, on_branch)
     if not any(row.patch.name in by_name for row in judged):
         return rows
-    stops = [row for row in judged if row.status in triage.STOPPED]
-    if not stops or replay is None:
-        verdicts = {row.patch.name: _light(row) for row in judged}
+    if known is not None and known.judged == [row.read() for row in judged]:
+        verdicts = known.verdicts
+        progress(f"{known.said} (beside the stop)")
     else:
-        started = time.monotonic()
-        memo_for = partial(memo, repo)
-        upstream = triage.Upstream(repo, replay.base_sha, target, memo_for)
-        with (
-            scratch.repository(git_dir, target) as lane,
-            Bisector(lane, replay.base_sha, target, replay.commit_of) as bisector,
-        ):
-            bisect = None if retried is None else {retried}
-            triaged = triage.Triage(upstream, bisector, memo_for)
-            verdicts = triaged.judge(judged, bisect, later=series.patches)
-        progress(
-            f"triage: {len(stops)} stopped patches, {bisector.merges} merges, "
-            f"{time.monotonic() - started:.1f} s"
-        )
+        found = _triaged(judged, series, repo, git_dir, target, replay, retried)
+        verdicts = found.verdicts
+        if found.said:
+            progress(found.said)
     return [_with(row, verdicts.get(row.name)) for row in rows]
+
+
+def _triaged(
+    judged: list[triage.Row],
+    series: Series,
+    repo: Git,
+    git_dir: Path,
+    target: str,
+    replay: Optional[Replay],
+    retried: Optional[str] = None,
+) -> Triaged:
+    stops = [row for row in judged if row.status in triage.STOPPED]
+    read = [row.read() for row in judged]
+    if not stops or replay is None:
+        return Triaged(read, {row.patch.name: _light(row) for row in judged}, "")
+    started = time.monotonic()
+    memo_for = partial(memo, repo)
+    upstream = triage.Upstream(repo, replay.base_sha, target, memo_for)
+    with (
+        scratch.repository(git_dir, target) as lane,
+        Bisector(lane, replay.base_sha, target, replay.commit_of) as bisector,
+    ):
+        bisect = None if retried is None else {retried}
+        triaged = triage.Triage(upstream, bisector, memo_for)
+        verdicts = triaged.judge(judged, bisect, later=series.patches)
+    said = (
+        f"triage: {len(stops)} stopped patches, {bisector.merges} merges, "
+        f"{time.monotonic() - started:.1f} s"
+    )
+    return Triaged(read, verdicts, said)
+
+
+def ahead(
+    rows: list[StepRow],
+    series: Series,
+    repo: Git,
+    git_dir: Path,
+    target: str,
+    replay: Replay,
+    handed: Handed,
+) -> Callable[[], Optional[Triaged]]:
+    """Start the triage of the stop a patch is about to make (as the fast lane met it: its
+    conflicts, or the missing patch it needs) while the per-patch path makes it in the
+    worktree. Returns a wait for it: its verdicts, for annotate(known=...), which takes
+    them only where the rows say what it guessed; otherwise what it asked of upstream is in
+    the memo (named by everything each answer depends on), and a wrong guess costs only
+    time."""
+    row = patch_row(handed.patch, StepStatus.FAILED, "", [])
+    failed = PatchOutcome(StepStatus.FAILED, "", conflicts=handed.conflicts)
+    _, stop = left_off(handed.patch, failed, row, handed.needs)
+    guessed = [*rows, row]
+    found: list[Triaged] = []
+
+    def triage_ahead() -> None:
+        # Any failure here the triage after the stop meets again, and reports.
+        with contextlib.suppress(Exception):
+            judged = _judged(series, {row.name: row for row in guessed}, stop, ())
+            found.append(_triaged(judged, series, repo, git_dir, target, replay))
+
+    thread = threading.Thread(target=triage_ahead, name="forkkit-triage-ahead")
+    thread.start()
+
+    def wait() -> Optional[Triaged]:
+        thread.join()
+        return found[0] if found else None
+
+    return wait
 
 
 def _judged(

@@ -50,6 +50,7 @@ from rebaser.carry.rawdiff import ABSENT, FileDiff, apply_exactly, parse_diff
 from rebaser.carry.in_upstream import superseded_in
 
 Texts = dict[str, Optional[bytes]]  # path -> its bytes before the patch (None: no file)
+_Merged = dict[int, list[structured.FileResult]]  # what the structured merge did, by position
 MARKER = "forkkit-fast-lane"  # in the worktree's git dir while a lane runs: branch, scratch
 # ort follows renames as `git rebase` does (the neutral config turns diff renames off; the
 # rest of the user's settings are neutral already: repo/git.py).
@@ -70,13 +71,14 @@ def carry(
     commits: list[str],
     missing: Sequence[Patch] = (),
     judge: Optional[Judge] = None,
-) -> list[StepResult]:
+) -> tuple[list[StepResult], Optional[Handed]]:
     """Carry `patches` (their own commits `commits`, a first-parent chain) onto `head`, the
     branch's tip; as many as git's sequencer takes and the status check keeps, each with its
     commit as the branch's tip after it. `missing`: patches left off the branch so far (a
     patch that needs one is not merged by syntax). Where git stops at a patch, `judge` (an
     apply that goes on, steps/lanestop.py) may give its row (left off the branch, or in
-    upstream): the lane then goes on past it with `git rebase --skip`."""
+    upstream): the lane then goes on past it with `git rebase --skip`. Also the conflict
+    the lane leaves to the per-patch path, if it does."""
     marker = git_dir / MARKER
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forkkit-lane") as pool:
         # The worktree's files, if not written yet, are written while the sequencer runs
@@ -84,7 +86,7 @@ def carry(
         writing = pool.submit(late_checkout.finish, worktree, git_dir)
         with scratch.repository(git_dir, head) as lane:
             marker.write_text(f"{branch}\n{lane.path}\n")
-            merged, judged = _sequence(lane, head, patches, commits, list(missing), judge)
+            merged, judged, handed = _sequence(lane, head, patches, commits, list(missing), judge)
             # The commits' objects go to the repository (HEAD: the last pick git made, also
             # where it stopped) while the rows are worked out.
             back = pool.submit(scratch.bring_back, lane, worktree, "HEAD", head)
@@ -93,7 +95,19 @@ def carry(
         writing.result()
     _move_branch(worktree, branch, results[-1].head if results else head)
     marker.unlink()
-    return results
+    return results, handed
+
+
+@dataclass(frozen=True)
+class Handed:
+    """A patch git stopped at in conflict that the lane leaves to the per-patch path, and
+    the files still in conflict after the structured merge (that path's cherry-pick onto
+    the same commit meets the same ones), or the missing patch it needs (a knock-on: that
+    path's check reads the same files)."""
+
+    patch: Patch
+    conflicts: list[str]
+    needs: Optional[Patch] = None
 
 
 def _move_branch(worktree: Git, branch: str, tip: str) -> None:
@@ -108,11 +122,11 @@ def _sequence(
     commits: list[str],
     missing: list[Patch],
     judge: Optional[Judge],
-) -> tuple[dict[int, list[structured.FileResult]], dict[int, Optional[StepRow]]]:
+) -> tuple[_Merged, dict[int, Optional[StepRow]], Optional[Handed]]:
     """git's sequencer: the commits onto `head`, stopping where git stops. Where a pick
     conflicts only in Python hunks the structured merge resolves, it goes on (what it did,
     by the patch's position); past the patches `judge` takes, too (their rows, by
-    position)."""
+    position). Last, the conflict it stops at for the per-patch path, if it does."""
     lane.run(
         *_SEQUENCER,
         "rebase",
@@ -128,18 +142,19 @@ def _sequence(
         env=committer_env(),
     )
     position = {commit: number for number, commit in enumerate(commits)}
-    merged: dict[int, list[structured.FileResult]] = {}
+    merged: _Merged = {}
     verdicts: dict[int, Future[Optional[StepRow]]] = {}
 
     def left_off() -> list[Patch]:  # the patches missing so far, those judged in this lane too
         judged = [number for number, verdict in verdicts.items() if _left_off(verdict.result())]
         return missing + [patches[number] for number in judged]
 
+    handed = None
     # The rows are worked out (Python, and upstream's history) while git goes on.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkkit-judge") as rows:
         while (stopped := _stopped_at(lane)) is not None and stopped[0] in position:
             number = position[stopped[0]]
-            results = _by_syntax(lane, patches[number], left_off)
+            results, needed = _by_syntax(lane, patches[number], left_off)
             if results and not lane.unmerged_paths():
                 merged[number] = results
                 env = {**committer_env(), "GIT_EDITOR": "true"}
@@ -148,24 +163,28 @@ def _sequence(
             notes = structured.notes(results or [], applied=False)
             verdict = judge(patches[number], lane, stopped[1], notes) if judge else None
             if verdict is None:
+                if results is not None:  # merged by syntax as far as it goes: a conflict
+                    handed = Handed(patches[number], lane.unmerged_paths())
+                elif needed is not None:
+                    handed = Handed(patches[number], [], needed)
                 break
             verdicts[number] = rows.submit(verdict)
             lane.run(*_SEQUENCER, "rebase", "--skip", check=False, env=committer_env())
-    return merged, {number: verdict.result() for number, verdict in verdicts.items()}
+    return merged, {number: verdict.result() for number, verdict in verdicts.items()}, handed
 
 
 def _by_syntax(
     lane: Git, patch: Patch, missing: Callable[[], list[Patch]]
-) -> Optional[list[structured.FileResult]]:
+) -> tuple[Optional[list[structured.FileResult]], Optional[Patch]]:
     """What the structured merge did to a pick git stopped at in conflict; None where it is
     not tried: an empty pick, or a patch that needs a missing one (a knock-on, which the
-    per-patch path or the judge names)."""
+    per-patch path or the judge names: the patch it needs is the second value)."""
     if not lane.unmerged_paths():
-        return None
+        return None, None
     left = missing()
-    if left and needed_patch(patch, left, _reader(lane)) is not None:
-        return None
-    return structured.resolve_conflicts(lane, label=patch.name, sparse=True)
+    if left and (needed := needed_patch(patch, left, _reader(lane))) is not None:
+        return None, needed
+    return structured.resolve_conflicts(lane, label=patch.name, sparse=True), None
 
 
 def _left_off(row: Optional[StepRow]) -> bool:

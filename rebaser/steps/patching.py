@@ -87,7 +87,7 @@ def _replay_resolution(
     replayed = resolutions.replay(worktree, patch, series)
     if replayed:
         return PatchOutcome(StepStatus.RESOLUTION_REPLAYED, replayed.detail)
-    resolutions.snapshot(worktree)
+    resolutions.snapshot(worktree, outcome.conflicts)  # a replay that fails changes nothing
     if replayed.detail:
         outcome.detail = f"{outcome.detail}; {replayed.detail}"
     return outcome
