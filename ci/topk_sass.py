@@ -60,9 +60,10 @@ def compile_cubin(bits: int, geometry: T.Geometry) -> bytes:
         constexprs={(names.index(name),): value for name, value in constants.items()},
         attrs={(names.index(name),): [["tt.divisibility", 16]] for name in DIVISIBLE},
     )
-    kernel = triton.compile(
-        source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=T.SEGMENT_WARPS)
-    )
+    options = dict(num_warps=T.SEGMENT_WARPS)
+    if geometry.registers:  # ptxas's cap, as _select_segmented launches it
+        options["maxnreg"] = geometry.registers
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     return kernel.asm["cubin"]
 
 

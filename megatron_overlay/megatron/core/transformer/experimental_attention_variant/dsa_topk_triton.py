@@ -44,12 +44,23 @@ NUM_WARPS = 8
 MAX_ORDERED_WIDTH = 8192
 # Sorts after every real column (rows are shorter than 2**30): marks a padding slot.
 PADDING_COLUMN: tl.constexpr = tl.constexpr(2**31 - 1)
-# Kernels compiled for NVIDIA GPUs store the collected candidates by inline PTX
-# (store_pairs); Triton's interpreter (TRITON_INTERPRET=1, read when Triton is imported) and
-# ROCm builds run none.
-SCATTER_ASM: tl.constexpr = tl.constexpr(
-    os.environ.get("TRITON_INTERPRET", "0") != "1" and torch.version.hip is None
-)
+
+
+def _compiled_for_nvidia() -> bool:
+    """Whether kernels are compiled for NVIDIA GPUs: not run by Triton's interpreter
+    (TRITON_INTERPRET, read when Triton is imported), not built for ROCm."""
+    knobs = getattr(triton, "knobs", None)  # Triton 3.4 on
+    if knobs is not None:
+        interpreted = bool(knobs.runtime.interpret)
+    else:
+        interpreted = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+    return not interpreted and torch.version.hip is None
+
+
+# Only there: the collected candidates stored by inline PTX (store_pairs) and a register cap
+# a thread (Geometry.registers: ptxas's option; Triton's AMD backend refuses the argument).
+NVIDIA = _compiled_for_nvidia()
+SCATTER_ASM: tl.constexpr = tl.constexpr(NVIDIA)
 
 
 def handles(rows: torch.Tensor) -> bool:
@@ -1039,8 +1050,9 @@ def select_from_stripes(
 # k = 2048; docs/gpu-validation.md): bf16 rows as 256 runs of one thread each, 8 scores
 # (16 bytes) a step, prefix sums inside the thread; fp32 rows as 32 runs of 64-score steps,
 # at most 64 registers a thread, so four programs share a multiprocessor (fp32 1.08 ms
-# against 1.37 at two; bf16 was slower capped). 16 runs of 128 scores (one warp's
-# coalesced read a step) were slower for both.
+# against 1.37 at two; bf16 was slower capped). fp32's 16 runs of 128 scores (one warp's
+# coalesced read a step) timed the same at 64 registers (1.08 against 1.08 to 1.21 ms, within
+# the spread between runs) and slower without the cap; for bf16 they were slower.
 
 
 @dataclass(frozen=True)
@@ -1125,10 +1137,10 @@ def _select_segmented(
         SEGMENTS=geometry.segments, SLOTS=geometry.slots, VECTOR=geometry.vector,
         PACK=geometry.pack, ROW_BLOCK=ROW_BLOCK,
         KEY_BITS=key_bits, FROM_END=prefer_large, SORT_BLOCK=triton.next_power_of_2(width),
-        CONTIGUOUS=contiguous, PERSISTENT=PROGRAMS_PER_SM > 0, STAGES=SEGMENT_STAGES, RAW_HITS=SEGMENT_RAW_HITS,
-        PREFETCH=SEGMENT_PREFETCH, PIPELINE=SEGMENT_PIPELINE, RETRY=SEGMENT_RETRY,
-        num_warps=SEGMENT_WARPS,
-        **({"maxnreg": geometry.registers} if geometry.registers else {}),
+        CONTIGUOUS=contiguous, PERSISTENT=PROGRAMS_PER_SM > 0, STAGES=SEGMENT_STAGES,
+        RAW_HITS=SEGMENT_RAW_HITS, PREFETCH=SEGMENT_PREFETCH, PIPELINE=SEGMENT_PIPELINE,
+        RETRY=SEGMENT_RETRY, num_warps=SEGMENT_WARPS,
+        **({"maxnreg": geometry.registers} if geometry.registers and NVIDIA else {}),
     )  # fmt: skip
     return values, out
 
@@ -1165,7 +1177,8 @@ def run_load(
 ):
     """Step ``step`` of every run (runs start at blocks ``base`` and stop before blocks
     ``stops``): the columns and the scores, -inf past the run's last block (never a hit).
-    The mask is constant along each block, so the loads of aligned rows stay vectorized."""
+    The mask is constant along each block, so the loads stay vectorized where the rows'
+    addresses allow (contiguous rows whose stride is a multiple of VECTOR)."""
     block = base + step
     columns = block * VECTOR + tl.arange(0, VECTOR)[None, :]
     x = load_scores(row_ptr, col_stride, columns, block < stops, CONTIGUOUS)
@@ -1257,12 +1270,18 @@ def collect_pass(
     KEY_BITS: tl.constexpr, CONTIGUOUS: tl.constexpr, RAW: tl.constexpr,
     PREFETCH: tl.constexpr, PIPELINE: tl.constexpr, PLACE: tl.constexpr,
 ):  # fmt: skip
-    """One pass over the columns [first, last): the runs cover the whole blocks inside it,
-    so their steps test no column against the bounds; the partial block before them joins
-    run 0, the one after them the last run (their candidates stay in column order). The
-    next PREFETCH steps' scores are loaded while a step's are scanned (PIPELINE > 0:
-    Triton's own pipelining over that many stages instead); only the scores are carried
-    from step to step, the columns are recomputed."""
+    """One pass over the columns [first, last), each run's hits after its ``found``; the
+    threshold must lie above -inf's key (masked lanes read -inf). Collecting (PLACE false):
+    into each run's buffer, ``destination`` (runs by SLOTS slots; ``columns_row`` unused).
+    Placing (PLACE true; ``found``: each run's first packed slot): keys at ``destination``,
+    columns at ``columns_row``, with no limit (SLOTS unused).
+
+    The runs cover the whole blocks inside [first, last), so their steps test no column
+    against the bounds; the partial block before them joins run 0, the one after them the
+    last run (their candidates stay in column order). The next PREFETCH steps' scores are
+    loaded while a step's are scanned (PIPELINE > 0: Triton's own pipelining over that many
+    stages instead); only the scores are carried from step to step, the columns are
+    recomputed."""
     start, stop = full_blocks(first, last, VECTOR)
     head_end = tl.minimum(start * VECTOR, last)
     found = edge_step(
@@ -1311,21 +1330,25 @@ def collect_runs(
     PIPELINE: tl.constexpr = 0,
 ):  # fmt: skip
     """Append each run's keys at or above threshold, with their columns, to the run's
-    buffer (packed key << 32 | column, the first SLOTS); return each run's count. RAW_HITS:
-    rows whose threshold is >= 0 compare bit patterns (no key transform per score)."""
+    buffer (packed key << 32 | column, the first SLOTS); return each run's count. The
+    threshold lies above -inf's key (threshold_for's floor, finish_row's retry), which
+    collect_pass needs. RAW_HITS: rows whose threshold is >= 0 compare bit patterns (no key
+    transform per score)."""
     found = tl.zeros((SEGMENTS,), tl.int32)
     buffers = runs + tl.arange(0, SEGMENTS)[:, None] * SLOTS
     if RAW_HITS and threshold >= 0:
         found = collect_pass(
-            row_ptr, col_stride, first, last, threshold, positive_infinity_key, found, buffers,
-            buffers, SEGMENTS, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, True, PREFETCH, PIPELINE,
-            False,
+            row_ptr, col_stride, first, last, threshold, positive_infinity_key, found,
+            destination=buffers, columns_row=buffers, SEGMENTS=SEGMENTS, SLOTS=SLOTS,
+            VECTOR=VECTOR, KEY_BITS=KEY_BITS, CONTIGUOUS=CONTIGUOUS, RAW=True,
+            PREFETCH=PREFETCH, PIPELINE=PIPELINE, PLACE=False,
         )  # fmt: skip
     else:
         found = collect_pass(
-            row_ptr, col_stride, first, last, threshold, positive_infinity_key, found, buffers,
-            buffers, SEGMENTS, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, False, PREFETCH, PIPELINE,
-            False,
+            row_ptr, col_stride, first, last, threshold, positive_infinity_key, found,
+            destination=buffers, columns_row=buffers, SEGMENTS=SEGMENTS, SLOTS=SLOTS,
+            VECTOR=VECTOR, KEY_BITS=KEY_BITS, CONTIGUOUS=CONTIGUOUS, RAW=False,
+            PREFETCH=PREFETCH, PIPELINE=PIPELINE, PLACE=False,
         )  # fmt: skip
     return found
 
@@ -1341,8 +1364,10 @@ def place_runs(
     placed = tl.cumsum(found, axis=0) - found
     tl.debug_barrier()  # the scratch's earlier readers are done
     collect_pass(
-        row_ptr, col_stride, first, last, threshold, positive_infinity_key, placed, keys_row,
-        columns_row, SEGMENTS, 0, VECTOR, KEY_BITS, CONTIGUOUS, False, 1, 0, True,
+        row_ptr, col_stride, first, last, threshold, positive_infinity_key, placed,
+        destination=keys_row, columns_row=columns_row, SEGMENTS=SEGMENTS, SLOTS=0,
+        VECTOR=VECTOR, KEY_BITS=KEY_BITS, CONTIGUOUS=CONTIGUOUS, RAW=False, PREFETCH=1,
+        PIPELINE=0, PLACE=True,
     )  # fmt: skip
     tl.debug_barrier()  # the packed candidates are visible before they are read
 
@@ -1521,10 +1546,10 @@ def segmented_select(
 # phases as three launches, each at its own size:
 #
 # 1. row_thresholds (the striped select's): a program per row samples the threshold.
-# 2. split_collect: a program per chunk of a row (CHUNKS equal, VECTOR-aligned column ranges
-#    of its segment) runs collect_runs over its chunk alone, into the chunk's runs of the
-#    row's buffer, and stores each run's count. It holds a few scores a thread: many
-#    programs per multiprocessor.
+# 2. split_collect: a program per chunk of a row (CHUNKS equal column ranges of its segment,
+#    each a multiple of VECTOR long from the segment's first column) runs collect_runs over
+#    its chunk alone, into the chunk's runs of the row's buffer, and stores each run's
+#    count. It holds a few scores a thread: many programs per multiprocessor.
 # 3. split_select: a program per row lays the chunks' runs end to end (chunks and runs are
 #    contiguous column ranges in order, so the candidates are in column order) and runs
 #    select_candidates. A row whose threshold missed (too few or too many candidates) or

@@ -381,6 +381,29 @@ def test_filtered_cuda_select_is_exact_in_every_branch(tmp_path):
         assert values == expected_values.float().tolist(), case
 
 
+def test_interpreter_spelled_true_runs_no_inline_assembly(tmp_path):
+    """Triton interprets for TRITON_INTERPRET=true as for 1; the selection must then store
+    its candidates by tl.store, not by the inline PTX the interpreter cannot run."""
+    pytest.importorskip("triton")
+    tree = str(Path(dsa_topk.__file__).resolve().parents[4])
+    script = (
+        "import torch\n"
+        "from megatron.core.transformer.experimental_attention_variant import dsa_topk_triton as T\n"
+        "rows = torch.arange(300.0).reshape(2, 150)\n"
+        "print(sorted(T.select_rows_filtered(rows, 5, False)[1][0].tolist()))\n"
+    )
+    env = dict(
+        os.environ,
+        TRITON_INTERPRET="true",
+        PYTHONPATH=os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]),
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[145, 146, 147, 148, 149]"
+
+
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
