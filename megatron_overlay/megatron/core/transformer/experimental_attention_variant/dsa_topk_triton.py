@@ -1336,19 +1336,19 @@ def collect_runs(
     transform per score)."""
     found = tl.zeros((SEGMENTS,), tl.int32)
     buffers = runs + tl.arange(0, SEGMENTS)[:, None] * SLOTS
+    # Collecting (PLACE false) into the runs' buffers: a pass compiled for raw keys, one for
+    # transformed keys (RAW, the 15th argument, is a constant).
     if RAW_HITS and threshold >= 0:
         found = collect_pass(
-            row_ptr, col_stride, first, last, threshold, positive_infinity_key, found,
-            destination=buffers, columns_row=buffers, SEGMENTS=SEGMENTS, SLOTS=SLOTS,
-            VECTOR=VECTOR, KEY_BITS=KEY_BITS, CONTIGUOUS=CONTIGUOUS, RAW=True,
-            PREFETCH=PREFETCH, PIPELINE=PIPELINE, PLACE=False,
+            row_ptr, col_stride, first, last, threshold, positive_infinity_key, found, buffers,
+            buffers, SEGMENTS, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, True, PREFETCH, PIPELINE,
+            PLACE=False,
         )  # fmt: skip
     else:
         found = collect_pass(
-            row_ptr, col_stride, first, last, threshold, positive_infinity_key, found,
-            destination=buffers, columns_row=buffers, SEGMENTS=SEGMENTS, SLOTS=SLOTS,
-            VECTOR=VECTOR, KEY_BITS=KEY_BITS, CONTIGUOUS=CONTIGUOUS, RAW=False,
-            PREFETCH=PREFETCH, PIPELINE=PIPELINE, PLACE=False,
+            row_ptr, col_stride, first, last, threshold, positive_infinity_key, found, buffers,
+            buffers, SEGMENTS, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, False, PREFETCH, PIPELINE,
+            PLACE=False,
         )  # fmt: skip
     return found
 
