@@ -621,3 +621,55 @@ def test_libcst_is_loaded_only_for_a_hunk_a_container_holds(tmp_path, base, ours
         check=True,
     ).stdout.split()
     assert out == [str(loads), str(loads)]
+
+
+LONG_DEF = dedent('''
+    class Buffer:
+        @staticmethod
+        def build(
+            size,
+            dtype=None,  # the element type
+        ) -> "Buffer":  # built lazily
+            # the body starts after this comment
+            """Build a buffer."""
+            total = size
+            for step in range(size):
+                total += step
+            return Buffer()
+    ''')
+LONG_DEF_OURS = LONG_DEF.replace(
+    "dtype=None,  # the element type\n", "dtype=None,  # the element type\n        device=None,\n"
+)
+LONG_DEF_THEIRS = LONG_DEF.replace(
+    "dtype=None,  # the element type\n", "dtype=None,  # the element type\n        pinned=False,\n"
+)
+
+
+def test_parameters_of_a_long_def_are_merged_from_its_header_alone(tmp_path, monkeypatch):
+    """Where every side's hunk lies in a def's header, LibCST parses the header, not the
+    body (on the real fork a 300-line __init__, three times a merge): the result is the
+    same, the header's comments kept and the body left as upstream wrote it."""
+    from rebaser.carry import pyelements
+
+    parsed, parse = [], pyelements.cst.parse_module
+    monkeypatch.setattr(
+        pyelements.cst, "parse_module", lambda source: parsed.append(source) or parse(source)
+    )
+    result = merge_files(tmp_path, LONG_DEF, LONG_DEF_OURS, LONG_DEF_THEIRS)
+    assert result.clean, result.kept
+    assert "upstream's device first, then the patch's pinned" in result.resolved[0]
+    assert result.text == LONG_DEF_OURS.replace(
+        "device=None,\n", "device=None,\n        pinned=False,\n"
+    )
+    assert len(parsed) == 3 and not any("total += step" in source for source in parsed)
+
+
+def test_a_def_whose_body_starts_on_its_headers_last_line_is_parsed_whole(tmp_path):
+    """No lines hold the header alone: the whole def is parsed, as before."""
+    base = "def f(a, *, b=1,\n      c=2): return a\n"
+    result = merge_files(
+        tmp_path, base, base.replace("b=1,", "b=1, x=3,"), base.replace("b=1,", "b=1, y=4,")
+    )
+    assert result.clean, result.kept
+    assert result.text == "def f(a, *, b=1, x=3,\n      y=4,\n      c=2): return a\n"
+
