@@ -4,6 +4,7 @@ merge conflicts (each test checks that first), carried by `rebaser apply`."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import textwrap
@@ -673,3 +674,21 @@ def test_a_def_whose_body_starts_on_its_headers_last_line_is_parsed_whole(tmp_pa
     assert result.clean, result.kept
     assert result.text == "def f(a, *, b=1, x=3,\n      y=4,\n      c=2): return a\n"
 
+
+def test_statements_compare_by_code_and_dump_only_where_their_sources_differ():
+    """Child.same_code: the same source needs no dump (a dump of a long class is most of a
+    merge's comparing); another formatting of the same code is the same; two statements
+    sharing a line are told apart by their columns."""
+    from rebaser.carry import pysyntax
+
+    def statements(text: str) -> tuple[pysyntax.Child, ...]:
+        lines = text.splitlines(keepends=True)
+        return pysyntax.children(lines, ast.parse(text).body, 0)
+
+    first, again = statements("class A:\n    x = 1\n")[0], statements("\nclass A:\n    x = 1\n")[0]
+    assert first.same_code(again)
+    assert "code" not in vars(first) and "code" not in vars(again)
+    assert first.same_code(statements("class A:\n    x = (1)  # one\n")[0])
+    assert not first.same_code(statements("class A:\n    x = 2\n")[0])
+    a, b = statements("a = 1; b = 2\n")
+    assert not a.same_code(b) and a.same_code(statements("a = 1; c = 3\n")[0])

@@ -78,7 +78,7 @@ class StatementMerge:
             mine = self.keyed[side].get(key)
             if base is None and mine is None:
                 found[side] = "none"
-            elif base is None or mine is None or mine.code != base.code:
+            elif base is None or mine is None or not mine.same_code(base):
                 found[side] = "semantic"
             elif mine.text(self.sides[side].lines) == base.text(self.sides["base"].lines):
                 found[side] = "none"
@@ -188,7 +188,7 @@ class StatementMerge:
 
     def _same_code(self, key: Key) -> bool:
         ours, theirs = self.keyed["ours"].get(key), self.keyed["theirs"].get(key)
-        return (ours is None) == (theirs is None) and (ours is None or ours.code == theirs.code)
+        return (ours is None) == (theirs is None) and (ours is None or ours.same_code(theirs))
 
     def version(self, key: Key) -> Child:
         for side in ("theirs", "ours", "base"):
@@ -216,7 +216,7 @@ class StatementMerge:
 
     def _changed_by_patch(self, item: _Item) -> bool:
         base = self.keyed["base"]
-        return item.key not in base or item.child.code != base[item.key].code
+        return item.key not in base or not item.child.same_code(base[item.key])
 
     def _defined_twice(self, keys: list[Key]) -> Optional[str]:
         """A name (or flag) the merged list defines more often than either side did."""
@@ -328,7 +328,7 @@ def _order(base: Keyed, ours: Keyed, theirs: Keyed) -> Union[str, list[Optional[
             return item
         items.append(item)
     for key in theirs:
-        if key in base and key not in ours and theirs[key].code != base[key].code:
+        if key in base and key not in ours and not theirs[key].same_code(base[key]):
             return f"upstream deleted {label(key)}, which the patch changes"
     return _insert_theirs(items, base, ours, theirs)
 
@@ -337,14 +337,19 @@ def _upstreams_item(key: Key, child: Child, base: Keyed, theirs: Keyed) -> Union
     """One of upstream's items in the merge: the patch's version when only the patch
     changed it; None when the patch removed it (and put something in its place)."""
     if key in base and key not in theirs:
-        if child.code != base[key].code:
+        if not child.same_code(base[key]):
             return f"the patch deletes {label(key)}, which upstream changed"
         if not _replaced(key, base, theirs):  # upstream's code may still need it
             return f"the patch removes {label(key)}, next to upstream's changes"
         return None
-    if key in theirs and key not in base and theirs[key].code != child.code:
+    if key in theirs and key not in base and not theirs[key].same_code(child):
         return f"both sides add {label(key)}, differently"
-    if key in base and key in theirs and child.code == base[key].code != theirs[key].code:
+    if (
+        key in base
+        and key in theirs
+        and child.same_code(base[key])
+        and not base[key].same_code(theirs[key])
+    ):
         return _Item(key, theirs[key], "theirs")
     return _Item(key, child, "ours")
 

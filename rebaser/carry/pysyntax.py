@@ -16,7 +16,7 @@ import collections
 import functools
 import io
 import tokenize
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Container, Hashable, Iterator, Optional, Sequence, Union
 
 Lines = list[str]
@@ -32,6 +32,7 @@ class Child:
     node: ast.stmt
     start: int  # first line (0-based), its leading comments and blank lines included
     end: int  # one past its last line
+    lines: Lines = field(compare=False, repr=False)  # the lines it was parsed from
 
     def text(self, lines: Lines) -> str:
         return "".join(lines[self.start : self.end])
@@ -40,6 +41,18 @@ class Child:
     def code(self) -> str:
         """The statement's meaning, formatting left out."""
         return ast.dump(self.node)
+
+    @functools.cached_property
+    def source(self) -> str:
+        """Its own lines (decorators on) and columns: the same source is the same code."""
+        node = self.node
+        first = min([node.lineno, *(d.lineno for d in _decorators(node))]) - 1
+        return "".join(self.lines[first : self.end]) + f"\0{node.col_offset}:{node.end_col_offset}"
+
+    def same_code(self, other: Child) -> bool:
+        """Whether the two mean the same: a dump of both only where their sources differ
+        (most statements are the same text on every side; a dump of a class is costly)."""
+        return self.source == other.source or self.code == other.code
 
 
 @dataclass(frozen=True)
@@ -75,7 +88,7 @@ def children(lines: Lines, statements: Sequence[ast.stmt], floor: int) -> tuple[
         first = min([statement.lineno, *(d.lineno for d in _decorators(statement))]) - 1
         start = _leading(lines, previous, first)
         end = statement.end_lineno or statement.lineno
-        found.append(Child(statement, start, end))
+        found.append(Child(statement, start, end, lines))
         previous = end
     return tuple(found)
 
@@ -135,10 +148,10 @@ def _header_floor(lines: Lines, statement: ast.stmt, header_end: int) -> int:
 
 
 def _bodies(statement: ast.stmt) -> Iterator[tuple[str, int, list[ast.stmt]]]:
-    for field in _BODIES:
-        body = getattr(statement, field, None)
+    for name in _BODIES:
+        body = getattr(statement, name, None)
         if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
-            yield field, 0, body
+            yield name, 0, body
     for index, handler in enumerate(getattr(statement, "handlers", []) or []):
         yield "handlers", index + 1, handler.body
     for index, case in enumerate(getattr(statement, "cases", []) or []):
