@@ -692,3 +692,22 @@ def test_statements_compare_by_code_and_dump_only_where_their_sources_differ():
     assert not first.same_code(statements("class A:\n    x = 2\n")[0])
     a, b = statements("a = 1; b = 2\n")
     assert not a.same_code(b) and a.same_code(statements("a = 1; c = 3\n")[0])
+
+
+@pytest.mark.parametrize("mark", ["\x0c", "\x0b", "\x85", "\u2028"])
+def test_a_form_feed_does_not_shift_the_lines_the_merge_reads(tmp_path, mark):
+    """str.splitlines also breaks lines at form feeds and a few other characters, ast does
+    not: lines read by ast's numbers were then the wrong ones, and the patch's change to y
+    was lost as "only reformatted" (on the line above the class, or in a comment)."""
+    heads = [f"# page{mark}break\n"] + ([f"{mark}\n"] if mark == "\x0c" else [])
+    for head in heads:  # alone on a line, only a form feed is Python
+        base = f"{head}class A:\n    x = 1\n    y = 2\n"
+        result = merge_files(
+            tmp_path,
+            base,
+            base.replace("    x = 1\n", "    x = 1\n    z = 3\n"),
+            base.replace("y = 2", "y = 3"),
+        )
+        assert result.clean, result.kept
+        assert result.text == f"{head}class A:\n    x = 1\n    z = 3\n    y = 3\n"
+

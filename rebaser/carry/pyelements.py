@@ -22,7 +22,6 @@ statement merge, as before.
 from __future__ import annotations
 
 import ast
-import textwrap
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -126,7 +125,7 @@ def _merge_statements(statements: dict[str, _Statement], facts: Facts) -> Outcom
     if problem:
         return problem
     code = _render(statements, merged)
-    lines = textwrap.indent(code, ours.indent).splitlines(keepends=True)
+    lines = [ours.indent + line if line.strip() else line for line in pysyntax.source_lines(code)]
     return ours.start, ours.end, lines, _reason(ours, merged, statements)
 
 
@@ -198,7 +197,7 @@ def _statement(node: ast.stmt, target: ast.AST, side: Side, header: bool) -> Opt
 
 def _dedent(text: str, indent: str) -> str:
     out = []
-    for line in text.splitlines(keepends=True):
+    for line in pysyntax.source_lines(text):
         if line.startswith(indent):
             out.append(line[len(indent) :])
         elif line.strip():

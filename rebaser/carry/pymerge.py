@@ -68,7 +68,7 @@ def parse_diff3(text: str, marker_size: int = 7) -> list[Segment]:
     segments: list[Segment] = []
     sections: Optional[list[Lines]] = None
     markers: list[str] = []
-    for line in text.splitlines(keepends=True):
+    for line in pysyntax.source_lines(text):
         sign = _marker(line, marker_size)
         if sign is not None and (
             signs[sign] == len(markers) if sections is not None else sign == "<"

@@ -69,7 +69,7 @@ class StatementMerge:
             return problem
         text = "".join(item.child.text(self.sides[item.side].lines) for item in items)
         start, end = self.places["ours"].span
-        return start, end, text.splitlines(keepends=True), self._reason()
+        return start, end, pysyntax.source_lines(text), self._reason()
 
     def _change(self, key: Key) -> dict[str, str]:
         base = self.keyed["base"].get(key)

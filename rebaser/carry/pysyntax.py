@@ -15,14 +15,23 @@ import builtins
 import collections
 import functools
 import io
+import re
 import tokenize
 from dataclasses import dataclass, field
 from typing import Callable, Container, Hashable, Iterator, Optional, Sequence, Union
 
 Lines = list[str]
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 Key = tuple[str, ...]
 # Fields of a compound statement that hold statement lists, in source order.
 _BODIES = ("body", "orelse", "finalbody")
+
+
+def source_lines(text: str) -> Lines:
+    """The text's lines as Python numbers them, ends kept: broken at \\n, \\r\\n and \\r
+    only. str.splitlines also breaks at form feeds and a few other characters inside a
+    line, and its line numbers then drift from ast's."""
+    return _LINE.findall(text)
 
 
 @dataclass(frozen=True)
