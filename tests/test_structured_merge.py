@@ -711,3 +711,11 @@ def test_a_form_feed_does_not_shift_the_lines_the_merge_reads(tmp_path, mark):
         assert result.clean, result.kept
         assert result.text == f"{head}class A:\n    x = 1\n    z = 3\n    y = 3\n"
 
+
+def test_statements_sharing_a_line_stay_a_conflict(tmp_path):
+    """Merged line by line, both statements of `a = 1; b = 2` claim the line, and the
+    result held it twice (a call there would run twice)."""
+    base = "class A:\n    a = 1; b = 2\n    c = 3\n"
+    result = merge_files(tmp_path, base, base + "    d = 4\n", base + "    e = 5\n")
+    assert not result.resolved
+    assert "share a line" in result.kept[0]

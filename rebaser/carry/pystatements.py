@@ -57,7 +57,7 @@ class StatementMerge:
 
     def merge(self, facts: Facts) -> Outcome:
         """(first line, end, the new lines, reason) in upstream's lines, or why not."""
-        refusal = self._refusal() or self._lost_words()
+        refusal = self._shared_line() or self._refusal() or self._lost_words()
         if refusal:
             return refusal
         order = _order(self.keyed["base"], self.keyed["ours"], self.keyed["theirs"])
@@ -88,6 +88,14 @@ class StatementMerge:
 
     def _semantic(self, side: str) -> list[Key]:
         return [key for key, change in self.changes.items() if change[side] == "semantic"]
+
+    def _shared_line(self) -> Optional[str]:
+        """Statements on one line (`a = 1; b = 2`): each would carry the whole line."""
+        for place in self.places.values():
+            for before, child in zip(place.children, place.children[1:]):
+                if pysyntax.first_line(child.node) < before.end:
+                    return "statements share a line here: merged by line, it would be written twice"
+        return None
 
     def _refusal(self) -> Optional[str]:
         """Both sides change one item; upstream reworked the place; both change a place

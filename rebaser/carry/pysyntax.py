@@ -55,8 +55,8 @@ class Child:
     def source(self) -> str:
         """Its own lines (decorators on) and columns: the same source is the same code."""
         node = self.node
-        first = min([node.lineno, *(d.lineno for d in _decorators(node))]) - 1
-        return "".join(self.lines[first : self.end]) + f"\0{node.col_offset}:{node.end_col_offset}"
+        own = "".join(self.lines[first_line(node) : self.end])
+        return own + f"\0{node.col_offset}:{node.end_col_offset}"
 
     def same_code(self, other: Child) -> bool:
         """Whether the two mean the same: a dump of both only where their sources differ
@@ -94,12 +94,17 @@ def children(lines: Lines, statements: Sequence[ast.stmt], floor: int) -> tuple[
     found = []
     previous = floor
     for statement in statements:
-        first = min([statement.lineno, *(d.lineno for d in _decorators(statement))]) - 1
+        first = first_line(statement)
         start = _leading(lines, previous, first)
         end = statement.end_lineno or statement.lineno
         found.append(Child(statement, start, end, lines))
         previous = end
     return tuple(found)
+
+
+def first_line(statement: ast.stmt) -> int:
+    """The statement's first line (0-based), its decorators' included."""
+    return min([statement.lineno, *(d.lineno for d in _decorators(statement))]) - 1
 
 
 def _leading(lines: Lines, floor: int, first: int) -> int:
