@@ -473,9 +473,12 @@ def test_both_sides_changing_one_function_stays_a_conflict(carried):
 # -- the engine on its own -----------------------------------------------------------------
 
 
-def merge_files(tmp_path: Path, base: str, ours: str, theirs: str) -> pymerge.Merged:
+def merge_files(
+    tmp_path: Path, base: str, ours: str, theirs: str, as_written: bool = False
+) -> pymerge.Merged:
+    """`as_written`: the texts as given (dedent empties whitespace-only lines)."""
     for name, text in (("base", base), ("ours", ours), ("theirs", theirs)):
-        (tmp_path / name).write_text(dedent(text))
+        (tmp_path / name).write_text(text if as_written else dedent(text))
     diff3 = subprocess.run(
         ["git", "merge-file", "-p", "--diff3", "ours", "base", "theirs"],
         cwd=tmp_path,
@@ -719,3 +722,16 @@ def test_statements_sharing_a_line_stay_a_conflict(tmp_path):
     result = merge_files(tmp_path, base, base + "    d = 4\n", base + "    e = 5\n")
     assert not result.resolved
     assert "share a line" in result.kept[0]
+
+
+def test_an_item_merge_keeps_whitespace_lines_inside_strings(tmp_path):
+    """The statement is dedented for LibCST and indented back: a whitespace-only line lost
+    its indentation on the way, which inside a string changes the value."""
+    base = (
+        'def f():\n    D = {\n        "a": """x\n        \n        y""",\n        "b": 1,\n    }\n'
+    )
+    ours = base.replace('"b": 1,\n', '"b": 1,\n        "c": 3,\n')
+    theirs = base.replace('"b": 1,\n', '"b": 1,\n        "d": 4,\n')
+    result = merge_files(tmp_path, base, ours, theirs, as_written=True)
+    assert result.clean, result.kept
+    assert result.text == ours.replace('"c": 3,\n', '"c": 3,\n        "d": 4,\n')

@@ -196,14 +196,17 @@ def _statement(node: ast.stmt, target: ast.AST, side: Side, header: bool) -> Opt
 
 
 def _dedent(text: str, indent: str) -> str:
+    """The statement's lines without its indent; whitespace-only lines as they are, as
+    _merge_statements leaves them when it indents the result back (inside a string they
+    are part of its value)."""
     out = []
     for line in pysyntax.source_lines(text):
-        if line.startswith(indent):
-            out.append(line[len(indent) :])
-        elif line.strip():
-            raise ValueError("a line is indented less than its statement")
-        else:
+        if not line.strip():
             out.append(line)
+        elif line.startswith(indent):
+            out.append(line[len(indent) :])
+        else:
+            raise ValueError("a line is indented less than its statement")
     return "".join(out)
 
 
