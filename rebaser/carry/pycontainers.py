@@ -35,8 +35,7 @@ def held(places: dict[str, Place], sides: dict[str, Side]) -> Optional[dict[str,
 
 def header_end(node: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> int:
     """The line (0-based) where a def's body begins: its first statement or decorator."""
-    first = node.body[0]
-    return min([first.lineno, *(d.lineno for d in getattr(first, "decorator_list", []))]) - 1
+    return pysyntax.first_line(node.body[0])
 
 
 def _target(node: ast.stmt, span: tuple[int, int]) -> Optional[ast.AST]:

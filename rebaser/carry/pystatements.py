@@ -67,7 +67,7 @@ class StatementMerge:
         problem = self._problem(items, facts)
         if problem:
             return problem
-        text = "".join(item.child.text(self.sides[item.side].lines) for item in items)
+        text = "".join(item.child.text() for item in items)
         start, end = self.places["ours"].span
         return start, end, pysyntax.source_lines(text), self._reason()
 
@@ -80,7 +80,7 @@ class StatementMerge:
                 found[side] = "none"
             elif base is None or mine is None or not mine.same_code(base):
                 found[side] = "semantic"
-            elif mine.text(self.sides[side].lines) == base.text(self.sides["base"].lines):
+            elif mine.text() == base.text():
                 found[side] = "none"
             else:
                 found[side] = "format"
@@ -188,8 +188,8 @@ class StatementMerge:
             if change["theirs"] == "format" and change["ours"] == "semantic":
                 return f"the patch only reformats or comments {label(key)}, which upstream changed"
             if change["ours"] == "format" and change["theirs"] == "semantic":
-                base = self.keyed["base"][key].text(self.sides["base"].lines)
-                ours = self.keyed["ours"][key].text(self.sides["ours"].lines)
+                base = self.keyed["base"][key].text()
+                ours = self.keyed["ours"][key].text()
                 if pysyntax.comments(ours) != pysyntax.comments(base):
                     return f"upstream changes the comments of {label(key)}, which the patch edits"
         return None

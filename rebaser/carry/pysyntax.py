@@ -43,8 +43,8 @@ class Child:
     end: int  # one past its last line
     lines: Lines = field(compare=False, repr=False)  # the lines it was parsed from
 
-    def text(self, lines: Lines) -> str:
-        return "".join(lines[self.start : self.end])
+    def text(self) -> str:
+        return "".join(self.lines[self.start : self.end])
 
     @functools.cached_property
     def code(self) -> str:
@@ -142,7 +142,7 @@ def _inner(place: Place, lines: Lines, span: tuple[int, int]) -> Optional[Place]
         if not body:
             continue
         # The owner's header ends before the body's first statement (or its comments).
-        header_end = min([body[0].lineno, *(d.lineno for d in _decorators(body[0]))]) - 1
+        header_end = first_line(body[0])
         inner = children(lines, body, _header_floor(lines, statement, header_end))
         start, end = inner[0].start, inner[-1].end
         if start <= span[0] and span[1] <= end:
