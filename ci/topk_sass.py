@@ -44,7 +44,8 @@ def compile_cubin(bits: int, geometry: T.Geometry) -> bytes:
         HAS_BOUNDS=False, CAPACITY=T.capacity_for(WIDTH), SAMPLE_CHUNKS=T.SEGMENT_SAMPLE_CHUNKS,
         SAMPLE_CHUNK=T.SAMPLE_CHUNK, SEGMENTS=geometry.segments, SLOTS=geometry.slots,
         VECTOR=geometry.vector, PACK=geometry.pack, ROW_BLOCK=T.ROW_BLOCK, KEY_BITS=bits,
-        FROM_END=False, SORT_BLOCK=WIDTH, CONTIGUOUS=True, PERSISTENT=False,
+        FROM_END=False, SORT_BLOCK=WIDTH, CONTIGUOUS=T.PAIRED.value if bits == 16 else True,
+        PERSISTENT=False,
         STAGES=T.SEGMENT_STAGES, RAW_HITS=T.SEGMENT_RAW_HITS, PREFETCH=T.SEGMENT_PREFETCH,
         PIPELINE=T.SEGMENT_PIPELINE, RETRY=T.SEGMENT_RETRY,
     )  # fmt: skip

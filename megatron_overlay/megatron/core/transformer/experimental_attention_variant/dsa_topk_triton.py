@@ -1065,6 +1065,9 @@ class Geometry:
 
 
 SEGMENTED = True
+# CONTIGUOUS's value for 16-bit rows that each start 4-byte aligned: the collecting pass
+# reads them as words of two scores (run_load).
+PAIRED = tl.constexpr(2)
 GEOMETRY_OF = {32: Geometry(32, 256, 64, 32, registers=64), 16: Geometry(256, 32, 8, 8)}
 SEGMENT_WARPS = 8
 # 0: a program per row. A persistent launch (programs looping over rows) took 194 registers:
@@ -1129,6 +1132,8 @@ def _select_segmented(
     )
     packed = torch.empty(programs, 2, capacity, dtype=torch.int32, device=rows.device)
     contiguous = rows.stride(1) == 1
+    if contiguous and key_bits == 16 and rows.data_ptr() % 4 == 0 and rows.stride(0) % 2 == 0:
+        contiguous = PAIRED.value
     segmented_select[(programs,)](
         rows, rows.stride(0), rows.stride(1), n, count, starts, ends, column_offset, runs, packed,
         out, values, width, max(1, int((width * capacity) ** 0.5)),
@@ -1180,22 +1185,40 @@ def run_load(
     The mask is constant along each block, so the loads stay vectorized where the rows'
     addresses allow (contiguous rows whose stride is a multiple of VECTOR)."""
     block = base + step
-    columns = block * VECTOR + tl.arange(0, VECTOR)[None, :]
-    x = load_scores(row_ptr, col_stride, columns, block < stops, CONTIGUOUS)
+    if CONTIGUOUS == PAIRED:
+        # Two 16-bit scores a word, carried as loaded: as 16-bit values the compiler unpacks
+        # them at the load (a PRMT a pair), so each step would wait for its own prefetch.
+        # The columns are the words' even ones.
+        half = tl.arange(0, VECTOR // 2)[None, :]
+        words = row_ptr.to(tl.pointer_type(tl.int32)) + block * (VECTOR // 2) + half
+        # -inf in both halves (never a hit): 0xFF80FF80 for bf16, 0xFC00FC00 for fp16.
+        nothing = -8323200 if row_ptr.dtype.element_ty == tl.bfloat16 else -67044352
+        columns = block * VECTOR + 2 * half
+        x = tl.load(words, mask=block < stops, other=nothing)
+    else:
+        columns = block * VECTOR + tl.arange(0, VECTOR)[None, :]
+        x = load_scores(row_ptr, col_stride, columns, block < stops, CONTIGUOUS)
     return columns, x
 
 
 @triton.jit
-def run_hits(
-    x, threshold, positive_infinity_key, KEY_BITS: tl.constexpr, RAW: tl.constexpr = False
-):  # fmt: skip
-    """The scores' keys, and which are at or above the threshold. RAW (for a
-    threshold >= 0 only): the bit patterns stand for the keys, which they equal for every
-    score >= +0.0, and every score below +0.0 has negative bits, below the threshold."""
+def score_bits(x, KEY_BITS: tl.constexpr):
+    """The scores' bit patterns, sign-extended to int32."""
     if KEY_BITS == 16:
         bits = x.to(tl.int16, bitcast=True).to(tl.int32)
     else:
         bits = x.to(tl.int32, bitcast=True)
+    return bits
+
+
+@triton.jit
+def run_hits(
+    bits, threshold, positive_infinity_key, KEY_BITS: tl.constexpr, RAW: tl.constexpr = False
+):  # fmt: skip
+    """The keys of the scores with bit patterns ``bits`` (score_bits), and which are at or
+    above the threshold. RAW (for a threshold >= 0 only): the bit patterns stand for the
+    keys, which they equal for every score >= +0.0, and every score below +0.0 has negative
+    bits, below the threshold."""
     if RAW:
         key = bits
     else:
@@ -1229,10 +1252,35 @@ def collect_step(
 ):  # fmt: skip
     """One step of collect_pass: each run's hits in column order after its ``found``.
     Collecting, into the run's buffer at ``destination`` (its first SLOTS); PLACE, into the
-    packed keys (``destination``) and columns."""
-    key, hit = run_hits(x, threshold, positive_infinity_key, KEY_BITS, RAW)
-    hits = hit.to(tl.int32)
-    slot = found[:, None] + tl.cumsum(hits, axis=1) - 1
+    packed keys (``destination``) and columns. ``x``: the scores, or for 16-bit scores
+    words of two (run_load, PAIRED), ``columns`` then the words' even columns."""
+    if KEY_BITS == 16 and x.dtype == tl.int32:
+        # Little-endian: a word's low half is its even column's score.
+        key, hit = run_hits((x << 16) >> 16, threshold, positive_infinity_key, KEY_BITS, RAW)
+        odd_key, odd_hit = run_hits(x >> 16, threshold, positive_infinity_key, KEY_BITS, RAW)
+        even = hit.to(tl.int32)
+        hits = even + odd_hit.to(tl.int32)  # a word's
+        slot = found[:, None] + tl.cumsum(hits, axis=1) - hits  # each word's first slot
+        store_hits(key, hit, slot, columns, destination, columns_row, SLOTS, PLACE)
+        store_hits(
+            odd_key, odd_hit, slot + even, columns + 1, destination, columns_row, SLOTS, PLACE
+        )
+    else:
+        key, hit = run_hits(
+            score_bits(x, KEY_BITS), threshold, positive_infinity_key, KEY_BITS, RAW
+        )
+        hits = hit.to(tl.int32)
+        slot = found[:, None] + tl.cumsum(hits, axis=1) - 1
+        store_hits(key, hit, slot, columns, destination, columns_row, SLOTS, PLACE)
+    return found + tl.sum(hits, axis=1)
+
+
+@triton.jit
+def store_hits(
+    key, hit, slot, columns, destination, columns_row, SLOTS: tl.constexpr,
+    PLACE: tl.constexpr,
+):  # fmt: skip
+    """collect_step's stores of the hits' keys and columns at their slots."""
     if PLACE:
         # Packed as the runs' buffers are: Triton 3.6's layout pass fails (dominance) on the
         # plain stores of key and columns for 16-bit rows.
@@ -1241,7 +1289,6 @@ def collect_step(
         tl.store(columns_row + slot, entry.to(tl.int32), mask=hit)
     else:
         store_pairs(destination + slot, key, columns, hit & (slot < SLOTS))
-    return found + tl.sum(hits, axis=1)
 
 
 @triton.jit

@@ -304,7 +304,15 @@ cases = [(5, False, "contiguous", "row"), (12, True, "transposed", "row"),
          (300, False, "bounded", "persistent"), (12, True, "contiguous", "persistent"),
          (5, False, "contiguous", "split"), (12, True, "transposed", "split"),
          (300, False, "bounded", "split"), (12, True, "bounded", "split"),
-         (30, False, "contiguous", "split")]
+         (30, False, "contiguous", "split"), (12, False, "shifted", "segmented"),
+         (12, True, "odd", "segmented")]
+# How the segmented select reads each row: 16-bit rows 4-byte aligned as words of two
+# (CONTIGUOUS == T.PAIRED); "shifted" rows start 2 bytes off, "odd" ones have an odd stride.
+launched, launch = set(), T.segmented_select.run
+def recording(*args, **kwargs):
+    launched.add((str(args[0].dtype), kwargs["CONTIGUOUS"]))
+    return launch(*args, **kwargs)
+T.segmented_select.run = recording
 for dtype in (torch.float32, torch.bfloat16):
     rows = scores.to(dtype)
     for width, large, layout, mode in cases:
@@ -315,9 +323,11 @@ for dtype in (torch.float32, torch.bfloat16):
         if layout == "bounded":
             v, i = T.select_rows_filtered(rows, width, large, starts, ends, column_offset=1000)
         else:
-            view = rows.t().contiguous().t() if layout == "transposed" else rows
+            view = {"transposed": rows.t().contiguous().t(), "shifted": rows[:, 1:],
+                    "odd": rows[:, :-1].contiguous()}.get(layout, rows)
             v, i = T.select_rows_filtered(view, width, large)
         found[f"{dtype} {width} {large} {layout} {mode}"] = (i.tolist(), v.float().tolist())
+found["launched"] = sorted(map(str, launched))
 print(json.dumps(found))
 """
 
@@ -329,7 +339,8 @@ def test_filtered_cuda_select_is_exact_in_every_branch(tmp_path):
     NaN, negative ties, plateaus that overflow the candidate buffer, sorted rows, fewer
     visible keys than k, rows of one value, rows of -inf and NaN only), for both policies,
     32- and 16-bit scores, transposed rows, per-row key bounds with a column offset, and k
-    above the row's length (padding). With k = 300 every finite score is a candidate, so the
+    above the row's length (padding), 16-bit rows read as words of two and rows that cannot
+    be (starting 2 bytes off, an odd stride). With k = 300 every finite score is a candidate, so the
     segmented select's runs overflow their buffers and take the second pass; the 50 ties of
     row 10 overflow the candidate buffer for k = 12: the full radix select."""
     pytest.importorskip("triton")
@@ -362,7 +373,12 @@ def test_filtered_cuda_select_is_exact_in_every_branch(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(found) == 38
+    assert sorted(found.pop("launched")) == [
+        f"('torch.{dtype}', {contiguous})"
+        for dtype, contiguous in [("bfloat16", 2), ("bfloat16", False), ("bfloat16", True),
+                                  ("float32", False), ("float32", True)]
+    ]  # fmt: skip
+    assert len(found) == 42
     columns = torch.arange(n)
     outside = (columns < starts[:, None]) | (columns >= ends[:, None])
     for case, (indices, values) in found.items():
@@ -371,6 +387,7 @@ def test_filtered_cuda_select_is_exact_in_every_branch(tmp_path):
         rows = scores.to(dtype)
         if layout == "bounded":
             rows = rows.masked_fill(outside, NEG_INF)
+        rows = {"shifted": rows[:, 1:], "odd": rows[:, :-1]}.get(layout, rows)
         expected_values, expected = select_topk(rows, width, backend="torch", tie_break=1 + large)
         if layout == "bounded":
             expected = torch.where(expected >= 0, expected + 1000, expected)
