@@ -1132,7 +1132,8 @@ def _select_segmented(
     )
     packed = torch.empty(programs, 2, capacity, dtype=torch.int32, device=rows.device)
     contiguous = rows.stride(1) == 1
-    if contiguous and key_bits == 16 and rows.data_ptr() % 4 == 0 and rows.stride(0) % 2 == 0:
+    aligned = rows.data_ptr() % 4 == 0 and rows.stride(0) % 2 == 0  # every row's start
+    if contiguous and key_bits == 16 and aligned and geometry.vector % 2 == 0:
         contiguous = PAIRED.value
     segmented_select[(programs,)](
         rows, rows.stride(0), rows.stride(1), n, count, starts, ends, column_offset, runs, packed,

@@ -313,9 +313,12 @@ def recording(*args, **kwargs):
     launched.add((str(args[0].dtype), kwargs["CONTIGUOUS"]))
     return launch(*args, **kwargs)
 T.segmented_select.run = recording
-for dtype in (torch.float32, torch.bfloat16):
+# fp16 rows through the segmented select only (words of two, and not).
+fp16_cases = [case for case in cases if case[3] == "segmented"]
+for dtype, dtype_cases in ((torch.float32, cases), (torch.bfloat16, cases),
+                           (torch.float16, fp16_cases)):
     rows = scores.to(dtype)
-    for width, large, layout, mode in cases:
+    for width, large, layout, mode in dtype_cases:
         T.SEGMENTED = mode in ("segmented", "persistent", "split")
         T.SPLIT = mode == "split"
         T.STRIPE_SCORES = 48 if mode == "stripes" else 0
@@ -376,13 +379,14 @@ def test_filtered_cuda_select_is_exact_in_every_branch(tmp_path):
     assert sorted(found.pop("launched")) == [
         f"('torch.{dtype}', {contiguous})"
         for dtype, contiguous in [("bfloat16", 2), ("bfloat16", False), ("bfloat16", True),
+                                  ("float16", 2), ("float16", False), ("float16", True),
                                   ("float32", False), ("float32", True)]
     ]  # fmt: skip
-    assert len(found) == 42
+    assert len(found) == 42 + 7
     columns = torch.arange(n)
     outside = (columns < starts[:, None]) | (columns >= ends[:, None])
     for case, (indices, values) in found.items():
-        dtype = torch.bfloat16 if "bfloat16" in case else torch.float32
+        dtype = getattr(torch, case.split()[0].removeprefix("torch."))
         width, large, layout = int(case.split()[1]), case.split()[2] == "True", case.split()[3]
         rows = scores.to(dtype)
         if layout == "bounded":
