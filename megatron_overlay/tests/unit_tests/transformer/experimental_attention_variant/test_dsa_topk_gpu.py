@@ -62,6 +62,37 @@ def test_cuda_kernel_reads_any_layout(tie_break, dtype, layout):
 
 
 @pytest.mark.parametrize("tie_break", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", ["aligned", "two bytes off", "odd stride"])
+@pytest.mark.parametrize("kind", ["tie heavy", "relu"])
+def test_cuda_kernel_reads_16_bit_rows_at_any_alignment(tie_break, dtype, layout, kind):
+    """Contiguous 16-bit rows: read as words of two scores where every row starts 4-byte
+    aligned, one score at a time where not. Either way, with NaN, signed zeros and -inf,
+    the CUDA selection equals the CPU's."""
+    cols = 40000
+    generator = torch.Generator(device="cuda").manual_seed(11)
+    if kind == "relu":
+        scores = torch.randn(96, cols + 1, generator=generator, device="cuda").relu_()
+    else:
+        scores = tie_heavy(96, cols + 1, torch.float32, seed=11)
+    scores[2::9, ::13] = float("nan")
+    scores[3::9] = torch.where(scores[3::9] == 0, torch.full_like(scores[3::9], -0.0), 0.0)
+    scores[4::9, 1::2] = NEG_INF  # every odd column masked: the words' high halves
+    scores = scores.to(dtype)
+    view = {
+        "aligned": scores[:, :cols].contiguous(),
+        "two bytes off": scores.flatten()[1 : 1 + 96 * cols].view(96, cols),
+        "odd stride": scores[:, :cols],  # rows of cols + 1 scores: every other row is off
+    }[layout]
+    aligned = view.data_ptr() % 4 == 0 and view.stride(0) % 2 == 0
+    assert view.stride(-1) == 1 and aligned == (layout == "aligned")
+    on_gpu = select_topk(view, 2048, backend="torch", tie_break=tie_break)
+    on_cpu = select_topk(view.cpu(), 2048, backend="torch", tie_break=tie_break)
+    assert torch.equal(on_gpu[1].cpu(), on_cpu[1])
+    assert torch.equal(on_gpu[0].cpu().view(torch.int16), on_cpu[0].view(torch.int16))
+
+
+@pytest.mark.parametrize("tie_break", [1, 2])
 def test_torch_backend_raw_output_is_deterministic(tie_break):
     """The kernel's raw columns (before select_topk orders them), run after run."""
     scores = tie_heavy(128, 131072, torch.float32, seed=11)
