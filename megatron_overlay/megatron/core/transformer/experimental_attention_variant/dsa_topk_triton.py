@@ -1051,8 +1051,9 @@ def select_from_stripes(
 # (16 bytes) a step, prefix sums inside the thread; fp32 rows as 32 runs of 64-score steps,
 # at most 64 registers a thread, so four programs share a multiprocessor (fp32 1.08 ms
 # against 1.37 at two; bf16 was slower capped). fp32's 16 runs of 128 scores (one warp's
-# coalesced read a step) timed the same at 64 registers (1.08 against 1.08 to 1.21 ms, within
-# the spread between runs) and slower without the cap; for bf16 they were slower.
+# coalesced read a step) at 64 registers timed within 10% either way in four paired runs
+# (1.08-1.11 against 1.09-1.21 ms), no clear gain; for bf16, fewer and longer runs were
+# slower.
 
 
 @dataclass(frozen=True)
@@ -1066,8 +1067,10 @@ class Geometry:
 
 SEGMENTED = True
 # CONTIGUOUS's value for 16-bit rows that each start 4-byte aligned: the collecting pass
-# reads them as words of two scores (run_load).
+# reads them as words of two scores (run_load); SEGMENT_PAIRED False (a timing knob) reads
+# them one score at a time.
 PAIRED = tl.constexpr(2)
+SEGMENT_PAIRED = True
 GEOMETRY_OF = {32: Geometry(32, 256, 64, 32, registers=64), 16: Geometry(256, 32, 8, 8)}
 SEGMENT_WARPS = 8
 # 0: a program per row. A persistent launch (programs looping over rows) took 194 registers:
@@ -1133,7 +1136,7 @@ def _select_segmented(
     packed = torch.empty(programs, 2, capacity, dtype=torch.int32, device=rows.device)
     contiguous = rows.stride(1) == 1
     aligned = rows.data_ptr() % 4 == 0 and rows.stride(0) % 2 == 0  # every row's start
-    if contiguous and key_bits == 16 and aligned and geometry.vector % 2 == 0:
+    if SEGMENT_PAIRED and contiguous and key_bits == 16 and aligned and geometry.vector % 2 == 0:
         contiguous = PAIRED.value
     segmented_select[(programs,)](
         rows, rows.stride(0), rows.stride(1), n, count, starts, ends, column_offset, runs, packed,
