@@ -11,7 +11,7 @@ copy bandwidth (read + write counted).
 Target on an H200: the torch backend at most 3x the bandwidth bound on 4096 x 131072,
 k = 2048, fp32 and bf16.
 
-    python ci/bench_topk.py [--reps 20] [--json FILE] [--no-variants]
+    python ci/bench_topk.py [--reps 20] [--json FILE] [--no-variants] [--relu-only] [--only TEXT]
 
 --json writes {"environment": {...}, "bandwidth_tb_s", "records": [{"shape", "dtype",
 "method", "ms", "x_bound", "x_topk"}]}.
@@ -43,7 +43,7 @@ G = dsa_topk_triton.Geometry
 # the split select (SPLIT: thresholds, collecting and select as three launches).
 VARIANTS = {
     "segmented, fp32 at Triton's registers (two programs an SM)": dict(
-        GEOMETRY_OF={32: G(32, 256, 64, 32), 16: G(256, 32, 8, 8)}
+        GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 32: G(32, 256, 64, 32)}
     ),
     "segmented, fp32 at most 80 registers / bf16 at most 64": dict(
         GEOMETRY_OF={32: G(32, 256, 64, 32, registers=80), 16: G(256, 32, 8, 8, registers=64)}
@@ -51,10 +51,22 @@ VARIANTS = {
     "segmented, fp32 16 runs x 128 / bf16 128 runs x 16": dict(
         GEOMETRY_OF={32: G(16, 512, 128, 64, registers=64), 16: G(128, 64, 16, 16)}
     ),
+    "segmented, bf16 at most 80 registers (three programs an SM)": dict(
+        GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 16: G(256, 32, 8, 8, registers=80)}
+    ),
+    "segmented, bf16 256 runs x 16": dict(
+        GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 16: G(256, 32, 16, 16)}
+    ),
+    "segmented, bf16 read one score at a time": dict(SEGMENT_PAIRED=False),
+    "segmented, prefetch 1": dict(SEGMENT_PREFETCH=1),
+    "segmented, 4 warps a program": dict(SEGMENT_WARPS=4),
     "split, 4 warps, 4x128 / 4x256, chunk 8192": dict(SPLIT=True),
 }
 # Variants also timed on the plateau shapes (rows with ties at the k-th score).
-PLATEAU_VARIANTS = ("segmented, fp32 at Triton's registers (two programs an SM)",)
+PLATEAU_VARIANTS = (
+    "segmented, fp32 at Triton's registers (two programs an SM)",
+    "segmented, fp32 16 runs x 128 / bf16 128 runs x 16",
+)
 # The selects stopped after a stage (their output is not the selection): the time of the
 # sampled threshold, and of the threshold and the collecting pass.
 STAGES = {
@@ -120,9 +132,11 @@ def with_settings(settings: dict, fn: Callable[[], object]):
 
 
 def bench_shape(
-    rows, cols, k, dtype, kind, *, flashinfer, bandwidth: float, reps: int, variants: bool
+    rows, cols, k, dtype, kind, *, flashinfer, bandwidth: float, reps: int, variants: bool,
+    only: list[str],
 ) -> list[dict]:
-    """Time every method on one score matrix; print a line per method."""
+    """Time every method on one score matrix (with ``only``, the variants whose names
+    contain one of its strings); print a line per method."""
     scores = scores_like(rows, cols, dtype, kind)
     bound_ms = scores.numel() * scores.element_size() / bandwidth
     methods: dict[str, Callable[[], object]] = {
@@ -132,11 +146,13 @@ def bench_shape(
     }
     if variants and rows >= 4096:
         for label, settings in VARIANTS.items():
+            if only and not any(part in label for part in only):
+                continue
             if kind == "relu" or label in PLATEAU_VARIANTS:
                 methods[f"torch backend, tie 1, {label}"] = with_settings(
                     settings, lambda: dsa_topk_triton.select_rows_filtered(scores, k, False)
                 )
-    if variants and kind == "relu" and rows >= 4096:
+    if variants and kind == "relu" and rows >= 4096 and not only:
         for label, settings in STAGES.items():
             methods[label] = with_settings(
                 settings, lambda: dsa_topk_triton.select_rows_filtered(scores, k, False)
@@ -289,6 +305,10 @@ def main() -> None:
     parser.add_argument(
         "--relu-only", action="store_true", help="only the 4096 x 131072 relu shapes"
     )
+    parser.add_argument(
+        "--only", action="append", default=[], metavar="TEXT",
+        help="only the variants whose names contain TEXT (repeatable), no stage timings",
+    )  # fmt: skip
     args = parser.parse_args()
     try:
         import flashinfer
@@ -316,6 +336,7 @@ def main() -> None:
             bandwidth=bandwidth,
             reps=args.reps,
             variants=args.variants,
+            only=args.only,
         )
         torch.cuda.empty_cache()
         T = dsa_topk_triton
