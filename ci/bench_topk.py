@@ -135,8 +135,8 @@ def bench_shape(
     rows, cols, k, dtype, kind, *, flashinfer, bandwidth: float, reps: int, variants: bool,
     only: list[str],
 ) -> list[dict]:
-    """Time every method on one score matrix (with ``only``, the variants whose names
-    contain one of its strings); print a line per method."""
+    """Time every method on one score matrix (with ``only``, the variants and stages whose
+    names contain one of its strings); print a line per method."""
     scores = scores_like(rows, cols, dtype, kind)
     bound_ms = scores.numel() * scores.element_size() / bandwidth
     methods: dict[str, Callable[[], object]] = {
@@ -152,8 +152,10 @@ def bench_shape(
                 methods[f"torch backend, tie 1, {label}"] = with_settings(
                     settings, lambda: dsa_topk_triton.select_rows_filtered(scores, k, False)
                 )
-    if variants and kind == "relu" and rows >= 4096 and not only:
+    if variants and kind == "relu" and rows >= 4096:
         for label, settings in STAGES.items():
+            if only and not any(part in label for part in only):
+                continue
             methods[label] = with_settings(
                 settings, lambda: dsa_topk_triton.select_rows_filtered(scores, k, False)
             )
@@ -307,7 +309,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--only", action="append", default=[], metavar="TEXT",
-        help="only the variants whose names contain TEXT (repeatable), no stage timings",
+        help="only the variants and stages whose names contain TEXT (repeatable)",
     )  # fmt: skip
     args = parser.parse_args()
     try:
