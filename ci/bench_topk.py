@@ -57,6 +57,18 @@ VARIANTS = {
     "segmented, bf16 256 runs x 16": dict(
         GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 16: G(256, 32, 16, 16)}
     ),
+    # bf16 in fp32's shape: a run's step one coalesced read by several threads, four programs
+    # an SM. In the SASS (ci/topk_sass.py) 17-19 instructions a score against the one-thread
+    # runs' 14, no spill in the collecting loops at 64 registers.
+    "segmented, bf16 32 runs x 64 at 64 registers": dict(
+        GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 16: G(32, 256, 64, 32, registers=64)}
+    ),
+    "segmented, bf16 16 runs x 128 at 64 registers": dict(
+        GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 16: G(16, 512, 128, 64, registers=64)}
+    ),
+    "segmented, bf16 64 runs x 32 at 64 registers": dict(
+        GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 16: G(64, 128, 32, 16, registers=64)}
+    ),
     "segmented, bf16 read one score at a time": dict(SEGMENT_PAIRED=False),
     "segmented, prefetch 1": dict(SEGMENT_PREFETCH=1),
     "segmented, 4 warps a program": dict(SEGMENT_WARPS=4),
