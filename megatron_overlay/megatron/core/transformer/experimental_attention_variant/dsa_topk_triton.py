@@ -641,10 +641,7 @@ def select_rows_filtered(
 @triton.jit
 def key32(x, neg_inf_key, KEY_BITS: tl.constexpr):
     """int32 keys ordering like the floats' bit patterns; NaN gets -inf's key."""
-    if KEY_BITS == 16:
-        bits = x.to(tl.int16, bitcast=True).to(tl.int32)
-    else:
-        bits = x.to(tl.int32, bitcast=True)
+    bits = score_bits(x, KEY_BITS)
     key = bits ^ ((bits >> (KEY_BITS - 1)) & ((1 << (KEY_BITS - 1)) - 1))
     nan = (key < neg_inf_key) | (key > -neg_inf_key - 1)
     return tl.where(nan, neg_inf_key, key)
@@ -957,10 +954,7 @@ def filter_stripes(
     for start in range(begin, end, CHUNK):
         next_x = load_segment(seg_ptr, col_stride, start + CHUNK, end, offsets, CONTIGUOUS)
         columns = start + offsets
-        if KEY_BITS == 16:
-            bits = x.to(tl.int16, bitcast=True).to(tl.int32)
-        else:
-            bits = x.to(tl.int32, bitcast=True)
+        bits = score_bits(x, KEY_BITS)
         key = bits ^ ((bits >> (KEY_BITS - 1)) & ((1 << (KEY_BITS - 1)) - 1))
         # The threshold is above -inf's key, so -inf and negative NaN never pass; positive
         # NaN keys lie above +inf's.
