@@ -659,23 +659,28 @@ def key_to_score(key, dtype: tl.constexpr, KEY_BITS: tl.constexpr):
 
 
 @triton.jit
+def add_pairs(a, b, c, d):
+    return a + c, b + d
+
+
+@triton.jit
 def search_step(keys, valid, rank, lo, hi):
     """One step of the search for the largest key v in [lo, hi] with #(valid & keys >= v) >=
     rank, lo qualifying: split the interval in four and count three thresholds in one
-    reduction (16-bit counts packed in an int64); returns the new [lo, hi]."""
+    reduction; returns the new [lo, hi]. ``keys`` are int32 and the thresholds lie in
+    [lo, hi], so they compare in 32 bits; the counts (below 2**16) travel as 16-bit fields,
+    two in one int32 and the third in another."""
     span = hi - lo
     m1 = lo + (span + 3) // 4
     m2 = lo + (span + 1) // 2
     m3 = lo + (3 * span + 3) // 4
-    packed = (
-        (valid & (keys >= m1)).to(tl.int64)
-        + ((valid & (keys >= m2)).to(tl.int64) << 16)
-        + ((valid & (keys >= m3)).to(tl.int64) << 32)
+    low = (valid & (keys >= m1.to(tl.int32))).to(tl.int32) + (
+        (valid & (keys >= m2.to(tl.int32))).to(tl.int32) << 16
     )
-    counts = tl.sum(packed, axis=0)
-    c1 = counts & 0xFFFF
-    c2 = (counts >> 16) & 0xFFFF
-    c3 = (counts >> 32) & 0xFFFF
+    high = (valid & (keys >= m3.to(tl.int32))).to(tl.int32)
+    low, c3 = tl.reduce((low, high), 0, add_pairs)
+    c1 = low & 0xFFFF
+    c2 = low >> 16
     new_lo = tl.where(c3 >= rank, m3, tl.where(c2 >= rank, m2, tl.where(c1 >= rank, m1, lo)))
     hi = tl.where(
         c3 >= rank, hi, tl.where(c2 >= rank, m3 - 1, tl.where(c1 >= rank, m2 - 1, m1 - 1))
