@@ -45,39 +45,32 @@ VARIANTS = {
     "segmented, fp32 at Triton's registers (two programs an SM)": dict(
         GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 32: G(32, 256, 64, 32)}
     ),
-    "segmented, fp32 at most 80 registers / bf16 at most 64": dict(
-        GEOMETRY_OF={32: G(32, 256, 64, 32, registers=80), 16: G(256, 32, 8, 8, registers=64)}
+    "segmented, fp32 16 runs x 128 at 64 registers": dict(
+        GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 32: G(16, 512, 128, 64, registers=64)}
     ),
-    "segmented, fp32 16 runs x 128 / bf16 128 runs x 16": dict(
-        GEOMETRY_OF={32: G(16, 512, 128, 64, registers=64), 16: G(128, 64, 16, 16)}
+    # bf16's geometry until 2026-12-05: a run a thread, its prefix sums inside the thread,
+    # 14 instructions a score against 19 (ci/topk_sass.py), but 113-128 registers (two
+    # programs an SM) and each warp's load touching 32 runs' lines.
+    "segmented, bf16 256 one-thread runs x 8 at Triton's registers": dict(
+        GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 16: G(256, 32, 8, 8)}
     ),
-    "segmented, bf16 at most 80 registers (three programs an SM)": dict(
-        GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 16: G(256, 32, 8, 8, registers=80)}
+    "segmented, bf16 8 runs x 256 at 64 registers": dict(
+        GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 16: G(8, 1024, 256, 128, registers=64)}
     ),
-    "segmented, bf16 256 runs x 16": dict(
-        GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 16: G(256, 32, 16, 16)}
-    ),
-    # bf16 in fp32's shape: a run's step one coalesced read by several threads, four programs
-    # an SM. In the SASS (ci/topk_sass.py) 17-19 instructions a score against the one-thread
-    # runs' 14, no spill in the collecting loops at 64 registers.
     "segmented, bf16 32 runs x 64 at 64 registers": dict(
         GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 16: G(32, 256, 64, 32, registers=64)}
     ),
-    "segmented, bf16 16 runs x 128 at 64 registers": dict(
-        GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 16: G(16, 512, 128, 64, registers=64)}
-    ),
-    "segmented, bf16 64 runs x 32 at 64 registers": dict(
-        GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 16: G(64, 128, 32, 16, registers=64)}
-    ),
     "segmented, bf16 read one score at a time": dict(SEGMENT_PAIRED=False),
     "segmented, prefetch 1": dict(SEGMENT_PREFETCH=1),
+    "segmented, sample 8 chunks": dict(SEGMENT_SAMPLE_CHUNKS=8),
     "segmented, 4 warps a program": dict(SEGMENT_WARPS=4),
     "split, 4 warps, 4x128 / 4x256, chunk 8192": dict(SPLIT=True),
 }
 # Variants also timed on the plateau shapes (rows with ties at the k-th score).
 PLATEAU_VARIANTS = (
     "segmented, fp32 at Triton's registers (two programs an SM)",
-    "segmented, fp32 16 runs x 128 / bf16 128 runs x 16",
+    "segmented, fp32 16 runs x 128 at 64 registers",
+    "segmented, bf16 256 one-thread runs x 8 at Triton's registers",
 )
 # The selects stopped after a stage (their output is not the selection): the time of the
 # sampled threshold, and of the threshold and the collecting pass.

@@ -1046,13 +1046,12 @@ def select_from_stripes(
 # full radix select.
 #
 # Geometry by key bits, the fastest measured on the H200 (ci/bench_topk.py, 4096 x 131072,
-# k = 2048; docs/gpu-validation.md): bf16 rows as 256 runs of one thread each, 8 scores
-# (16 bytes) a step, prefix sums inside the thread; fp32 rows as 32 runs of 64-score steps,
-# at most 64 registers a thread, so four programs share a multiprocessor (fp32 1.08 ms
-# against 1.37 at two; bf16 was slower capped). fp32's 16 runs of 128 scores (one warp's
-# coalesced read a step) at 64 registers timed within 10% either way in four paired runs
-# (1.08-1.11 against 1.09-1.21 ms), no clear gain; for bf16, fewer and longer runs were
-# slower.
+# k = 2048; docs/gpu-validation.md): at most 64 registers a thread, so four programs share
+# a multiprocessor, and runs whose step is one coalesced read. fp32 rows as 32 runs of
+# 64-score steps (1.08 ms against 1.37 at two programs an SM); bf16 rows as 16 runs of
+# 128 scores, read as words of two (0.76-0.87 ms, median 0.79, against 1.06-1.18 for 256
+# one-thread runs of 8 scores at Triton's 113-128 registers). fp32's 16 runs of 128 timed
+# within 10% either way of its 32 of 64 in four paired runs, no clear gain.
 
 
 @dataclass(frozen=True)
@@ -1070,7 +1069,10 @@ SEGMENTED = True
 # them one score at a time.
 PAIRED = tl.constexpr(2)
 SEGMENT_PAIRED = True
-GEOMETRY_OF = {32: Geometry(32, 256, 64, 32, registers=64), 16: Geometry(256, 32, 8, 8)}
+GEOMETRY_OF = {
+    32: Geometry(32, 256, 64, 32, registers=64),
+    16: Geometry(16, 512, 128, 64, registers=64),
+}
 SEGMENT_WARPS = 8
 # 0: a program per row. A persistent launch (programs looping over rows) took 194 registers:
 # the compiler hoists every phase's index tensors out of the row loop.
