@@ -26,6 +26,7 @@ from typing import Callable, Optional, Sequence
 
 from rebaser.repo.commits import Commits
 from rebaser.repo.git import Git
+from rebaser.repo.history import RangeHistory
 from rebaser.repo.merge_tree import TreeMerges
 from rebaser.series.patches import Patch
 
@@ -54,8 +55,12 @@ class Bisector:
         recorded_base: str,
         target: str,
         commit_of: Callable[[Patch], Optional[str]],
+        history: Optional[RangeHistory] = None,
     ) -> None:
+        """`history`: upstream's commits from the recorded base to the target, when the
+        caller reads them for other questions too."""
         self.git = scratch
+        self.history = history or RangeHistory(scratch, recorded_base, target)
         self.base, self.target = recorded_base, target
         self.commit_of = commit_of
         self._pairs: dict[str, tuple[str, str]] = {}  # patch commit -> (its base, its change)
@@ -92,16 +97,7 @@ class Bisector:
         """The first upstream commit (first-parent) at which the patch conflicts in one of
         `files`; None when it already does on the recorded base (not upstream's doing)."""
         paths = sorted({*files, *patch.touched_paths})
-        candidates = self.git.out(
-            "--literal-pathspecs",
-            "log",
-            "--first-parent",
-            "--reverse",
-            "--format=%H",
-            f"{self.base}..{self.target}",
-            "--",
-            *paths,
-        ).split()
+        candidates = self.history.first_parent_touching(paths)
         if not candidates:
             return None
         wanted = set(files)

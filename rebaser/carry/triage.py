@@ -33,6 +33,7 @@ from rebaser.carry.collision import Bisector, touching
 from rebaser.carry.difflines import file_lines, present_lines
 from rebaser.carry.in_upstream import Memo
 from rebaser.repo.git import Git
+from rebaser.repo.history import RangeHistory
 from rebaser.series.patches import Patch
 
 KEEP, DROP = "keep", "drop"
@@ -164,6 +165,7 @@ class Upstream:
             keep=lambda status: status in (0, 1),
         )
         self.related: bool = status == 0
+        self.log = RangeHistory(repo, base, target)  # shared with the bisections
 
     def defined(self, rev: str, names: Sequence[str]) -> dict[str, list[str]]:
         """For each name, the files of `rev` where it appears as a word. One regular
@@ -203,19 +205,7 @@ class Upstream:
 
     def subjects_touching(self, paths: Sequence[str]) -> list[tuple[str, str]]:
         """(sha, subject) of the upstream commits in range (merges left out) touching any."""
-        if not self.related:
-            return []
-        out = self.repo.run(
-            "--literal-pathspecs",
-            "log",
-            "--no-merges",
-            "--format=%H%x09%s",
-            f"{self.base}..{self.target}",
-            "--",
-            *paths,
-            check=False,
-        ).stdout.splitlines()
-        return [tuple(line.split("\t", 1)) for line in out if "\t" in line]  # type: ignore[misc]
+        return self.log.touching(paths) if self.related else []
 
     def word_rarity(self) -> tuple[collections.Counter, int]:
         """How many subjects of upstream's whole history hold each word."""

@@ -94,7 +94,7 @@ def _triaged(
     upstream = triage.Upstream(repo, replay.base_sha, target, memo_for)
     with (
         scratch.repository(git_dir, target) as lane,
-        Bisector(lane, replay.base_sha, target, replay.commit_of) as bisector,
+        Bisector(lane, replay.base_sha, target, replay.commit_of, upstream.log) as bisector,
     ):
         bisect = None if retried is None else {retried}
         triaged = triage.Triage(upstream, bisector, memo_for)
