@@ -237,6 +237,24 @@ def test_a_function_upstream_moved_to_another_file_is_named(
     assert rows["0001"]["reason"].startswith("upstream moved the code (")
 
 
+def test_a_function_moved_by_a_merge_of_many_files_is_named(carry_changes, upstream):
+    """A merge that brings a branch changing many files, most of them only calling mul():
+    where mul() went is still named (the files that hold the name are the ones searched)."""
+    without_mul = edit(CALC, "def mul(a, b):\n    return a * b\n\n\n", "")
+    git(upstream.path, "checkout", "-q", "-b", "sync")
+    files = {f"pkg/use {n}.py": f"from pkg.ops import mul\nX = mul({n}, 2)\n" for n in range(40)}
+    files.update({"pkg/calc.py": without_mul, "pkg/ops.py": "def mul(a, b):\n    return b * a\n"})
+    upstream.commit({**files, "pkg/notes.py": "# def mul( moved to ops\n"}, "move mul to ops")
+    git(upstream.path, "checkout", "-q", "main")
+    upstream.commit({"pkg/other.py": "X = 1\n"}, "main goes on")
+    git(upstream.path, "merge", "-q", "--no-ff", "-m", "sync the ops branch", "sync")
+    git(upstream.path, "tag", "tip")
+    rows, _, _ = carry_changes([Change("fork: double mul", {"pkg/calc.py": DOUBLED})])
+    collision = rows["0001"]["collides_with"]
+    assert collision["subject"] == "sync the ops branch"
+    assert collision["what"].startswith("modified pkg/calc.py; moved mul() to pkg/ops.py; ")
+
+
 # -- the proposals -------------------------------------------------------------------------
 
 TOPK = "def select_topk(scores, k):\n    return scores.topk(k)\n"
