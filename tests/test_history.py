@@ -134,3 +134,47 @@ def test_the_first_questions_ask_git_and_later_ones_read_the_range(history, monk
     read = [args for args in asked if args[0] in ("log", "diff-tree")]
     assert len(own) == ASKED_ALONE + len(_sets()) * 2  # the first few, then `alone`'s
     assert [args[0] for args in read] == ["log", "diff-tree"]  # the range, once
+
+
+def _at(repo: Path, when: int, message: str, tree: str, *parents: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t"}
+    env.update(GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    env.update(GIT_AUTHOR_DATE=f"{when} +0000", GIT_COMMITTER_DATE=f"{when} +0000")
+    args = [arg for parent in parents for arg in ("-p", parent)]
+    return subprocess.run(
+        ["git", "commit-tree", tree, *args, "-m", message],
+        cwd=repo, env=env, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
+def test_git_order_ties_older_ancestors_and_odd_paths(tmp_path) -> None:
+    """Commits of one second met in another order than an unlimited walk's; a merge onto an
+    ancestor of the base's parent (git's walk has not yet marked it uninteresting); a
+    folder's pathspec with a trailing slash, which a file of that name does not match;
+    subjects with control characters."""
+    repo = tmp_path
+    git(repo, "init", "-q", "-b", "main")
+    old = _commit(repo, {"f": "0\n", "p": "file\n"}, "old")
+    _commit(repo, {"b": "b\n"}, "the base's parent")
+    base = _commit(repo, {"c": "c\n"}, "base")
+    tree = {}
+    for name, text in (("f", "1\n"), ("f", "2\n")):
+        (repo / name).write_text(text)
+        git(repo, "add", name)
+        tree[text] = git(repo, "write-tree")
+    s = _at(repo, 1700000002, "S\x01", tree["1\n"], base)
+    t = _at(repo, 1700000002, "T\u2028", tree["2\n"], s)
+    y = _at(repo, 1700000003, "Y", tree["2\n"], t)
+    x = _at(repo, 1700000004, "X", tree["1\n"], s)
+    m = _at(repo, 1700000005, "M", tree["2\n"], x, y)
+    target = _at(repo, 1700000006, "onto old", git(repo, "rev-parse", f"{old}^{{tree}}"), old, m)
+    read = RangeHistory(Git(repo), base, target, asked_alone=0)
+    for paths in (["f"], ["p"], ["p/"], ["b"], ["c"], ["f", "c"], ["./f"]):
+        logged = git(repo, "--literal-pathspecs", "log", "--no-merges", "-z", "--format=%H %s",
+                     f"{base}..{target}", "--", *paths)  # fmt: skip
+        assert read.touching(paths) == [
+            tuple(record.split(" ", 1)) for record in logged.split("\0") if record
+        ], paths
+        first = git(repo, "--literal-pathspecs", "log", "--first-parent", "--reverse",
+                    "--format=%H", f"{base}..{target}", "--", *paths)  # fmt: skip
+        assert read.first_parent_touching(paths) == first.split(), paths

@@ -178,11 +178,16 @@ class Upstream:
             "grep", "-o", "-w", "-E", "-I", "-z", "--no-color", "-e", pattern, rev, "--",
             check=False,
         ).stdout  # fmt: skip
-        # A line a match (77,000 for a fork's names in Megatron-LM): each (file, name) once.
+        # A match a record, `<rev>:<file>\0<name>\n` (77,000 for a fork's names in
+        # Megatron-LM): each (file, name) once. A name holds no newline; a file name may
+        # hold any character but NUL, so a record is cut at NULs and its name's newline.
         found: dict[str, dict[str, None]] = {}
-        for line in dict.fromkeys(out.splitlines()):
-            where, _, word = line.partition("\0")
+        fields = out.split("\0")
+        where = fields[0]
+        for part in fields[1:]:
+            word, _, after = part.partition("\n")
             found.setdefault(word, {})[where.removeprefix(f"{rev}:")] = None
+            where = after
         return {word: list(paths) for word, paths in found.items()}
 
     def adding(self, name: str, paths: Sequence[str]) -> Optional[tuple[str, str]]:
