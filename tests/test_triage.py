@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import subprocess
 from dataclasses import replace
@@ -253,6 +254,19 @@ def test_a_function_moved_by_a_merge_of_many_files_is_named(carry_changes, upstr
     collision = rows["0001"]["collides_with"]
     assert collision["subject"] == "sync the ops branch"
     assert collision["what"].startswith("modified pkg/calc.py; moved mul() to pkg/ops.py; ")
+
+
+@pytest.mark.parametrize("name", [b"pkg/ops\xff.py", b"pkg/mul ops.py"], ids=["bytes", "space"])
+def test_a_function_moved_to_a_file_with_an_odd_name_is_named(carry_changes, upstream, name):
+    """git names files in bytes: a move into a file whose name is not UTF-8, or holds a
+    space, is still seen, and the file named as git spells it."""
+    without_mul = edit(CALC, "def mul(a, b):\n    return a * b\n\n\n", "")
+    (upstream.path / os.fsdecode(name)).write_text("def mul(a, b):\n    return b * a\n")
+    upstream.commit({"pkg/calc.py": without_mul}, "move mul")
+    git(upstream.path, "tag", "tip")
+    rows, _, _ = carry_changes([Change("fork: double mul", {"pkg/calc.py": DOUBLED})])
+    spelled = name.decode("utf-8", "backslashreplace").replace("\\xff", "\\377")
+    assert rows["0001"]["collides_with"]["what"].endswith(f"moved mul() to {spelled}")
 
 
 # -- the proposals -------------------------------------------------------------------------

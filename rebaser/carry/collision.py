@@ -210,10 +210,10 @@ class Bisector:
         """The files the commit changed whose new version holds one of `names` (only there
         can it have added a def of one): a merge of another branch changes hundreds of
         files, and the pickaxe diffed them all (0.4 to 0.6 s a question on Megatron-LM).
-        None when they are too many to name on a command line (the pickaxe reads all)."""
+        None when they cannot be named on a command line (the pickaxe reads all)."""
         listed = self.git.run("diff", "--name-only", "-z", f"{sha}^1", sha).stdout
-        if len(listed) > _MANY_PATHS:
-            return None
+        if len(listed) > _MANY_PATHS or "\ufffd" in listed:
+            return None  # too many, or a name that is not UTF-8 (no pathspec spells it)
         changed = [path for path in listed.split("\0") if path]
         if not changed:  # no file to search (an empty pathspec would search them all)
             return []
@@ -253,8 +253,10 @@ class Bisector:
         path = {"-": "", "+": ""}
         for line in diff.splitlines():
             if line.startswith("+++ ") or line.startswith("--- "):
-                if line[4:] != "/dev/null":
-                    path[line[0]] = line[6:]
+                name = line[4:].rstrip("\t")  # git ends a name that holds a space with a tab
+                if name != "/dev/null":
+                    # a name git quotes (bytes, controls) is kept as git spells it, unquoted
+                    path[line[0]] = (name[1:-1] if name.startswith('"') else name)[2:]
                 continue
             if line[:1] in found and (match := _DEF.match(line[1:])):
                 found[line[0]].setdefault(match.group(1), []).append(path[line[0]])
