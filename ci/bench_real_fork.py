@@ -1,0 +1,249 @@
+"""Benchmark: a real fork carried onto a newer upstream, rebaser against `git rebase`, paired.
+
+A manual check (it needs a real clone): run it in a scratch clone holding the fork's branch
+and the upstream commit to carry it onto. It checks out a branch of its own there and
+deletes rebaser's state (`.git/forkkit`, `refs/forkkit/*`, `forkkit/*` branches) before
+each run, so every run starts with an empty memo; it refuses a clone with local changes.
+
+`carry` (each round): `git rebase --onto ONTO BASE TIP` with a `--skip` at every stop, then
+for each rebaser given `import` + `apply --keep-going --test none`, as processes. It prints
+each run, the medians, each rebaser against git and against the first rebaser (paired: the
+same round's runs), and whether the trees and the JSON reports agree.
+
+`stops` (each round, each rebaser in turn): an interactive apply, then at every third stop
+`continue` (upstream's side of each conflict, and in each Python file a line of the
+maintainer's own, so that the fix changes something), else `skip`, to the end; then
+`retry` of the first two patches left off. It prints each kind of command's median, its
+maximum and how many took over 1 s, and the paired difference per command.
+
+    python ci/bench_real_fork.py carry --repo FORK --range BASE..TIP --onto REV \\
+        --rebaser .venv/bin/rebaser [--rebaser /other/bin/rebaser] [--rounds 5]
+    python ci/bench_real_fork.py stops --repo FORK --range BASE..TIP --onto REV --rebaser ...
+
+docs/architecture.md ("Speed on a real fork") records what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+GIT = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+
+
+def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*GIT, *args], cwd=repo, check=check, capture_output=True, text=True)
+
+
+def timed(command: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    return time.perf_counter() - started, done
+
+
+def forget_rebaser(repo: Path) -> None:
+    """Everything rebaser left in the clone: worktrees, state, memo, branches and refs."""
+    git(repo, "rebase", "--abort", check=False)
+    for worktree in (repo / ".git" / "forkkit" / "worktrees").glob("*"):
+        git(repo, "worktree", "remove", "--force", str(worktree), check=False)
+    shutil.rmtree(repo / ".git" / "forkkit", ignore_errors=True)
+    git(repo, "worktree", "prune")
+    refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/forkkit", "refs/heads/forkkit")
+    for ref in refs.stdout.split():
+        git(repo, "update-ref", "-d", ref)
+
+
+def git_carry(repo: Path, base: str, tip: str, onto: str) -> tuple[float, str]:
+    """`git rebase` with a `--skip` at each stop: (seconds, the result's tree)."""
+    git(repo, "checkout", "-q", "-B", "bench-git-rebase", tip)
+    started = time.perf_counter()
+    step = git(repo, "rebase", "-q", "--onto", onto, base, check=False)
+    for _ in range(10_000):  # a stop a commit at most
+        if step.returncode == 0 or not (repo / ".git" / "rebase-merge").is_dir():
+            break
+        step = git(repo, "rebase", "--skip", check=False)
+    seconds = time.perf_counter() - started
+    return seconds, git(repo, "rev-parse", "HEAD^{tree}").stdout.strip()
+
+
+def rebaser_carry(
+    rebaser: str, repo: Path, base: str, tip: str, onto: str, scratch: Path
+) -> tuple[float, str, dict]:
+    """`import` + `apply --keep-going --test none`: (seconds, branch tree, JSON report)."""
+    forget_rebaser(repo)
+    series, report = scratch / "series", scratch / "report.json"
+    shutil.rmtree(series, ignore_errors=True)
+    name = "bench"
+    import_args = ["import", "--repo", str(repo), "--range", f"{base}..{tip}"]
+    started = time.perf_counter()
+    imported = subprocess.run(
+        [rebaser, *import_args, "--series-dir", str(series), "--name", name],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    applied = subprocess.run(
+        [rebaser, "apply", "--series", str(series / "series"), "--repo", str(repo), "--base",
+         onto, "--keep-going", "--test", "none", "--json", str(report)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    seconds = time.perf_counter() - started
+    if imported.returncode != 0 or applied.returncode not in (0, 3):
+        raise SystemExit(f"{rebaser} failed:\n{imported.stderr}\n{applied.stderr}")
+    branch = json.loads(report.read_text()).get("branch", "")
+    tree = git(repo, "rev-parse", f"{branch}^{{tree}}", check=False).stdout.strip()
+    return seconds, tree, _comparable(json.loads(report.read_text()))
+
+
+def _comparable(report: object) -> object:
+    """A report without its timings."""
+    if isinstance(report, dict):
+        return {k: _comparable(v) for k, v in report.items() if k not in ("duration", "seconds")}
+    if isinstance(report, list):
+        return [_comparable(v) for v in report]
+    return report
+
+
+def carry(args: argparse.Namespace) -> None:
+    base, tip = args.range.split("..")
+    runs: dict[str, list[float]] = {"git": []}
+    reports: dict[str, object] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-real-fork-") as folder:
+        for round_ in range(1, args.rounds + 1):
+            seconds, tree = git_carry(args.repo, base, tip, args.onto)
+            runs["git"].append(seconds)
+            print(f"round {round_}: git {seconds:.2f} s (tree {tree[:8]})", flush=True)
+            for rebaser in args.rebaser:
+                seconds, tree, report = rebaser_carry(
+                    rebaser, args.repo, base, tip, args.onto, Path(folder)
+                )
+                runs.setdefault(rebaser, []).append(seconds)
+                same = "" if reports.setdefault("first", report) == report else ", REPORT DIFFERS"
+                print(f"round {round_}: {rebaser} {seconds:.2f} s (tree {tree[:8]}{same})")
+    first = args.rebaser[0]
+    for name, seconds in runs.items():
+        line = f"{name}: median {statistics.median(seconds):.2f} s ({min(seconds):.2f} to "
+        line += f"{max(seconds):.2f})"
+        if name != "git":
+            line += f"; against git {_paired(seconds, runs['git'])}"
+            if name != first:
+                line += f"; against {first} {_paired(seconds, runs[first])}"
+        print(line)
+
+
+def _paired(these: list[float], those: list[float]) -> str:
+    ratios = [a / b for a, b in zip(these, those)]
+    return f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}x to {max(ratios):.2f}x)"
+
+
+def stops(args: argparse.Namespace) -> None:
+    base, tip = args.range.split("..")
+    times: dict[str, list[tuple[str, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-real-fork-") as folder:
+        scratch = Path(folder)
+        for round_ in range(1, args.rounds + 1):
+            for rebaser in args.rebaser:
+                done = _one_stops_run(rebaser, args.repo, base, tip, args.onto, scratch)
+                times.setdefault(rebaser, []).extend(done)
+                print(f"round {round_}: {rebaser} " + " ".join(f"{c} {s:.2f}" for c, s in done))
+    for rebaser, done in times.items():
+        for kind in ("apply", "skip", "continue", "retry"):
+            seconds = [s for c, s in done if c == kind]
+            if seconds:
+                over = sum(s > 1 for s in seconds)
+                print(
+                    f"{rebaser} {kind}: median {statistics.median(seconds):.2f} s, max "
+                    f"{max(seconds):.2f}, {over} of {len(seconds)} over 1 s"
+                )
+    first = times[args.rebaser[0]]
+    for rebaser in args.rebaser[1:]:
+        same = [(a, b) for a, b in zip(first, times[rebaser]) if a[0] == b[0]]
+        differences = [b[1] - a[1] for a, b in same]
+        if differences:
+            print(f"{rebaser} against the first, paired: {statistics.median(differences):+.3f} s")
+
+
+def _one_stops_run(
+    rebaser: str, repo: Path, base: str, tip: str, onto: str, scratch: Path
+) -> list[tuple[str, float]]:
+    forget_rebaser(repo)
+    series = scratch / "series"
+    shutil.rmtree(series, ignore_errors=True)  # `continue` records resolutions beside it
+    subprocess.run(
+        [rebaser, "import", "--repo", str(repo), "--range", f"{base}..{tip}", "--series-dir",
+         str(series), "--name", "bench"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    done: list[tuple[str, float]] = []
+
+    def run(kind: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        seconds, result = timed([rebaser, kind, *extra], repo)
+        done.append((kind, seconds))
+        return result
+
+    result = run("apply", "--series", str(series / "series"), "--repo", str(repo), "--base",
+                 onto, "--test", "none")  # fmt: skip
+    worktree = next((repo / ".git" / "forkkit" / "worktrees").glob("*"), None)
+    for number in range(1, 200):
+        if "stopped at" not in result.stdout + result.stderr or worktree is None:
+            break
+        unmerged = git(worktree, "diff", "--name-only", "-z", "--diff-filter=U").stdout
+        conflicted = [path for path in unmerged.split("\0") if path]
+        if number % 3 == 0 and conflicted:
+            _resolve_by_hand(worktree, conflicted)
+            result = run("continue")
+            if result.returncode != 2:
+                continue
+        result = run("skip")
+    if result.returncode != 3:  # not an apply that left patches off (e.g. verification)
+        return done
+    for patch in ("0002", "0003"):
+        result = run("retry", patch, "--series", str(series / "series"), "--repo", str(repo),
+                     "--test", "none")  # fmt: skip
+        if "stopped at" in result.stdout + result.stderr:
+            run("skip")
+    return done
+
+
+def _resolve_by_hand(worktree: Path, conflicted: list[str]) -> None:
+    """Upstream's side of each file (its deletion where it deleted it), and in a Python
+    file a line of the maintainer's own."""
+    for path in conflicted:
+        if git(worktree, "cat-file", "-e", f":2:{path}", check=False).returncode != 0:
+            git(worktree, "rm", "-q", "--", path)
+            continue
+        git(worktree, "checkout", "-q", "--ours", "--", path)
+        if path.endswith(".py"):
+            with open(worktree / path, "a", encoding="utf-8") as handle:
+                handle.write("# resolved by hand\n")
+        git(worktree, "add", "--", path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=["carry", "stops"])
+    parser.add_argument("--repo", type=Path, required=True, help="a scratch clone")
+    parser.add_argument("--range", required=True, help="BASE..TIP: the fork's commits")
+    parser.add_argument("--onto", required=True, help="the upstream commit to carry them onto")
+    parser.add_argument("--rebaser", action="append", required=True, help="a rebaser to time")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    args.repo = args.repo.resolve()
+    if git(args.repo, "status", "--porcelain", "--untracked-files=no").stdout.strip():
+        raise SystemExit(f"{args.repo} has local changes: run this in a scratch clone")
+    head = git(args.repo, "symbolic-ref", "-q", "--short", "HEAD", check=False).stdout.strip()
+    head = head or git(args.repo, "rev-parse", "HEAD").stdout.strip()
+    try:
+        (carry if args.mode == "carry" else stops)(args)
+    finally:  # the clone as it was, less rebaser's state
+        forget_rebaser(args.repo)
+        git(args.repo, "checkout", "-q", head)
+        git(args.repo, "branch", "-D", "bench-git-rebase", check=False)
+
+
+if __name__ == "__main__":
+    main()
