@@ -24,11 +24,12 @@ import heapq
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, TypeVar
 
 from rebaser.repo.git import Git
 
 ASKED_ALONE = 4  # questions answered by a `git log` of their own before the range is read
+_Answer = TypeVar("_Answer")
 _META = re.compile(r"\n?:(\d{6}) (\d{6}) ")  # a `--raw -z` entry's modes, before its path
 
 
@@ -60,13 +61,9 @@ class RangeHistory:
     def touching(self, paths: Sequence[str]) -> list[tuple[str, str]]:
         """(sha, subject), newest first, as `git --literal-pathspecs log --no-merges
         --format='%H %s' base..target -- paths` lists them."""
-        commits = self._read()
-        wanted = _wanted(paths)
-        if commits is not None and wanted is not None:
-            try:
-                return self._touching(commits, wanted)
-            except _AskGit:
-                pass
+        found = self._worked_out(paths, self._touching)
+        if found is not None:
+            return found
         out = self._log(["--no-merges", "-z", "--format=%H %s"], paths)
         records = [record.split(" ", 1) for record in out.split("\0") if record]
         return [(sha, subject) for sha, subject in records]
@@ -107,13 +104,9 @@ class RangeHistory:
     def first_parent_touching(self, paths: Sequence[str]) -> list[str]:
         """Commit ids, oldest first, as `git --literal-pathspecs log --first-parent
         --reverse --format=%H base..target -- paths` lists them (merges included)."""
-        commits = self._read()
-        wanted = _wanted(paths)
-        if commits is not None and wanted is not None:
-            try:
-                return self._first_parent(commits, wanted)
-            except _AskGit:
-                pass
+        found = self._worked_out(paths, self._first_parent)
+        if found is not None:
+            return found
         return self._log(["--first-parent", "--reverse", "--format=%H"], paths).split()
 
     def _first_parent(self, commits: dict[str, _Commit], wanted: set[str]) -> list[str]:
@@ -134,6 +127,19 @@ class RangeHistory:
                 found.append(sha)
             sha = commit.parents[0] if commit.parents else None
         return found[::-1]
+
+    def _worked_out(
+        self, paths: Sequence[str], walk: Callable[[dict[str, _Commit], set[str]], _Answer]
+    ) -> Optional[_Answer]:
+        """`walk`'s answer from the range's read; None where git must answer (too few
+        questions yet, a path git normalises, a parent only git's walk can judge)."""
+        commits, wanted = self._read(), _wanted(paths)
+        if commits is None or wanted is None:
+            return None
+        try:
+            return walk(commits, wanted)
+        except _AskGit:
+            return None
 
     def _relevant(self, parent: str) -> Optional[bool]:
         """Whether git's simplification may follow a parent: one in the range or the base
