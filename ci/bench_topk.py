@@ -313,6 +313,10 @@ def main() -> None:
         "--relu-only", action="store_true", help="only the 4096 x 131072 relu shapes"
     )
     parser.add_argument(
+        "--shape", action="append", default=[], metavar="TEXT",
+        help="only the shapes whose label (e.g. '16x1048576 relu') contains TEXT (repeatable)",
+    )
+    parser.add_argument(
         "--only", action="append", default=[], metavar="TEXT",
         help="only the variants and stages whose names contain TEXT (repeatable)",
     )  # fmt: skip
@@ -336,6 +340,9 @@ def main() -> None:
         return
     for shape in SHAPES:
         if args.relu_only and (shape[0], shape[4]) != (4096, "relu"):
+            continue
+        label = f"{shape[0]}x{shape[1]} {shape[4]}"
+        if args.shape and not any(part in label for part in args.shape):
             continue
         rows_out += bench_shape(
             *shape,
