@@ -34,6 +34,18 @@ def isolated_cache(tmp_path, monkeypatch, wheel_dir) -> Path:
     return cache
 
 
+# The overlay's Triton-interpreter tests take about 3.5 of its CPU suite's 4 minutes and check
+# kernel code that no base changes. They run in one apply of the series
+# (test_embedded_default_applies_and_runs_the_cpu_suite), not again in each of the other
+# applies here that run the CPU suite on another base or drift.
+INTERPRETER_TESTS_LEFT_OUT = "-m 'not triton_interpreter'"
+
+
+@pytest.fixture(autouse=True)
+def interpreter_tests_once(monkeypatch) -> None:
+    monkeypatch.setenv("PYTEST_ADDOPTS", INTERPRETER_TESTS_LEFT_OUT)
+
+
 @pytest.fixture
 def fake_pypi(tmp_path, monkeypatch) -> FakeIndex:
     """A local PyPI (JSON API over HTTP) with release 9.9.0; wheels go to a private folder."""

@@ -65,8 +65,10 @@ def test_series_applies_cleanly_to_the_019_releases(rebaser, tmp_path, version):
     ]
 
 
-def test_embedded_default_applies_and_runs_the_cpu_suite(rebaser, tmp_path):
-    """What the README's first command does: the series' @base (PyPI 0.19.2) and CPU tests."""
+def test_embedded_default_applies_and_runs_the_cpu_suite(rebaser, tmp_path, monkeypatch):
+    """What the README's first command does: the series' @base (PyPI 0.19.2) and CPU tests,
+    the overlay's Triton-interpreter tests included (the one apply here that runs them)."""
+    monkeypatch.delenv("PYTEST_ADDOPTS")
     report = tmp_path / "report.json"
     result = rebaser("apply", "--series", SERIES, "--json", report)
     assert result.code == ExitCode.OK, result.out + result.err
@@ -114,3 +116,16 @@ def test_overlay_suite_runs_under_plain_pytest(rebaser, tmp_path):
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert re.search(r"\b3 passed, \d+ deselected", run.stdout), run.stdout[-1000:]
+    # The marker the other applies here leave out names exactly the interpreter's tests.
+    env.pop("PYTEST_ADDOPTS")
+    marked = subprocess.run(
+        [sys.executable, "-m", "pytest", OVERLAY_TESTS, "-q", "-p", "no:cacheprovider",
+         "--collect-only", "-m", "triton_interpreter"],
+        cwd=tree, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert marked.returncode == 0, marked.stdout[-3000:] + marked.stderr[-2000:]
+    assert sorted(re.findall(r"::(test_\w+)", marked.stdout)) == [
+        "test_cuda_kernel_logic_is_exact_for_any_layout",
+        "test_filtered_cuda_select_is_exact_in_every_branch",
+        "test_interpreter_spelled_true_runs_no_inline_assembly",
+    ]

@@ -41,6 +41,15 @@ if importlib.util.find_spec("transformer_engine") is None and core_utils.get_te_
     # in an autouse fixture) would then fail every test here on a CPU machine.
     core_utils._te_version = Version("0.0.0")
 
+
+def pytest_configure(config):
+    # Tests that run a Triton kernel on the CPU (TRITON_INTERPRET): minutes, not seconds.
+    # `-m "not triton_interpreter"` leaves them out where the kernels were already checked.
+    config.addinivalue_line(
+        "markers", "triton_interpreter: runs a Triton kernel under Triton's CPU interpreter"
+    )
+
+
 DSA_PATH = "megatron/core/transformer/experimental_attention_variant/dsa.py"
 OVERLAY_SUBJECT = "forkkit: overlay"
 

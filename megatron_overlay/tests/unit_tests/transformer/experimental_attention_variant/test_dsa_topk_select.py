@@ -246,6 +246,7 @@ def kernel_test_rows() -> torch.Tensor:
     return scores
 
 
+@pytest.mark.triton_interpreter
 def test_cuda_kernel_logic_is_exact_for_any_layout(tmp_path, reference_topk):
     """The CUDA selection (a Triton kernel), run on the CPU by Triton's interpreter, which must
     be switched on before Triton is imported: a fresh process. Transposed and strided score
@@ -335,6 +336,7 @@ print(json.dumps(found))
 """
 
 
+@pytest.mark.triton_interpreter
 def test_filtered_cuda_select_is_exact_in_every_branch(tmp_path):
     """The filtered CUDA selects (dsa_topk_triton.select_rows_filtered: one program a row,
     striped, and the segmented select, a program a row and persistent), run by Triton's
@@ -402,6 +404,7 @@ def test_filtered_cuda_select_is_exact_in_every_branch(tmp_path):
         assert values == expected_values.float().tolist(), case
 
 
+@pytest.mark.triton_interpreter
 def test_interpreter_spelled_true_runs_no_inline_assembly(tmp_path):
     """Triton interprets for TRITON_INTERPRET=true as for 1; the selection must then store
     its candidates by tl.store, not by the inline PTX the interpreter cannot run."""
