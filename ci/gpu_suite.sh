@@ -6,6 +6,11 @@
 #                                         set into DIR/part1 and DIR/part2, each under one
 #                                         64 MiB carry: tilelang 45 MB and z3-solver 29 MB
 #                                         cannot travel together
+#   ci/gpu_suite.sh pack DIR ARCHIVE      (here, after fetch) every wheel of DIR/part1 and
+#                                         DIR/part2 laid out as pip --target would, in one
+#                                         xz archive (ci/pack_site.py): 51 MiB, one carry
+#   ci/gpu_suite.sh unpack ARCHIVE [SITE] (there) the packed working set into SITE: the
+#                                         same folder as install's two calls, in one
 #   ci/gpu_suite.sh install WHEELS [SITE] (there) install every wheel of the folder WHEELS
 #                                         into SITE (default /tmp/site), without
 #                                         dependencies; run it once per part, back to back
@@ -56,6 +61,17 @@ fetch)
             --implementation cp "${platforms[@]}" -d "$dir/$part" "${wheels[@]}"
         du -sh "$dir/$part"
     done
+    ;;
+pack)
+    dir="${2:?usage: ci/gpu_suite.sh pack DIR ARCHIVE}"
+    archive="${3:?usage: ci/gpu_suite.sh pack DIR ARCHIVE}"
+    python3 "$HERE/pack_site.py" "$archive" "$dir"/part1/*.whl "$dir"/part2/*.whl
+    ;;
+unpack)
+    archive="${2:?usage: ci/gpu_suite.sh unpack ARCHIVE [SITE]}"
+    site="${3:-/tmp/site}"
+    mkdir -p "$site" && tar -xJf "$archive" -C "$site"
+    echo "gpu_suite: unpacked $archive into $site"
     ;;
 install)
     wheels="${2:?usage: ci/gpu_suite.sh install WHEELS [SITE]}"
