@@ -72,13 +72,10 @@ def main() -> None:
         for wheel in wheels:
             unpack_wheel(wheel, site)
         saved = link_duplicates(site)
-        with open(archive, "wb") as out:
-            tar = subprocess.Popen(
-                ["tar", "-C", str(site), "-cf", "-", "."], stdout=subprocess.PIPE
-            )
-            subprocess.run(["xz", "-T0", "-6"], stdin=tar.stdout, stdout=out, check=True)
-            if tar.wait():
-                sys.exit(f"pack_site: tar failed ({tar.returncode})")
+        subprocess.run(
+            ["tar", "-C", str(site), "--use-compress-program=xz -T0 -6", "-cf", str(archive), "."],
+            check=True,
+        )
     print(
         f"pack_site: {len(wheels)} wheels -> {archive} "
         f"({archive.stat().st_size / 2**20:.1f} MiB; {saved / 2**20:.0f} MiB of duplicates linked)"
