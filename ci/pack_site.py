@@ -70,7 +70,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pack-site-") as folder:
         site = Path(folder)
         for wheel in wheels:
-            unpack_wheel(wheel, site)
+            try:
+                unpack_wheel(wheel, site)
+            except (OSError, zipfile.BadZipFile) as error:
+                sys.exit(f"pack_site: {wheel} is not a readable wheel ({error}); nothing written")
         saved = link_duplicates(site)
         subprocess.run(
             ["tar", "-C", str(site), "--use-compress-program=xz -T0 -6", "-cf", str(archive), "."],

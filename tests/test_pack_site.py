@@ -88,3 +88,17 @@ def test_packed_wheels_unpack_as_pip_target_installs_them(tmp_path):
     expected = tree(by_pip)
     assert {"bin/alpha-tool", "bin/alpha-cli", "beta.py", "alpha/lib/libz.so.1"} <= set(expected)
     assert tree(unpacked) == expected
+
+
+def test_a_file_that_is_no_wheel_is_named_and_nothing_is_written(tmp_path):
+    broken = tmp_path / "broken-1.0-py3-none-any.whl"
+    broken.write_text("not a zip file")
+    archive = tmp_path / "site.tar.xz"
+    packed = subprocess.run(
+        [sys.executable, str(PROJECT / "ci" / "pack_site.py"), str(archive), str(broken)],
+        capture_output=True,
+        text=True,
+    )
+    assert packed.returncode == 1
+    assert f"{broken} is not a readable wheel" in packed.stderr, packed.stderr
+    assert "Traceback" not in packed.stderr and not archive.exists()
