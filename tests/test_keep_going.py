@@ -253,3 +253,46 @@ def test_a_knock_on_check_reads_each_file_once(tmp_path, upstream):
     # 0001 is looked at first (the latest missing one), needed not; then 0002, which is.
     assert needed_patch(commented, [doubled, first], read) is doubled
     assert reads == ["pkg/calc.py"]
+
+
+def test_refresh_after_a_retry_keeps_the_patches_left_off_in_their_order(
+    rebaser, tmp_path, upstream
+):
+    """0002 retried lands at the branch's tip; 0003 and 0005 (each blocked on the one before)
+    stay left off. refresh put 0005 back after 0004, before the 0003 it needs, so the next
+    apply reported 0003 needing 0005."""
+    base = git(upstream.path, "rev-parse", "v1")
+    series = calc_series(
+        tmp_path,
+        upstream,
+        [
+            ("fork: document add", ADD_DOC),
+            ("fork: double mul", DOUBLE_MUL),
+            ("fork: say why", COMMENTED),
+            ("fork: check div", CHECKED),
+            ("fork: say it twice", edit(CHECKED, "# doubled\n", "# doubled, twice\n")),
+        ],
+        extra_directives=f"@base git:{base}\n",
+    )
+    upstream.commit(
+        {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n")}, "v2", tag="v2"
+    )
+    _, report = apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going")
+    assert statuses(report) == ["laid", "clean", "dropped", "blocked", "clean", "blocked"]
+    tree = Path(report["worktree"])
+    assert rebaser("retry", "0002", "--series", series, "--repo", tree).code == ExitCode.NOT_APPLIED
+    calc = (tree / "pkg/calc.py").read_text()
+    (tree / "pkg/calc.py").write_text(
+        calc.split("<<<<<<<")[0]
+        + "    return 2 * a * b\n"
+        + calc.split(">>>>>>>")[1].split("\n", 1)[1]
+    )
+    git(tree, "add", "pkg/calc.py")
+    assert rebaser("continue", "--repo", upstream.path).code == ExitCode.NOT_APPLIED
+    refreshed = rebaser("refresh", "--series", series, "--repo", tree)
+    assert refreshed.code == ExitCode.OK, refreshed.err
+    listed = [line for line in series.read_text().splitlines() if line.endswith(".patch")]
+    assert [name[:4] for name in listed] == ["0001", "0004", "0002", "0003", "0005"]
+    again, data = apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going", "--force")
+    assert again.code == ExitCode.OK, again.out
+    assert len(statuses(data)) == 6 and not {"dropped", "blocked"} & set(statuses(data))

@@ -257,12 +257,16 @@ _PLAIN_PATCH_RE = re.compile(r"^[^./\\\x00-\x1f][^/\\\x00-\x1f]*\.patch$")
 
 def _with_left_off(series: Series, entries: list[str], kept: dict[str, str]) -> list[str]:
     """The branch's patch entries with the patches it left off put back where the series
-    had them (after the nearest earlier patch that is still there)."""
+    had them: after the nearest earlier patch that is still there, and after the ones left
+    off before them (a retried patch sits at the branch's tip: what followed it in the
+    series and still waits must follow it again, in the series' order)."""
     order = list(entries)
+    last = -1  # where the last patch left off went
     for position, patch in enumerate(series.patches):
         if patch.name in kept and patch.entry not in order:
             earlier = [p.entry for p in series.patches[:position] if p.entry in order]
-            order.insert(order.index(earlier[-1]) + 1 if earlier else 0, patch.entry)
+            last = max(order.index(earlier[-1]) + 1 if earlier else 0, last + 1)
+            order.insert(last, patch.entry)
     return order
 
 
