@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PROJECT
-from synthetic import DOUBLE_MUL, calc_series, edit, git
+from synthetic import DOUBLE_MUL, Change, build_series, calc_series, edit, git
 from test_apply_synthetic import (
     ADD_DOC,
     CONFLICT_FIXED,
@@ -215,3 +215,36 @@ def test_a_fix_the_user_committed_goes_back_to_its_patch_file(rebaser, tmp_path,
     refreshed = (series.parent / "0002-change-2.patch").read_text()
     assert "Subject: demo: double mul, on top of the swap" in refreshed
     assert "Forkkit-Patch" not in refreshed
+
+
+def test_refresh_refuses_a_series_the_branch_was_not_made_from(rebaser, tmp_path, upstream):
+    """A review ran `refresh` with no --series in a branch of another series: the default
+    series' patches were deleted and the other series' written over them."""
+    series = three_patch_series(tmp_path, upstream)
+    report = tmp_path / "r.json"
+    assert apply(rebaser, series, upstream, "v1", "--json", report).code == ExitCode.OK
+    tree = Path(json.loads(report.read_text())["worktree"])
+    other = build_series(
+        tmp_path / "other", upstream, "v1", [Change("other: note", {"pkg/note.py": "N = 1\n"})],
+        name="other",
+    )  # fmt: skip
+    (other.parent / "0001-change-1.patch").rename(other.parent / "0001-note.patch")
+    other.write_text(other.read_text().replace("0001-change-1.patch", "0001-note.patch"))
+    before = snapshot(other.parent)
+    for check in ([], ["--check"]):
+        result = rebaser("refresh", "--series", other, "--repo", tree, *check)
+        assert result.code == ExitCode.USAGE, result.out
+        assert "was made from series demo, not other" in result.err, result.err
+        assert "--series" in result.err
+    assert snapshot(other.parent) == before
+    # A branch from before the overlay commit named its series: its patches' identities
+    # tell, and none of them is in the other series.
+    start = git(tree, "rev-parse", "refs/forkkit/series-start/forkkit/demo/v1")
+    git(upstream.path, "update-ref", "-d", "refs/forkkit/series-start/forkkit/demo/v1")
+    git(tree, "replace", start, git(tree, "commit-tree", f"{start}^{{tree}}", "-p", f"{start}^",
+                                    "-m", "forkkit: overlay (0 files)"))  # fmt: skip
+    result = rebaser("refresh", "--series", other, "--repo", tree)
+    assert (
+        result.code == ExitCode.USAGE and "names none of the patches of series other" in result.err
+    ), result.err
+    assert snapshot(other.parent) == before

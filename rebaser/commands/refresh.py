@@ -29,7 +29,7 @@ from rebaser.repo.git import Git, find_repo
 from rebaser.repo.lock import repository_lock
 from rebaser.sequencer import state as state_store
 from rebaser.series.export import export_patch, patch_file_name
-from rebaser.series.patches import Series, identity, load_series
+from rebaser.series.patches import Series, identity, load_series, series_named
 
 
 def run(args: argparse.Namespace) -> ExitCode:
@@ -135,6 +135,7 @@ def _refuse_a_stopped_apply(git: Git, branch: str) -> None:
 
 def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
     overlay_sha, commits = branch_commits(git, branch)
+    _refuse_another_series(series, git, branch, overlay_sha, commits)
     texts = [export_patch(git, commit.sha) for commit in commits]  # a refusal writes nothing
     changes = _refresh_overlay(series, git, overlay_sha, branch, write=write)
     entries = _patch_entries(series, commits)  # paths from the series' folder
@@ -158,6 +159,33 @@ def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
     if [p.entry for p in series.patches] != entries:
         changes.append(_write(series.file, _series_text(series, entries), write=write))
     return Refreshed(changes, changed)
+
+
+def _refuse_another_series(
+    series: Series, git: Git, branch: str, overlay_sha: str, commits: list[BranchCommit]
+) -> None:
+    """Exporting a branch into a series it was not made from would delete that series'
+    patches and write the branch's over them. The overlay commit names its series; on a
+    branch from before it did, a series none of whose patches the branch's commits name
+    (nor the patches it left off) is another one."""
+    fix = (
+        "pass the series the apply used (--series), or check the branch (--branch) "
+        "and the repository (--repo)"
+    )
+    made_from = series_named(git.out("log", "-1", "--format=%B", overlay_sha))
+    if made_from is not None and made_from != series.name:
+        raise RebaserError(
+            f"branch {branch} was made from series {made_from}, not {series.name} "
+            f"({series.file})",
+            next_step=fix,
+        )
+    named = {c.identity for c in commits if c.identity} | set(refs.read_left_off(git, branch))
+    if made_from is None and named and not named & {p.name for p in series.patches}:
+        raise RebaserError(
+            f"branch {branch} names none of the patches of series {series.name} "
+            f"({series.file}): it was made from another series",
+            next_step=fix,
+        )
 
 
 def _remove_folder(path: Path) -> None:

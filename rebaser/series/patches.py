@@ -57,6 +57,7 @@ _DIRECTIVES = (
 _LISTS = ("upstream-test", "fork-test", "test-requires")  # may be given several times
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 PATCH_TRAILER = "Forkkit-Patch"
+SERIES_TRAILER = "Forkkit-Series"  # on the overlay commit: the series a branch is made from
 # How rebaser's exports begin (--zero-commit): their subjects and messages are kept as they
 # are (they have no [PATCH] prefix and no diffstat, --keep-subject --no-stat).
 _OWN_EXPORT = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
@@ -542,6 +543,12 @@ def strip_identity(message: str) -> str:
 def identity(message: str) -> Optional[str]:
     """The patch file a commit was made from (its `Forkkit-Patch:` trailer), if it says."""
     names = _trailers(message, PATCH_TRAILER)
+    return names[-1] if names else None
+
+
+def series_named(message: str) -> Optional[str]:
+    """The series an overlay commit was laid for (its `Forkkit-Series:` trailer), if it says."""
+    names = _trailers(message, SERIES_TRAILER)
     return names[-1] if names else None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rebaser.series.confinement import write_new_file
+from rebaser.series.patches import SERIES_TRAILER
 from rebaser.repo.git import Git
 from rebaser.steps.records import StepResult, StepRow, StepStatus, Stop, StopPhase
 from rebaser.steps.step import StepContext
@@ -39,7 +40,9 @@ class OverlayStep:
             f"New files from {series.overlay_dir.name}/" if series.overlay_dir else "No overlay"
         )
         subject = f"{refs.OVERLAY_SUBJECT} ({len(files)} files)"
-        message = f"{subject}\n\n{source}, laid by dsa-forkkit.\n"
+        message = (
+            f"{subject}\n\n{source}, laid by dsa-forkkit.\n\n{SERIES_TRAILER}: {series.name}\n"
+        )
         # The commit `git commit` would make, in two processes fewer: the index's tree (the
         # base's, with no overlay), and the branch moved with the series-start ref beside it.
         tree = worktree.out("write-tree") if files else "HEAD^{tree}"
