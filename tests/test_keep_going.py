@@ -296,3 +296,23 @@ def test_refresh_after_a_retry_keeps_the_patches_left_off_in_their_order(
     again, data = apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going", "--force")
     assert again.code == ExitCode.OK, again.out
     assert len(statuses(data)) == 6 and not {"dropped", "blocked"} & set(statuses(data))
+
+
+def test_skip_names_the_work_of_yours_it_sets_aside(rebaser, tmp_path, upstream):
+    """skip sets the worktree back to the stop; a review's untracked file and edit of a file
+    the patch does not touch vanished with no word of where they went."""
+    series = series_with_a_knock_on(tmp_path, upstream)
+    _, report = apply_onto_v2(rebaser, tmp_path, series, upstream)
+    tree = Path(report["worktree"])
+    (tree / "notes.txt").write_text("mine\n")
+    (tree / "pkg/__init__.py").write_text("# edited\n")
+    skipped = rebaser("skip", "--repo", upstream.path)
+    assert skipped.code == ExitCode.NOT_APPLIED, skipped.err
+    backup = git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/")
+    said = " ".join(skipped.out.split())
+    assert (
+        f"set aside at {backup}: your changes to pkg/__init__.py and new files notes.txt" in said
+    ), said
+    assert f"git checkout {backup} -- <path>" in said
+    assert git(upstream.path, "show", f"{backup}:notes.txt") == "mine"
+    assert not (tree / "notes.txt").exists()

@@ -238,6 +238,8 @@ def _render_report(report: Report, console: Console) -> None:
         console.print(Text.assemble((title, "bold red"), f": {stop.reason}"))
         for line in stop.hunks:
             console.print(Text(line))
+    for notice in report.notices:
+        console.print(Text(notice, style="bold"))
     style = "green" if report.exit_code == 0 else "bold red"
     console.print(Text.assemble((report.outcome, style), f" (exit {report.exit_code})"))
     for step in report.next_steps:

@@ -4,6 +4,7 @@ is set aside goes to a backup ref first."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 from rebaser.carry import resolutions
@@ -61,19 +62,55 @@ def record_resolution(worktree: Git, patch: Patch, series: Series) -> str:
     return f"; {len(recorded)} resolution(s) recorded in {folder}/"
 
 
-def set_aside(worktree: Git, branch: str, patch: Patch, stopped_at: str) -> Optional[str]:
-    """Back the branch up to where it stopped; anything done since goes to a backup ref,
-    which is returned (None when nothing was done)."""
+@dataclass(frozen=True)
+class SetAside:
+    """Where `skip` put the work done since the stop, and which of it is the user's own:
+    changes to files the patch does not touch, and new files (not the stop's .rej files)."""
+
+    ref: str
+    changed: list[str]
+    new: list[str]
+
+    def describe(self) -> str:
+        if not self.changed and not self.new:
+            return f"the work on it is kept at {self.ref}"
+        yours = [f"your changes to {', '.join(self.changed)}"] if self.changed else []
+        yours += [f"new files {', '.join(self.new)}"] if self.new else []
+        return (
+            f"set aside at {self.ref}: {' and '.join(yours)} (`git checkout {self.ref} -- "
+            "<path>` brings one back)"
+        )
+
+
+def set_aside(worktree: Git, branch: str, patch: Patch, stopped_at: str) -> Optional[SetAside]:
+    """Back the branch up to where it stopped; anything done since goes to a backup ref
+    (None when nothing was done)."""
     head = worktree.out("rev-parse", "HEAD")
-    dirty = bool(worktree.status_porcelain())
-    backup = None
-    if dirty or head != stopped_at:
-        message = f"forkkit: work on {patch.name} set aside by rebaser skip\n"
-        kept = recovery.snapshot(worktree, message) if dirty else head
-        backup = refs.backup(branch, f"skipped-{number(patch)}")
-        worktree.run("update-ref", backup, kept)
+    entries = _status_entries(worktree)
+    if not entries and head == stopped_at:
+        return None
+    message = f"forkkit: work on {patch.name} set aside by rebaser skip\n"
+    kept = recovery.snapshot(worktree, message) if entries else head
+    backup = refs.backup(branch, f"skipped-{number(patch)}")
+    worktree.run("update-ref", backup, kept)
     worktree.discard_changes(stopped_at)  # untracked files are in the backup
-    return backup
+    touched = set(patch.touched_paths)
+    new = [path for code, path in entries if code == "??" and not path.endswith(".rej")]
+    changed = [path for code, path in entries if code[1] in "MTD" and path not in touched]
+    return SetAside(backup, changed, new)
+
+
+def _status_entries(worktree: Git) -> list[tuple[str, str]]:
+    """(two-letter status, path) of each changed, staged or untracked path, names as they
+    are (`-z`: no quoting)."""
+    out = worktree.run("status", "--porcelain=v1", "-z", "--untracked-files=all").stdout
+    fields, entries = iter(out.split("\0")), []
+    for field in fields:
+        if len(field) > 3:
+            entries.append((field[:2], field[3:]))
+            if field[0] in "RC":
+                next(fields, None)  # a rename's or copy's source
+    return entries
 
 
 def _refuse_unfinished(worktree: Git, name: str, status: Optional[list[str]] = None) -> None:

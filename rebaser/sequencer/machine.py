@@ -235,16 +235,17 @@ def skip(repo_hint: Optional[Path], progress: Progress, plan: Plan = standard_pl
             )
         worktree = recovery.worktree_of(state)  # refuses a branch the user switched to
         kept = fix.set_aside(worktree, state.branch, step.patch, state.stopped_head)
-        detail = "skipped by `rebaser skip`" + (
-            f"; the work on it is kept at {kept}" if kept else ""
-        )
+        detail = "skipped by `rebaser skip`" + (f"; {kept.describe()}" if kept else "")
         row = StepRow(
             step.name, StepStatus.SKIPPED, detail, step.patch.touched_paths, stop=state.stopped
         )
         state.stopped = None
         run = _Run(state, series, steps, progress, "skip")
         run.record(StepResult(row, state.stopped_head))
-        return run.drive()
+        report = run.drive()
+        if kept and (kept.changed or kept.new):
+            report.notices.append(f"skip: {kept.describe()}")
+        return report
 
 
 def abort(repo_hint: Optional[Path]) -> str:

@@ -28,6 +28,7 @@ class Report:
     exit_code: int = int(ExitCode.OK)
     next_steps: list[str] = field(default_factory=list)
     stop: Optional[Stop] = None
+    notices: list[str] = field(default_factory=list)  # said once: e.g. the user's work set aside
     # Where the apply was asked to write its JSON report (`apply --json`): `continue` and
     # `skip` write there again. Not part of the report.
     json_target: Optional[str] = field(default=None, repr=False)
