@@ -12,6 +12,9 @@ import pytest
 from synthetic import CALC, commit_verbatim, edit, git
 
 from rebaser.errors import ExitCode
+from rebaser.repo.git import Git
+from rebaser.series.patches import load_series
+from rebaser.steps.checks import verify
 
 LATIN_1 = "café naïve\nsecond line\n".encode("latin-1")
 LATIN_1_AFTER = "café naïve\nsecond line, changed: ü\n".encode("latin-1")
@@ -173,3 +176,29 @@ def test_a_file_with_crlf_line_ends_is_carried_and_verified(rebaser, tmp_path, u
     series = imported(rebaser, tmp_path, upstream)
     worktree = applied_worktree(rebaser, tmp_path, upstream, series)
     assert (worktree / "tools/run.bat").read_bytes() == windows
+
+
+def test_whitespace_the_fork_itself_added_does_not_fail_verification(rebaser, tmp_path, upstream):
+    """A fork commit with trailing whitespace failed verification (exit 4) when carried byte
+    for byte onto its own base (a review, on the real fork): whitespace the patches add is
+    the fork's, kept as it is; only whitespace the carry brings fails the check."""
+    git(upstream.path, "checkout", "-q", "-b", "fork", "v1")
+    commit_as(
+        upstream.path,
+        "pkg: a constant, with a trailing blank\n",
+        {"pkg/const.py": b"ANSWER = 42   \nNAME = 'x'\n"},
+        "2026-11-02T10:00:00+0100",
+    )
+    git(upstream.path, "checkout", "-q", "main")
+    series = imported(rebaser, tmp_path, upstream)
+    worktree = applied_worktree(rebaser, tmp_path, upstream, series)
+    report = json.loads((tmp_path / "report.json").read_text())
+    (whitespace,) = [c for c in report["checks"] if c["name"] == "git diff --check"]
+    assert whitespace["ok"] and "1 the patches add themselves" in whitespace["detail"], whitespace
+
+    # Trailing whitespace on the branch that no patch has fails it, and only that is named.
+    (worktree / "pkg/const.py").write_bytes(b"ANSWER = 42   \nNAME = 'x'  \n")
+    git(worktree, "commit", "-qam", "pkg: whitespace no patch has")
+    checks = verify(Git(worktree), git(upstream.path, "rev-parse", "v1"), load_series(series))
+    (whitespace,) = [c for c in checks if c.name == "git diff --check"]
+    assert not whitespace.ok and whitespace.problems == ["pkg/const.py:2: trailing whitespace."]

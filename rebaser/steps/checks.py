@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+import unidiff
+
 from rebaser.codemods import AnchorNotFound, Codemods
 from rebaser.repo.git import Git
 from rebaser.series.patches import Series, SymbolSpec
@@ -36,7 +38,7 @@ def verify(worktree: Git, base_sha: str, series: Series) -> list[Check]:
     # under its lock), and each is mostly a process start: two run beside the rest.
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forkkit-verify") as pool:
         committed = pool.submit(_committed, worktree)
-        whitespace = pool.submit(_diff_check, worktree, base_sha)
+        whitespace = pool.submit(_diff_check, worktree, base_sha, series)
         changed = worktree.out("diff", "--name-only", "--no-renames", base_sha, "HEAD", "--")
         existing = [path for path in changed.splitlines() if (worktree.path / path).is_file()]
         markers = find_conflict_markers(worktree.path, existing)
@@ -98,12 +100,36 @@ _PER_FILE: dict[str, tuple[Callable[[Path, str], list[str]], str, str]] = {
 }
 
 
-def _diff_check(worktree: Git, base_sha: str) -> Check:
+def _diff_check(worktree: Git, base_sha: str, series: Series) -> Check:
+    """Whitespace errors the carry brings. Those on lines a patch adds as they are (the
+    fork's own, carried byte for byte) are counted, not failed: the fork has them."""
     result = worktree.run("diff", "--check", base_sha, "HEAD", "--", check=False)
-    problems = [line for line in result.stdout.splitlines() if line and not line.startswith("+")]
-    return Check.of(
-        "git diff --check", problems, ok="no whitespace errors", failed="{count} problems"
-    )
+    # Each problem ("path:line: what"), then the line it is about ("+text"), if it has one.
+    problems: list[tuple[str, Optional[str]]] = []
+    for line in filter(None, result.stdout.splitlines()):
+        if line.startswith("+") and problems and problems[-1][1] is None:
+            problems[-1] = (problems[-1][0], line[1:])
+        elif not line.startswith("+"):
+            problems.append((line, None))
+    added = _lines_added(series) if problems else set()  # reading every patch costs
+    carried = [p for p, text in problems if text is None or (p.split(":", 1)[0], text) not in added]
+    own = len(problems) - len(carried)
+    ok = "no whitespace errors" + (f" beyond {own} the patches add themselves" if own else "")
+    return Check.of("git diff --check", carried, ok=ok, failed="{count} problems")
+
+
+def _lines_added(series: Series) -> set[tuple[str, str]]:
+    """(path, line) for each line a patch of the series adds, as it is written."""
+    added = set()
+    for patch in series.patches:
+        for patched in unidiff.PatchSet(patch.raw.decode("utf-8", errors="replace")):
+            added.update(
+                (patched.path, line.value.rstrip("\n"))
+                for hunk in patched
+                for line in hunk
+                if line.is_added
+            )
+    return added
 
 
 def _symbols(root: Path, specs: list[SymbolSpec]) -> Check:
