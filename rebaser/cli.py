@@ -258,6 +258,7 @@ _OUTPUTS = {
 def main(argv: Optional[Sequence[str]] = None) -> int:
     _lenient_output()
     try:
+        _require_current_folder()
         args = build_parser().parse_args(argv)
         for name, option in _OUTPUTS.items():
             if (target := getattr(args, name, None)) is not None:
@@ -284,6 +285,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(ExitCode.ENVIRONMENT)
     except Exception as error:  # a bug: one line here, the traceback in a log file
         return _crashed(error, argv)
+
+
+def _require_current_folder() -> None:
+    """Paths are read from the current folder; a shell can stay in one that `abort` or
+    `apply --force` removed (a folder of the worktree)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise RebaserError(
+            "the current folder no longer exists (a worktree `rebaser abort` or `apply "
+            "--force` removed?)",
+            next_step="cd into the repository, then run the command again",
+        ) from None
 
 
 def _lenient_output() -> None:

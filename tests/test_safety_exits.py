@@ -307,3 +307,18 @@ def test_output_closed_early_is_one_line_not_a_crash(tmp_path, upstream):
     assert done.stderr.strip().splitlines() == [
         "rebaser: its output was closed before it ended (broken pipe)"
     ]
+
+
+@pytest.mark.parametrize("command", ["status", "continue", "skip", "abort"])
+def test_a_current_folder_that_was_removed_is_named(
+    rebaser, tmp_path, upstream, monkeypatch, command
+):
+    """A shell left in a folder of the worktree `abort` (or `apply --force`) removed: the
+    next command crashed with exit 6 (FileNotFoundError from the current folder)."""
+    tree = stopped_apply(rebaser, tmp_path, upstream)
+    monkeypatch.chdir(tree / "pkg")
+    assert rebaser("abort").code == ExitCode.OK
+    result = rebaser(command)
+    assert result.code == ExitCode.USAGE, result.err
+    assert "the current folder no longer exists" in result.err
+    assert "cd into the repository" in result.err
