@@ -322,3 +322,26 @@ def test_a_current_folder_that_was_removed_is_named(
     assert result.code == ExitCode.USAGE, result.err
     assert "the current folder no longer exists" in result.err
     assert "cd into the repository" in result.err
+
+
+@pytest.mark.parametrize("command", ["continue", "skip"])
+def test_a_series_moved_during_a_stop_says_how_to_go_on(rebaser, tmp_path, upstream, command):
+    """continue and skip said "pass --series PATH", an option neither has."""
+    series = two_patch_series(tmp_path, upstream)
+    stopped_apply(rebaser, tmp_path, upstream, series)
+    series.parent.rename(tmp_path / "moved")
+    result = rebaser(command, "--repo", upstream.path)
+    assert result.code == ExitCode.USAGE, result.err
+    said = " ".join(result.err.split())
+    assert f"the series this apply uses is gone: {series}" in said, said
+    assert "put it back there" in said and "`rebaser abort`" in said
+    assert "--series" not in said
+    (tmp_path / "moved").rename(series.parent)  # put back: the apply goes on
+    assert rebaser("skip", "--repo", upstream.path).code == ExitCode.NOT_APPLIED  # 0002 left off
+
+
+def test_a_series_folder_for_a_series_file_is_named(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    result = apply(rebaser, series.parent, upstream, "v1")
+    assert result.code == ExitCode.USAGE
+    assert f"{series.parent} is a folder" in result.err and f"--series {series}" in result.err

@@ -177,7 +177,7 @@ def resume(repo_hint: Optional[Path], progress: Progress, plan: Plan = standard_
     """`rebaser continue`: take the user's fix for the stopped step (or, after an
     interruption, redo the step that was under way) and go on."""
     with _locked_state(repo_hint, "continue") as state:
-        series = load_series(Path(state.series_file))
+        series = _series_of(state)
         steps = plan(series)
         worktree = recovery.worktree_of(state)
         if state.stopped is None:
@@ -219,11 +219,25 @@ def retry(
         return _Run(state, series, steps, progress, "retry").drive()
 
 
+def _series_of(state: ApplyState) -> Series:
+    """The series the apply in progress was started with, where it was then."""
+    file = Path(state.series_file)
+    if not file.is_file():
+        raise RebaserError(
+            f"the series this apply uses is gone: {file} (moved or removed since the apply "
+            "started)",
+            where=state.worktree,
+            next_step="put it back there and run the command again; or `rebaser abort` "
+            "(your work is kept in a ref)",
+        )
+    return load_series(file)
+
+
 def skip(repo_hint: Optional[Path], progress: Progress, plan: Plan = standard_plan) -> Report:
     """`rebaser skip`: leave the stopped patch off the branch and go on. Whatever was done
     for it since the stop is kept in a backup ref; the report still counts it as missing."""
     with _locked_state(repo_hint, "skip") as state:
-        series = load_series(Path(state.series_file))
+        series = _series_of(state)
         steps = plan(series)
         step = steps[state.next_step] if state.stopped else None
         if state.stopped is None or state.stopped.phase != StopPhase.APPLY or step.patch is None:

@@ -250,6 +250,10 @@ class Series:
 
     @classmethod
     def load(cls, file: Path) -> "Series":
+        if file.is_dir() and (file / "series").is_file():
+            raise RebaserError(
+                f"{file} is a folder", next_step=f"pass its series file: --series {file / 'series'}"
+            )
         if not file.is_file():
             raise RebaserError(
                 f"series file not found: {file}",
