@@ -381,7 +381,9 @@ def test_the_stop_record_in_state_json_keeps_its_format(rebaser, tmp_path, upstr
     assert [row["status"] for row in state["steps"]] == ["laid", "clean"]
     status = rebaser("status", "--repo", upstream.path, "--json", tmp_path / "s.json")
     assert status.code == 0
-    assert json.loads((tmp_path / "s.json").read_text())["stopped"] == state["stopped"]
+    viewed = json.loads((tmp_path / "s.json").read_text())
+    assert viewed["stopped"] == state["stopped"]
+    assert viewed["running"] is None  # stopped, not interrupted: nothing is under way
 
     state["stopped"]["severity"] = "high"  # a field this version does not know
     state_file.write_text(json.dumps(state))

@@ -292,7 +292,7 @@ def status(repo_hint: Optional[Path]) -> Optional[StatusView]:
         series=state.series_file,
         steps=state.steps,
         stopped=state.stopped,
-        running=state.running,
+        running=None if state.stopped else state.running,  # a stop is no interruption
         notes=recovery.describe(state),
     )
 
