@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from rebaser.errors import unwritable
+from rebaser.errors import RebaserError, unwritable
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INDEX = "https://pypi.org/pypi"
@@ -17,8 +17,17 @@ TEST_MODES = ("cpu", "gpu", "none")  # --test
 def series_file(given: Optional[Path]) -> Path:
     """The series a command works on: --series, else $DSA_FORKKIT_SERIES, else the series
     of this checkout."""
-    default = Path(os.environ.get("DSA_FORKKIT_SERIES", PROJECT_ROOT / "patches" / "series"))
-    return (given or default).resolve()
+    if given is None and "DSA_FORKKIT_SERIES" not in os.environ:
+        own = PROJECT_ROOT / "patches" / "series"
+        if not own.is_file():  # installed without its checkout: the series is not packaged
+            raise RebaserError(
+                f"no --series given, and this rebaser has no series of its own ({own} is "
+                "not there: it was installed without its checkout)",
+                next_step="pass --series PATH (or set DSA_FORKKIT_SERIES); the embedded "
+                "series comes with `pip install -e` of the dsa-forkkit checkout",
+            )
+        return own.resolve()
+    return (given or Path(os.environ["DSA_FORKKIT_SERIES"])).resolve()
 
 
 def cache_dir() -> Path:

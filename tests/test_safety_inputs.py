@@ -138,3 +138,20 @@ def test_the_pytest_plugin_loads_when_the_test_interpreter_cannot_import_rebaser
     )
     result = run_pytest(tree, ["tests/test_override.py"], "plugin", python=str(python))
     assert (result.status, result.passed) == ("passed", 1), (result.note, result.failures)
+
+
+@pytest.mark.parametrize("command", [["retry", "0002"], ["refresh"], ["apply", "--base", "v1"]])
+def test_no_series_given_and_none_installed_says_so(
+    rebaser, tmp_path, upstream, monkeypatch, command
+):
+    """Installed without its checkout (no `pip install -e`), rebaser has no default series:
+    a review was sent to `site-packages/patches/series`, "not found"."""
+    from rebaser import config
+
+    monkeypatch.delenv("DSA_FORKKIT_SERIES", raising=False)
+    monkeypatch.setattr(config, "PROJECT_ROOT", tmp_path / "site-packages")
+    result = rebaser(*command, "--repo", upstream.path)
+    assert result.code == ExitCode.USAGE
+    said = " ".join(result.err.split())
+    assert "no --series given, and this rebaser has no series of its own" in said, said
+    assert "pass --series PATH" in said
