@@ -139,7 +139,9 @@ def test_continue_and_abort_refuse_a_worktree_switched_to_another_branch(
     "point",
     [
         FaultPoint("rebaser.repo.workspace:remove", "before"),  # the work in progress is saved
-        FaultPoint("rebaser.sequencer.state:ApplyState.clear", "before"),  # branch and worktree gone
+        FaultPoint(
+            "rebaser.sequencer.state:ApplyState.clear", "before"
+        ),  # branch and worktree gone
     ],
     ids=["before removing", "before clearing the state"],
 )
@@ -175,3 +177,24 @@ def test_a_folder_in_place_of_this_repositorys_registry_file_is_refused_first(
     assert git(upstream.path, "branch", "--list", "forkkit/*") == ""  # nothing created
     entry.rmdir()
     assert apply(rebaser, series, upstream, "v1").code == ExitCode.OK
+
+
+@pytest.mark.parametrize("command", ["continue", "skip", "abort"])
+def test_a_command_in_another_repository_leaves_its_apply_alone(
+    rebaser, tmp_path, upstream, isolated_cache, monkeypatch, command
+):
+    """From an unrelated clone with nothing in progress, `abort` dropped the apply stopped
+    in another repository (a review): a repository of the user's is only acted on from
+    inside it, or with --repo."""
+    stopped_apply(rebaser, tmp_path, upstream)
+    elsewhere = tmp_path / "elsewhere"
+    git(tmp_path, "init", "-q", str(elsewhere))
+    monkeypatch.chdir(elsewhere)
+    result = rebaser(command)
+    assert result.code == ExitCode.USAGE, result.out
+    said = " ".join(result.err.split())
+    assert f"no apply is in progress in {elsewhere}" in said, said
+    assert f"one is, in {upstream.path}" in said and f"--repo {upstream.path}" in said
+    assert rebaser("status", "--repo", upstream.path).out.startswith("apply in progress")
+    monkeypatch.chdir(tmp_path)  # outside any repository, the only apply is found
+    assert rebaser("status").out.startswith("apply in progress")

@@ -149,8 +149,10 @@ class BrokenState(RebaserError):
 
 
 def find_in_progress(repo_hint: Optional[Path]) -> ApplyState:
-    """The apply to continue/abort: in `repo_hint`, the current directory, or the only one."""
+    """The apply to continue/abort: in `repo_hint`, the current directory, or the only one
+    (from inside another repository, only one in rebaser's cache: a PyPI base's)."""
     candidates: list[Git] = []
+    inside = None  # the repository of the current folder, when it has no apply
     if repo_hint is not None:
         git = find_repo(repo_hint) or (Git(repo_hint) if (repo_hint / "HEAD").exists() else None)
         if git is None:
@@ -159,8 +161,15 @@ def find_in_progress(repo_hint: Optional[Path]) -> ApplyState:
     elif (here := find_repo(Path.cwd())) is not None and load(here) is not None:
         candidates = [here]
     else:
+        inside = here
         candidates = [Git(path) for path in registered_repos()]
     states = [state for git in candidates if (state := load(git)) is not None]
+    users = [s for s in states if not Path(s.repo).is_relative_to(cache_dir().resolve())]
+    if inside is not None and users:
+        raise NothingInProgress(
+            f"no apply is in progress in {inside.path}; one is, in {users[0].repo}",
+            next_step=f"run the command there, or pass --repo {users[0].repo}",
+        )
     if not states:
         raise NothingInProgress(
             "no apply is in progress", next_step="start one with `rebaser apply`"
