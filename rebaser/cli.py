@@ -20,7 +20,7 @@ from rebaser.errors import MACHINE_ERRNOS, ExitCode, RebaserError, machine_failu
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rebaser",
-        description="Carry the dsa-forkkit patch series onto upstream Megatron-LM: apply_cmd, "
+        description="Carry the dsa-forkkit patch series onto upstream Megatron-LM: apply, "
         "verify and test it.",
         epilog="exit codes: 0 applied, verified, tests green; 1 tests failed; 2 bad usage or "
         "refused; 3 a patch did not apply (continue/skip/abort) or was left off the branch; 4 verification failed; "

@@ -55,7 +55,7 @@ def test_retry_leaves_the_conflict_and_continue_records_it_without_a_second_appl
     assert resumed.code == ExitCode.NOT_APPLIED, resumed.out  # 0003 is still missing
     data = json.loads((tmp_path / "c.json").read_text())
     assert statuses(data) == ["blocked", "manual"]
-    assert "1 patches not applied: 0003-change-3.patch (blocked)" in data["outcome"]
+    assert "1 patch not applied: 0003-change-3.patch (blocked)" in data["outcome"]
     assert all(check["ok"] for check in data["checks"])
     assert "resolution(s) recorded" in data["steps"][-1]["detail"]
     assert (series.parent / "resolutions" / "0002-change-2.patch").is_dir()

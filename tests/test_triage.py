@@ -117,7 +117,7 @@ def test_a_stops_triage_starts_while_the_patch_stops_and_finds_the_same(
     shas, series = doubled_mul(upstream, tmp_path, planted)
     laned = apply(rebaser, series, upstream, "tip", "--json", tmp_path / "lane.json")
     assert laned.code == ExitCode.NOT_APPLIED and "stopped at 0001" in laned.out, laned.out
-    assert "triage: 1 stopped patches, 4 merges" in laned.err, laned.err
+    assert "triage: 1 stopped patch, 4 merges" in laned.err, laned.err
     assert "(beside the stop)" in laned.err
     assert rebaser("abort", "--repo", upstream.path).code == ExitCode.OK
     shutil.rmtree(upstream.path / ".git" / "forkkit" / "memo")  # asked again, not remembered
@@ -201,7 +201,7 @@ def test_a_triage_ahead_that_guessed_wrong_is_not_taken(rebaser, tmp_path, upstr
     _, series = doubled_mul(upstream, tmp_path, planted)
     stopped = apply(rebaser, series, upstream, "tip", "--json", tmp_path / "r.json")
     assert stopped.code == ExitCode.NOT_APPLIED and "stopped at 0001" in stopped.out
-    assert "triage: 1 stopped patches" in stopped.err and "beside the stop" not in stopped.err
+    assert "triage: 1 stopped patch," in stopped.err and "beside the stop" not in stopped.err
     row = json.loads((tmp_path / "r.json").read_text())["steps"][-1]
     assert row["collides_with"]["subject"] == "upstream 17", row
 

@@ -23,6 +23,7 @@ from rebaser.carry.replay import Replay
 from rebaser.repo import scratch
 from rebaser.repo.git import Git
 from rebaser.repo.memo import memo
+from rebaser.sequencer.report import counted
 from rebaser.series.patches import Series
 from rebaser.steps.attempts import PatchOutcome
 from rebaser.steps.fastlane import Handed
@@ -100,7 +101,7 @@ def _triaged(
         triaged = triage.Triage(upstream, bisector, memo_for)
         verdicts = triaged.judge(judged, bisect, later=series.patches)
     said = (
-        f"triage: {len(stops)} stopped patches, {bisector.merges} merges, "
+        f"triage: {counted(len(stops), 'stopped patch')}, {counted(bisector.merges, 'merge')}, "
         f"{time.monotonic() - started:.1f} s"
     )
     return Triaged(read, verdicts, said)

@@ -66,6 +66,12 @@ class Report:
         )
 
 
+def counted(number: int, noun: str) -> str:
+    """ "1 patch", "2 patches" (nouns ending in s, ch or x take -es)."""
+    plural = noun + ("es" if noun.endswith(("s", "ch", "x")) else "s")
+    return f"{number} {noun if number == 1 else plural}"
+
+
 def outcome_text(
     code: ExitCode,
     stop: Optional[Stop],
@@ -80,11 +86,14 @@ def outcome_text(
     keeps the branch)."""
     if code == ExitCode.NOT_APPLIED and stop is None and left_off:
         names = ", ".join(f"{row.name} ({row.status})" for row in left_off)
-        return f"{len(left_off)} patches not applied: {names}; the rest applied, verified", [
-            f"the other patches are on branch {branch} in {worktree}; tests were not run",
-            "fix the series (rebase the patches left off onto this base, e.g. by hand on that "
-            "branch and `rebaser refresh`), then apply again",
-        ]
+        return (
+            f"{counted(len(left_off), 'patch')} not applied: {names}; the rest applied, verified",
+            [
+                f"the other patches are on branch {branch} in {worktree}; tests were not run",
+                "fix the series (rebase the patches left off onto this base, e.g. by hand on that "
+                "branch and `rebaser refresh`), then apply again",
+            ],
+        )
     if code == ExitCode.NOT_APPLIED:
         patch = stop.patch if stop else "?"
         abort = (
