@@ -345,3 +345,13 @@ def test_a_series_folder_for_a_series_file_is_named(rebaser, tmp_path, upstream)
     result = apply(rebaser, series.parent, upstream, "v1")
     assert result.code == ExitCode.USAGE
     assert f"{series.parent} is a folder" in result.err and f"--series {series}" in result.err
+
+
+def test_a_dash_for_an_output_file_is_refused(rebaser, tmp_path, upstream, monkeypatch):
+    """`status --json -` wrote a file named "-" into the current folder (the user's
+    repository, in a review): stdout carries the report, so "-" is refused."""
+    monkeypatch.chdir(upstream.path)
+    result = rebaser("status", "--json", "-")
+    assert result.code == ExitCode.USAGE, result.out
+    assert "--json - : rebaser writes it to a file" in result.err, result.err
+    assert not (upstream.path / "-").exists()

@@ -161,6 +161,11 @@ def write_text(path: Path, text: str) -> None:
 def check_writable(path: Path, option: str) -> None:
     """Refuse, before any work, a file a command was asked to write that it could not
     (a folder there, a read-only or missing way to it): exit 2. Nothing is created."""
+    if str(path) == "-":  # not standard output: that carries the report
+        raise RebaserError(
+            f"{option} - : rebaser writes it to a file, not to standard output",
+            next_step=f"give {option} a file name (e.g. {option} report.json)",
+        )
     problem = ""
     try:
         if path.is_dir():
