@@ -167,13 +167,12 @@ def test_existing_branch_needs_force_and_is_backed_up(rebaser, tmp_path, upstrea
     assert apply(rebaser, series, upstream, "v1").code == ExitCode.OK
     again = apply(rebaser, series, upstream, "v1")
     assert again.code == ExitCode.USAGE and "already exists" in again.err and "--force" in again.err
-    assert apply(rebaser, series, upstream, "v1", "--force").code == ExitCode.OK
-    assert (
-        git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/").count(
-            "replaced-"
-        )
-        == 1
-    )
+    forced = apply(rebaser, series, upstream, "v1", "--force")
+    assert forced.code == ExitCode.OK
+    backups = git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/")
+    assert backups.count("replaced-") == 1
+    # and it says where the replaced branch went (a review looked for it)
+    assert f"the branch it replaced is kept at {backups}" in " ".join(forced.out.split())
 
 
 def test_dirty_worktree_is_never_touched(rebaser, tmp_path, upstream):
@@ -390,3 +389,8 @@ def test_the_stop_record_in_state_json_keeps_its_format(rebaser, tmp_path, upstr
     refused = rebaser("status", "--repo", upstream.path)
     assert refused.code == ExitCode.USAGE
     assert "cannot be read: unknown stop field(s): severity" in refused.err
+
+
+def test_a_repository_that_does_not_exist_is_named_so(rebaser, tmp_path):
+    result = rebaser("apply", "--repo", tmp_path / "nowhere", "--base", "v1", "--test", "none")
+    assert result.code == ExitCode.USAGE and f"{tmp_path / 'nowhere'} does not exist" in result.err

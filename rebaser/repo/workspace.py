@@ -32,6 +32,7 @@ _MARKER = "forkkit-worktree"
 class Workspace:
     branch: str
     path: Path
+    replaced: Optional[str] = None  # the backup ref of the branch --force replaced
 
     @property
     def git(self) -> Git:
@@ -70,8 +71,7 @@ def create(
     patches it lacked) go."""
     path = (path or default_worktree_path(repo, branch)).resolve()
     ref = f"refs/heads/{branch}"
-    if force and repo.ref_exists(ref):
-        remove(repo, branch, reason="replaced")
+    replaced = remove(repo, branch, reason="replaced") if force and repo.ref_exists(ref) else None
     try:  # before the branch exists: a refusal leaves nothing behind
         _check_folder(path)
     except RebaserError:
@@ -109,7 +109,7 @@ def create(
     (git_dir / _MARKER).write_text(branch + "\n")
     intent.unlink()
     late_checkout.begin(Git(path), git_dir)
-    return Workspace(branch, path)
+    return Workspace(branch, path, replaced)
 
 
 def _intent(repo: Git, path: Path) -> Path:

@@ -170,7 +170,10 @@ def _start(
         triage=options.triage,
     )
     state.save()
-    return _Run(state, series, plan(series), progress, "apply", carry).drive()
+    report = _Run(state, series, plan(series), progress, "apply", carry).drive()
+    if space.replaced:
+        report.notices.append(f"--force: the branch it replaced is kept at {space.replaced}")
+    return report
 
 
 def resume(repo_hint: Optional[Path], progress: Progress, plan: Plan = standard_plan) -> Report:

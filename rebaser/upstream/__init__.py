@@ -154,10 +154,8 @@ def resolve_pypi(spec: PypiSpec, base: Optional[str] = None) -> Target:
 def _resolve_in_clone(repo: Path, base: str) -> Target:
     git = find_repo(repo.expanduser())
     if git is None:
-        raise RebaserError(
-            f"{repo} is not inside a git repository",
-            next_step="point --repo at a Megatron-LM clone",
-        )
+        there = "is not inside a git repository" if repo.expanduser().exists() else "does not exist"
+        raise RebaserError(f"{repo} {there}", next_step="point --repo at a Megatron-LM clone")
     sha = git.rev_parse(base)
     if sha is None:
         _refuse_ambiguous(git, base)
