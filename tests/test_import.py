@@ -90,6 +90,7 @@ def merge_into_fork(fork) -> None:
     [
         ("v1..fork", "holds 1 merge commit(s), which a patch series cannot carry: "),
         ("v2..fork", "v2 is not an ancestor of fork"),
+        ("fork..v1", "the ends look swapped: pass --range v1..fork"),
         ("fork..fork", "fork..fork holds no commits"),
         ("v1..nosuchbranch", "unknown revision 'nosuchbranch'"),
         ("v1", "--range 'v1' is not BASE..TIP"),

@@ -138,11 +138,14 @@ def _not_on_top(git: Git, range_spec: str, base: str, tip: str) -> RebaserError:
     base_rev, _, tip_rev = range_spec.partition("..")
     fork_point = git.run("merge-base", base, tip, check=False).stdout.strip()
     hint = f"the branches meet at {fork_point[:12]}; " if fork_point else ""
+    fix = f"{hint}pass --range $(git merge-base {base_rev} {tip_rev})..{tip_rev}"
+    if fork_point == tip:  # the tip is below the base: that range would be empty
+        fix = f"the ends look swapped: pass --range {tip_rev}..{base_rev}"
     return RebaserError(
         f"{base_rev} is not an ancestor of {tip_rev}, so {range_spec} is not one line of "
         "commits on top of a base",
         where=str(git.path),
-        next_step=f"{hint}pass --range $(git merge-base {base_rev} {tip_rev})..{tip_rev}",
+        next_step=fix,
     )
 
 
