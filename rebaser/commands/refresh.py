@@ -145,13 +145,14 @@ def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
     for entry, text in zip(entries, texts):
         changes.append(_write(series.patches_dir / entry, text, write=write))
     kept = refs.read_left_off(git, branch)  # the apply left them off; they still need work
+    folder = series.patches_dir.name  # as _write names the files it writes
     for name, status in kept.items():
-        changes.append(ExportedFile(f"patches/{name}", f"kept ({status} on the branch)"))
+        changes.append(ExportedFile(f"{folder}/{name}", f"kept ({status} on the branch)"))
     for stale in [p for p in series.patches if p.entry not in entries and p.name not in kept]:
-        changes.append(ExportedFile(f"patches/{stale.entry}", "removed"))
+        changes.append(ExportedFile(f"{folder}/{stale.entry}", "removed"))
         records = series.patches_dir / resolutions.FOLDER / stale.name  # replayed for it only
         if records.is_dir() or records.is_symlink():
-            changes.append(ExportedFile(f"patches/{resolutions.FOLDER}/{stale.name}/", "removed"))
+            changes.append(ExportedFile(f"{folder}/{resolutions.FOLDER}/{stale.name}/", "removed"))
         if write:  # the records first: a refresh that fails there lists them again
             _remove_folder(records)
             (series.patches_dir / stale.entry).unlink()
