@@ -394,3 +394,10 @@ def test_the_stop_record_in_state_json_keeps_its_format(rebaser, tmp_path, upstr
 def test_a_repository_that_does_not_exist_is_named_so(rebaser, tmp_path):
     result = rebaser("apply", "--repo", tmp_path / "nowhere", "--base", "v1", "--test", "none")
     assert result.code == ExitCode.USAGE and f"{tmp_path / 'nowhere'} does not exist" in result.err
+
+
+def test_a_tree_for_a_base_is_named_so(rebaser, tmp_path, upstream):
+    series = two_patch_series(tmp_path, upstream)
+    tree = git(upstream.path, "rev-parse", "v1^{tree}")
+    result = apply(rebaser, series, upstream, tree)
+    assert result.code == ExitCode.USAGE and f"base '{tree}' is a tree, not a commit" in result.err

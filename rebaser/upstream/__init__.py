@@ -159,6 +159,13 @@ def _resolve_in_clone(repo: Path, base: str) -> Target:
     sha = git.rev_parse(base)
     if sha is None:
         _refuse_ambiguous(git, base)
+        kind = git.run("cat-file", "-t", base, check=False).stdout.strip()
+        if kind in ("tree", "blob"):  # it exists, but a branch is built on a commit
+            raise RebaserError(
+                f"base {base!r} is a {kind}, not a commit",
+                where=str(git.path),
+                next_step="name the commit (a sha from `git log`, a tag or a branch)",
+            )
         names = git.out(
             "for-each-ref", "--format=%(refname:short)", "refs/tags", "refs/heads", "refs/remotes"
         ).split()
