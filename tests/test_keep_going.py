@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from synthetic import ADD_DOC, CALC, DOUBLE_MUL, calc_series, edit, git
+import pytest
+
+from synthetic import ADD_DOC, CALC, DOUBLE_MUL, apply_args, calc_series, edit, git
 from test_apply_synthetic import apply
 
 from rebaser.carry.triage import Upstream
@@ -316,3 +318,33 @@ def test_skip_names_the_work_of_yours_it_sets_aside(rebaser, tmp_path, upstream)
     assert f"git checkout {backup} -- <path>" in said
     assert git(upstream.path, "show", f"{backup}:notes.txt") == "mine"
     assert not (tree / "notes.txt").exists()
+
+
+@pytest.mark.parametrize("lane", [[], ["--no-fast-lane"]])
+def test_a_pick_empty_only_without_a_patch_left_off_is_blocked_not_in_upstream(
+    rebaser, tmp_path, upstream, lane
+):
+    """0001 adds X, 0002 removes it (and conflicts with upstream elsewhere), 0003 adds it
+    back. With 0002 left off, 0003's pick is empty: it was called `in upstream`, and
+    refresh deleted it, though upstream never had X (a review, on the real fork)."""
+    upstream.commit({"f.txt": "one\n", "g.txt": "two\n"}, "base", tag="base")
+    git(upstream.path, "checkout", "-q", "-b", "fork", "base")
+    upstream.commit({"f.txt": "one\nX\n"}, "fork: add X")
+    upstream.commit({"f.txt": "one\n", "g.txt": "two, the fork's\n"}, "fork: drop X, reword two")
+    upstream.commit({"f.txt": "one\nX\n"}, "fork: X again")
+    git(upstream.path, "checkout", "-q", "main")
+    upstream.commit({"f.txt": "one\n", "g.txt": "two, upstream's\n"}, "new", tag="new")
+    series = tmp_path / "s" / "series"
+    imported = rebaser(
+        "import", "--repo", upstream.path, "--range", "base..fork", "--series-dir", series.parent
+    )
+    assert imported.code == ExitCode.OK, imported.err
+    report = tmp_path / "r.json"
+    result = rebaser(*apply_args(series, upstream, "new", "--keep-going", "--json", report, *lane))
+    assert result.code == ExitCode.NOT_APPLIED, result.out
+    data = json.loads(report.read_text())
+    assert statuses(data) == ["laid", "clean", "dropped", "blocked"], result.out
+    assert data["steps"][3]["detail"] == "needs 0002, which did not apply"
+    refreshed = rebaser("refresh", "--series", series, "--repo", data["worktree"])
+    assert refreshed.code == ExitCode.OK, refreshed.err
+    assert "removed" not in refreshed.out and (series.parent / "0003-x-again.patch").is_file()

@@ -1,7 +1,9 @@
 """Knock-on failures: a patch that fails only because an earlier patch is missing.
 
 When a patch is dropped or skipped, later patches may edit lines that only it added. Their
-failure is not upstream's doing, and the report must say which patch they need.
+failure is not upstream's doing, and the report must say which patch they need. Nor is an
+empty pick then proof that upstream has a patch's change: the missing patch may be what
+took away what this one adds back.
 """
 
 from __future__ import annotations
@@ -33,3 +35,11 @@ def needed_patch(
             if (needs[path].expected & lines.added) - present_lines(text):
                 return earlier
     return None
+
+
+def emptied_by(patch: Patch, missing: list[Patch]) -> Optional[Patch]:
+    """The latest missing patch that touches a file of this one: a pick that is empty (or a
+    patch that reverse-applies) with it missing may be empty because of it (it removed
+    what this one adds back), not because upstream has the change."""
+    files = set(patch.touched_paths)
+    return next((other for other in reversed(missing) if files & set(other.touched_paths)), None)

@@ -34,7 +34,7 @@ from rebaser.steps.attempts import (
     in_upstream,
     made_upstream,
 )
-from rebaser.steps.patching import left_off
+from rebaser.steps.patching import empty_for_want_of, left_off
 from rebaser.steps.records import StepRow, StepStatus, patch_row
 from rebaser.steps.step import StepContext
 
@@ -80,7 +80,12 @@ class LaneJudge:
             return None  # `git apply` would take it exactly, before any merge
         if not staged:  # an empty pick
             outcome = in_upstream(patch, self.carry, EMPTY_PICK)
-            return patch_row(patch, outcome.status, outcome.detail, [])
+            row = patch_row(patch, outcome.status, outcome.detail, [])
+            if (needed := empty_for_want_of(patch, self.missing, self.carry)) is None:
+                return row
+            row, _ = left_off(patch, outcome, row, needed)
+            self.missing.append(patch)
+            return row
         upstream = made_upstream(patch, self.carry)
         if upstream is not None:
             return patch_row(patch, upstream.status, upstream.detail, [])

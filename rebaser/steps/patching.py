@@ -11,13 +11,13 @@ from dataclasses import replace
 from typing import Callable, Optional
 
 from rebaser.carry import resolutions
-from rebaser.carry.knockon import needed_patch
+from rebaser.carry.knockon import emptied_by, needed_patch
 from rebaser.repo import late_checkout
 from rebaser.repo.git import Git
 from rebaser.series.patches import Patch, Series
 from rebaser.steps.attempts import PatchOutcome, apply_patch
 from rebaser.steps.records import StepResult, StepRow, StepStatus, Stop, StopPhase, patch_row
-from rebaser.steps.step import StepContext
+from rebaser.steps.step import SeriesContext, StepContext
 
 
 class PatchStep:
@@ -37,10 +37,13 @@ class PatchStep:
         row = patch_row(patch, outcome.status, outcome.detail, outcome.superseded)
         if not outcome.applied:
             return _failed(context, patch, outcome, row, knock_on.needed())
+        if outcome.status != StepStatus.IN_UPSTREAM and _nothing_staged(worktree):
+            # e.g. a 3-way merge that changed nothing
+            outcome = PatchOutcome(StepStatus.IN_UPSTREAM, "its change is already there")
+            row = replace(row, status=outcome.status, detail=outcome.detail)
         if outcome.status == StepStatus.IN_UPSTREAM:
-            return StepResult(row, context.head)
-        if _nothing_staged(worktree):  # e.g. a 3-way merge that changed nothing
-            row = replace(row, status=StepStatus.IN_UPSTREAM, detail="its change is already there")
+            if (needed := empty_for_want_of(patch, context.missing, context.carry)) is not None:
+                return _failed(context, patch, outcome, row, needed)
             return StepResult(row, context.head)
         return StepResult(row, worktree.commit(patch.message, author=patch.author, date=patch.date))
 
@@ -77,6 +80,14 @@ def left_off(
         stop = Stop(StopPhase.APPLY, patch.name, outcome.detail, outcome.conflicts, hunks)
     status = StepStatus.BLOCKED if needed is not None else StepStatus.DROPPED
     return replace(row, status=status, detail=stop.reason, stop=stop), stop
+
+
+def empty_for_want_of(patch: Patch, missing: list[Patch], carry: SeriesContext) -> Optional[Patch]:
+    """For a patch found already made on the branch: the missing patch that may have made
+    it so (carry/knockon.emptied_by), unless an upstream commit made the same change."""
+    if carry.history and carry.history.commit_with_same_change(patch):
+        return None
+    return emptied_by(patch, missing)
 
 
 def _replay_resolution(
