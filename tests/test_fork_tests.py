@@ -233,3 +233,24 @@ def test_the_bisection_probes_a_logarithm_of_the_commits():
     assert first_failing(40, fails) == 23
     assert len(probed) <= 7 and probed[0] == 0  # first: does it fail with no patch at all?
     assert first_failing(40, lambda at: True) is None  # upstream's doing: no patch named
+
+
+def test_a_test_broken_by_upstream_is_not_blamed_on_the_patch_that_only_adds_it(
+    rebaser, tmp_path, upstream
+):
+    """0001 adds only a test of upstream's to_meters; v2 changes to_meters. The bisection
+    cannot run the test before its file is there, so it blamed 0001 (a review). Laid on
+    the tree before 0001, the test fails too: upstream's change, no patch's."""
+    small = "from pkg.units import to_meters\n\n\ndef test_small():\n    assert to_meters(1000) == 1000\n"
+    series = fork_and_new_base(upstream, tmp_path, extra={"tests/test_small.py": small})
+    report = tmp_path / "r.json"
+    result = applied(rebaser, series, upstream, report)
+    assert result.code == ExitCode.TESTS_FAILED, result.out + result.err
+    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+    notes = {note["test"]: note for note in fork["tests"] if note["verdict"] == "regression"}
+    small_note = notes["tests.test_small::test_small"]
+    assert small_note["blame"] is None, small_note
+    assert "fails on the new base before any patch" in small_note["reason"], small_note
+    assert "its file laid alone" in small_note["reason"]
+    # test_length, in the same test-only patch, is still pinned to the patch that broke it.
+    assert notes["tests.test_units::test_length"]["blame"] == "0002-length-in-meters.patch"

@@ -50,8 +50,13 @@ class PatchStep:
 
 def number(patch: Patch) -> str:
     """`0011` for 0011-fix-things.patch: how people name patches of a series."""
-    head = patch.name.split("-", 1)[0]
-    return head if head.isdigit() else patch.name
+    return number_of(patch.name)
+
+
+def number_of(name: str) -> str:
+    """`0011` for the file name 0011-fix-things.patch (the name itself if it has none)."""
+    head = name.split("-", 1)[0]
+    return head if head.isdigit() else name
 
 
 def _failed(

@@ -9,7 +9,9 @@ gone here is a regression of the carry. It is run again first (a flaky test pass
 second time, and is named flaky instead of blamed); then a bisection over the branch's
 commits (the overlay, then each patch) in a tree outside the worktree finds the first patch
 after which it fails: "test_x fails from 0009 on". That patch is proposed for review, with
-the upstream commits since the recorded base that touch its files.
+the upstream commits since the recorded base that touch its files. A patch that changes
+only tests is never blamed for adding a test the new base already fails: the test's file
+is laid alone on the commits before it.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from typing import Callable, Optional, Sequence
 from rebaser.repo import workspace
 from rebaser.repo.git import Git
 from rebaser.repo.probe import ProbeTree, probe_tree
-from rebaser.series.patches import Series, identity
-from rebaser.steps.patching import number
+from rebaser.series.patches import Series, identity, is_test_file
+from rebaser.steps.patching import number, number_of
 from rebaser.steps.records import StepRow
 from rebaser.steps.step import SeriesContext
 from rebaser.steps.testrun import (
@@ -162,8 +164,19 @@ def _bisect(
                 note.reason += "; not bisected: its test file could not be told"
                 continue
             first = first_failing(len(commits), lambda at: probes.fails(at, note.test))
+            laid = ""
+            if first is not None and _only_tests(found.paths.get(commits[first][0], [])):
+                # A patch that changes no code cannot break a test; before it, the test
+                # is not there to fail. Its file laid alone on the commits before tells
+                # from where the test fails.
+                adder = first
+                if probes.fails(adder - 1, note.test, laid_from=adder):
+                    first = first_failing(adder, lambda at: probes.fails(at, note.test, adder))
+                    laid = (
+                        f" (its file laid alone: {number_of(commits[adder][0])} only changes tests)"
+                    )
             if first is None:
-                note.reason += "; it fails on the new base before any patch"
+                note.reason += f"; it fails on the new base before any patch{laid}"
                 continue
             note.blame = commits[first][0]
             touched = found.paths.get(note.blame, [])
@@ -200,10 +213,14 @@ class _Probes:
         self.probe, self.commits, self.files = probe, commits, files
         self.python, self.gpu = python, gpu
         self.seen: dict[int, tuple[dict[str, str], set[str]]] = {}
+        self.laid: dict[tuple[int, str, int], dict[str, str]] = {}
 
-    def fails(self, at: int, test: str) -> bool:
+    def fails(self, at: int, test: str, laid_from: Optional[int] = None) -> bool:
         """Whether `test` fails, errors or is gone at commit `at` (not when its file is not
-        there yet: a test cannot fail before its patch adds it)."""
+        there yet: a test cannot fail before its patch adds it). `laid_from`: with its file
+        as that later commit has it laid on the tree first."""
+        if laid_from is not None:
+            return self._fails_laid(at, test, laid_from)
         if at not in self.seen:
             tree = self.probe.at(self.commits[at][1])
             there = [path for path in self.files if (tree / path).is_file()]
@@ -214,6 +231,33 @@ class _Probes:
         if _file_of(test, self.files) not in there:
             return False
         return outcomes.get(test, "missing") in (*NOT_PASSED, "missing")
+
+    def _fails_laid(self, at: int, test: str, laid_from: int) -> bool:
+        file = _file_of(test, self.files)
+        assert file is not None  # _bisect asks only for tests whose file it knows
+        key = (at, file, laid_from)
+        if key not in self.laid:
+            tree = self.probe.at(self.commits[at][1])
+            target = tree / file
+            before = target.read_bytes() if target.is_file() else None
+            target.parent.mkdir(parents=True, exist_ok=True)
+            blob = f"{self.commits[laid_from][1]}:{file}"
+            target.write_bytes(self.probe.repo.output_bytes("cat-file", "blob", blob))
+            name = f"fork (at {self.commits[at][0]}, {file} laid)"
+            try:
+                run = run_pytest(tree, [file], name, python=self.python, gpu=self.gpu)
+            finally:  # the tree holds exactly its commit's files again
+                if before is None:
+                    target.unlink()
+                else:
+                    target.write_bytes(before)
+            self.laid[key] = run.outcomes
+        return self.laid[key].get(test, "missing") in (*NOT_PASSED, "missing")
+
+
+def _only_tests(paths: list[str]) -> bool:
+    """Whether a patch's files are all test files (it changes no code a test runs)."""
+    return bool(paths) and all(is_test_file(path) for path in paths)
 
 
 def _files_of(notes: list[TestNote], files: list[str]) -> list[str]:
