@@ -254,3 +254,34 @@ def test_a_test_broken_by_upstream_is_not_blamed_on_the_patch_that_only_adds_it(
     assert "its file laid alone" in small_note["reason"]
     # test_length, in the same test-only patch, is still pinned to the patch that broke it.
     assert notes["tests.test_units::test_length"]["blame"] == "0002-length-in-meters.patch"
+
+
+def test_an_upstream_test_new_on_the_base_that_the_carry_breaks_is_a_regression(
+    rebaser, tmp_path, upstream
+):
+    """v2 adds upstream's test of other(); the fork's 0002 changes other(). The test is not
+    on the fork's branch, so it was "not on the fork's branch", never a regression (a
+    review). It passes on the new base alone: the carry broke it, from 0002 on."""
+    upstream.commit({"pkg/units.py": UNITS, "pkg/other.py": OTHER}, "units", tag="base")
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+    upstream.commit(
+        {
+            "tests/test_units.py": UNITS_TEST.split("\n\n\ndef test_length")[0]
+            + "\n\n\ndef test_unchanged():\n    assert length(0) == 0\n"
+        },
+        "tests: mine",
+    )
+    upstream.commit({"pkg/other.py": "def other():\n    return 5\n"}, "other: five")
+    git(upstream.path, "checkout", "-q", "main")
+    other_test = "from pkg.other import other\n\n\ndef test_other():\n    assert other() == 1\n"
+    upstream.commit({"tests/test_other.py": other_test}, "tests: other", tag="v2")
+    series = tmp_path / "series"
+    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
+    assert main(["import", *arguments, str(series)]) == 0
+    report = tmp_path / "r.json"
+    result = applied(rebaser, series / "series", upstream, report)
+    assert result.code == ExitCode.TESTS_FAILED, result.out + result.err
+    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+    assert fork["failures"] == ["regression: tests.test_other::test_other (failed)"], fork
+    (note,) = [test for test in fork["tests"] if test["test"] == "tests.test_other::test_other"]
+    assert note["verdict"] == "regression" and note["blame"] == "0002-five.patch", note

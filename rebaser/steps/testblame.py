@@ -17,7 +17,7 @@ is laid alone on the commits before it.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -110,12 +110,38 @@ def fork_suite(
             if there
             else None
         )
-    suite = compare_with_base(carried, before, FORK_BRANCH)
+    # Upstream's test files the fork's branch lacks (new on the base) are judged against
+    # the new base itself: one that passes there and fails after the series is broken.
+    failing = [note for note in carried.read.values() if note.outcome in NOT_PASSED]
+    lacking = [path for path in _files_of(failing, chosen.files) if path not in there]
+    against = FORK_BRANCH
+    if lacking and found.commits:
+        progress(f"running {len(lacking)} test files the fork's branch lacks on the new base")
+        with workspace.exported(repo, found.commits[0][1], "base") as base_tree:
+            on_base = run_pytest(base_tree, lacking, "fork (the new base)", python=python, gpu=gpu)
+        before = _joined(before, on_base)
+        against = f"{FORK_BRANCH} (the new base for files it lacks)"
+    suite = compare_with_base(carried, before, against)
     if suite.regressions:
         _again(suite, tree, chosen.files, python, gpu, progress)
     if suite.regressions:
         _bisect(suite, repo, found, chosen.files, python, gpu, progress)
     return _described(suite, chosen)
+
+
+def _joined(first: Optional[SuiteResult], second: SuiteResult) -> SuiteResult:
+    """Two runs' results as one (of different files)."""
+    if first is None:
+        return second
+    return replace(
+        first,
+        passed=first.passed + second.passed,
+        failed=first.failed + second.failed,
+        errors=first.errors + second.errors,
+        skipped=first.skipped + second.skipped,
+        failures=first.failures + second.failures,
+        outcomes={**second.outcomes, **first.outcomes},
+    )
 
 
 def _lay_overlay(series: Series, tree: Path) -> None:
