@@ -47,10 +47,18 @@ def test_verify_matrix_over_tags_with_json_and_markdown(rebaser, tmp_path, upstr
     assert markdown.startswith("### dsa-forkkit: the series needs attention")
     assert "| `v1` | laid | clean | clean | ok |" in markdown
     assert "**v2** `0002-change-2.patch` dropped: 3-way merge conflicts in pkg/calc.py" in markdown
-    # Throwaway branches are gone, and no apply is left in progress.
+    # Throwaway branches are gone, and no apply is left in progress; the reports name no
+    # branch or worktree to go to, and say how to get one (they said "fix it in <the
+    # removed worktree>, then `rebaser continue`": a review).
     assert git(upstream.path, "branch", "--list", "forkkit*") == ""
+    v2 = rows["v2"]["report"]
+    assert v2["branch"] is None and v2["worktree"] is None
+    assert v2["next_steps"] == [
+        f"its throwaway branch is removed: `rebaser apply` onto {upstream.path} at v2 makes "
+        "one to work on (or verify with --keep)"
+    ]
+    assert rows["v1"]["report"]["next_steps"] == []
     assert rebaser("status", "--repo", upstream.path).out.strip() == "no apply in progress"
-
 
 
 def test_verify_merges_the_reports_of_one_base_each_into_the_same_matrix(
@@ -83,6 +91,7 @@ def test_verify_merge_names_a_file_that_is_not_a_verify_report(rebaser, tmp_path
     result = rebaser("verify", "--merge", report)
     assert result.code == ExitCode.USAGE
     assert f"{report} is not the JSON report of `rebaser verify`" in result.err
+
 
 def test_verify_never_disturbs_an_apply_in_progress(rebaser, tmp_path, upstream):
     series = two_patch_series(tmp_path, upstream)

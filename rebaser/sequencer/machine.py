@@ -128,7 +128,18 @@ def throwaway_apply(
     # One run per throwaway branch: a second verify of the same base would remove it.
     with throwaway_lock(target.git, branch, "verify or bisect"):
         with workspace.throwaway_branch(target.git, branch, keep=keep):
-            return start(target, series, options, progress)
+            report = start(target, series, options, progress)
+    if not keep:  # no branch or worktree to send anyone to, nor an apply to continue
+        report.branch = report.worktree = None
+        report.next_steps = (
+            [
+                f"its throwaway branch is removed: `rebaser apply` onto {target.description} "
+                "makes one to work on (or verify with --keep)"
+            ]
+            if report.exit_code
+            else []
+        )
+    return report
 
 
 def _start(
