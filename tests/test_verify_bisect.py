@@ -83,6 +83,17 @@ def test_verify_merges_the_reports_of_one_base_each_into_the_same_matrix(
     assert json.loads(merged_json.read_text()) == json.loads((tmp_path / "all.json").read_text())
     assert merged_md.read_text() == (tmp_path / "all.md").read_text()
     assert "│ v1 " in result.out and "v2 0002-change-2.patch dropped" in result.out
+    # A base twice, or reports of another series, make no matrix (a review got one of 42
+    # patch columns, half of them "-", from two series).
+    twice = rebaser("verify", "--merge", tmp_path / "all.json", tmp_path / "v1.json")
+    assert twice.code == ExitCode.USAGE and "base v1 is in more than one report" in twice.err
+    other = build_series(tmp_path / "o", upstream, "v1", [Change("o: n", {"n.py": "N = 1\n"})],
+                         name="other")  # fmt: skip
+    rebaser("verify", "--series", other, "--repo", upstream.path, "--test", "none",
+            "--bases", "v2", "--json", tmp_path / "other.json")  # fmt: skip
+    mixed = rebaser("verify", "--merge", tmp_path / "v1.json", tmp_path / "other.json")
+    assert mixed.code == ExitCode.USAGE, mixed.out
+    assert "reports of different series: demo, other" in mixed.err, mixed.err
 
 
 def test_verify_merge_names_a_file_that_is_not_a_verify_report(rebaser, tmp_path):

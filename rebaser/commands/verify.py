@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> ExitCode:
     out = Output()
     if args.merge:  # one CI job per base: their reports become one matrix
         results = [result for path in args.merge for result in read_matrix(path)]
+        _refuse_mixed(results)
     else:
         with out.progress() as progress:
             results = verify_bases(
@@ -85,6 +86,22 @@ def run(args: argparse.Namespace) -> ExitCode:
         for title, stop in result.report.stops() if result.report else []:
             out.say((result.base, "bold"), f" {title}: {stop.reason}")
     return matrix_exit_code(results)
+
+
+def _refuse_mixed(results: Sequence[BaseResult]) -> None:
+    """One matrix is one series over bases, each once."""
+    series = sorted({result.report.series for result in results if result.report})
+    if len(series) > 1:
+        raise RebaserError(
+            f"reports of different series: {', '.join(series)}",
+            next_step="merge the reports of one series",
+        )
+    bases = [result.base for result in results]
+    if twice := sorted({base for base in bases if bases.count(base) > 1}):
+        raise RebaserError(
+            f"base {', '.join(twice)} is in more than one report",
+            next_step="merge one report per base",
+        )
 
 
 def verify_bases(
