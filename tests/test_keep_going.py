@@ -60,6 +60,12 @@ def test_keep_going_drops_reports_the_knock_on_and_exits_3(rebaser, tmp_path, up
     assert blocked["stop"]["hunks"] == []  # not an upstream problem: no hunk hints
     assert "2 patches not applied" in report["outcome"] and report["stop"] is None
     assert "0002-change-2.patch dropped" in result.out and "tests were not run" in result.out
+    assert "`rebaser retry 0002` in that worktree brings a patch left off back" in result.out
+    # retry with a series the branch was not made from names the one it was
+    other = calc_series(tmp_path / "o", upstream, [("x", ADD_DOC)], name="other")
+    wrong = rebaser("retry", "0002", "--series", other, "--repo", report["worktree"])
+    assert wrong.code == ExitCode.USAGE
+    assert "was made from series demo, not from series other" in wrong.err, wrong.err
     assert all(check["ok"] for check in report["checks"])
     tree = Path(report["worktree"])
     text = (tree / "pkg/calc.py").read_text()

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Sequence
 
 from rebaser.errors import ExitCode
+from rebaser.steps.patching import number_of
 from rebaser.steps.records import StepRow, Stop
 from rebaser.steps.testrun import SuiteResult
 from rebaser.steps.checks import Check
@@ -90,8 +91,9 @@ def outcome_text(
             f"{counted(len(left_off), 'patch')} not applied: {names}; the rest applied, verified",
             [
                 f"the other patches are on branch {branch} in {worktree}; tests were not run",
-                "fix the series (rebase the patches left off onto this base, e.g. by hand on that "
-                "branch and `rebaser refresh`), then apply again",
+                f"`rebaser retry {number_of(left_off[0].name)}` in that worktree brings a "
+                "patch left off back with its conflict; resolve it and `rebaser continue`",
+                "or fix the series by hand on that branch and `rebaser refresh`, then apply again",
             ],
         )
     if code == ExitCode.NOT_APPLIED:

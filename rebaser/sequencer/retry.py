@@ -82,9 +82,11 @@ def prepare(
     left = refs.read_left_off(repo, branch)
     name = _patch_name(wanted, left, branch)
     if not branch.split("/")[1:2] == [series.name]:
+        made_from = f"from series {branch.split('/')[1]}, " if branch.count("/") >= 2 else ""
         raise RebaserError(
-            f"branch {branch} was not made from series {series.name} ({series.file})",
-            next_step="pass the series the apply used (--series)",
+            f"branch {branch} was made {made_from}not from series {series.name} "
+            f"({series.file})",
+            next_step="pass the series the apply used (--series PATH to its series file)",
         )
     number = next((n for n, step in enumerate(plan) if step.name == name), None)
     if number is None:
