@@ -285,3 +285,31 @@ def test_an_upstream_test_new_on_the_base_that_the_carry_breaks_is_a_regression(
     assert fork["failures"] == ["regression: tests.test_other::test_other (failed)"], fork
     (note,) = [test for test in fork["tests"] if test["test"] == "tests.test_other::test_other"]
     assert note["verdict"] == "regression" and note["blame"] == "0002-five.patch", note
+
+
+def test_a_test_file_that_no_longer_imports_says_why_and_its_tests_are_regressions(
+    rebaser, tmp_path, upstream
+):
+    """v2 moves pkg/other.py away; the fork's test of it no longer imports. The collection
+    error read "collection failure" (the ModuleNotFoundError lost) and was "not on the
+    fork's branch", though its file was there and its tests passed (a review)."""
+    upstream.commit({"pkg/units.py": UNITS, "pkg/other.py": OTHER}, "units", tag="base")
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+    mine = "from pkg.other import other\n\n\ndef test_mine():\n    assert other() == 1\n"
+    upstream.commit({"tests/test_mine.py": mine}, "tests: mine")
+    git(upstream.path, "checkout", "-q", "main")
+    git(upstream.path, "mv", "pkg/other.py", "pkg/tools.py")
+    git(upstream.path, "commit", "-qm", "move other to tools")
+    git(upstream.path, "tag", "v2")
+    series = tmp_path / "series"
+    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
+    assert main(["import", *arguments, str(series)]) == 0
+    report = tmp_path / "r.json"
+    result = applied(rebaser, series / "series", upstream, report)
+    assert result.code == ExitCode.TESTS_FAILED, result.out + result.err
+    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+    notes = {note["test"]: note for note in fork["tests"]}
+    collection = notes["::tests.test_mine"]
+    assert "ModuleNotFoundError: No module named 'pkg.other'" in collection["reason"], collection
+    assert collection["verdict"] == "its tests, passed on the fork's branch, are not collected"
+    assert notes["tests.test_mine::test_mine"]["verdict"] == "regression"

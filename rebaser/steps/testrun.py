@@ -322,6 +322,12 @@ def compare_with_base(
         _judged(note, base.outcomes.get(note.test), against)
         for note in [*patched.read.values(), *gone]
     ]
+    for note in patched.tests:  # a file that no longer collects: its tests are gone, above
+        module = note.test.removeprefix("::")
+        if note.test.startswith("::") and any(
+            g.test.startswith((f"{module}::", f"{module}.")) for g in gone
+        ):
+            note.verdict = f"its tests, passed on the {against}, are not collected"
     regressions = patched.regressions
     patched.failures = [f"regression: {note.test} ({note.outcome})" for note in regressions]
     patched.status = _status(patched, bool(regressions))
@@ -390,5 +396,7 @@ def _reason(case: ElementTree.Element) -> tuple[str, str]:
             text = element.text or ""
             message = element.get("message") or text
             raised = [line for line in text.splitlines() if line.startswith((">", "E "))]
+            if message == "collection failure" and raised:  # what failed: its last E line
+                message = f"{message}: {raised[-1].removeprefix('E ')}"
             return " ".join(message.split())[:_REASON_CHARACTERS], "\n".join(raised)
     return "", ""
