@@ -669,3 +669,16 @@ def test_a_shallow_clones_answers_are_not_kept_for_it_deepened(tmp_path):
     unknown = "0" * 40
     assert not triage_module.Upstream(repo, unknown, shas[2], memo_for).related
     assert memo_for("related", unknown, shas[2], "full").load() is None
+
+
+def test_the_names_upstream_added_are_counted_as_listed():
+    """One name in the patch's own file and four elsewhere read "function a and 2 more
+    (5 of 5)" (a review): the count left out the names not shown."""
+    from types import SimpleNamespace
+
+    fresh = {name: "function" for name in "abcde"}
+    at_target = {"a": ["pkg/own.py"], **{name: ["pkg/other.py"] for name in "bcde"}}
+    row = SimpleNamespace(patch=SimpleNamespace(touched_paths=["pkg/own.py"]))
+    triage = SimpleNamespace(_range=[], _remembered=lambda kind, key, ask: None)
+    said = triage_module.Triage._same_identifiers(triage, row, fresh, at_target)
+    assert said == "superseded: upstream adds the same names: function a and 4 more (5 of 5)"

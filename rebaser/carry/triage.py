@@ -486,8 +486,9 @@ class Triage:
         added_by = self._remembered(  # a `git log -S` over upstream's range: at every stop
             "adding", [*self._range, name, *paths], lambda: self.upstream.adding(name, paths)
         )
-        shown = ", ".join(f"{fresh[n]} {n}" for n in (same_file or found)[:3])
-        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+        named = (same_file or found)[:3]  # those in the patch's own files first
+        shown = ", ".join(f"{fresh[n]} {n}" for n in named)
+        more = f" and {len(found) - len(named)} more" if len(found) > len(named) else ""
         where = f"{added_by[0][:12]} ({added_by[1]})" if added_by else "upstream"
         return (
             f"superseded: {where} adds the same names: {shown}{more} ({len(found)} of {len(fresh)})"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from rebaser.commands.output import Output
+from rebaser.sequencer.report import counted
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.series.export import (
     check_message,
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> ExitCode:
     for path in imported.unnamed_tests:
         out.say(f"  not recorded (a series file cannot name it): {path!r}")
     out.say(
-        f"imported {len(imported.patches)} patches into {imported.series_file} "
+        f"imported {counted(len(imported.patches), 'patch')} into {imported.series_file} "
         f"(@base git:{imported.base})"
     )
     return ExitCode.OK
@@ -209,7 +210,8 @@ def _write_series(git: Git, commits: list[_Commit], folder: Path, name: str, bas
     series_file = folder / "series"
     tests, unnameable = _fork_tests(git, base, commits[-1].sha)
     lines = [
-        f"# Imported by `rebaser import` from {len(commits)} commits on top of {base[:12]}.",
+        f"# Imported by `rebaser import` from {counted(len(commits), 'commit')} on top of "
+        f"{base[:12]}.",
         f"@name {name}",
         f"@base git:{base}",
         *(f"@fork-test {path}" for path in tests),

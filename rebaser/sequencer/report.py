@@ -120,8 +120,12 @@ def outcome_text(
     tested = (
         "tests passed" if any(suite.status == "passed" for suite in suites) else "tests not run"
     )
-    gpu = sum(note.gpu_only for suite in suites for note in suite.tests)
-    tested += f" ({gpu} need a GPU: not run)" if gpu else ""
+    # As each suite's counts say them: tests that need a GPU, and whole GPU test files.
+    notes = [note for suite in suites for note in suite.tests if note.gpu_only]
+    files = sum(note.outcome == "not run" for note in notes)
+    gpu = [f"{len(notes) - files} need a GPU"] if len(notes) > files else []
+    gpu += [counted(files, "GPU test file")] if files else []
+    tested += f" ({' and '.join(gpu)}: not run)" if gpu else ""
     return f"applied, verified, {tested}", [f"the patched tree is on branch {branch} in {worktree}"]
 
 
