@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PROJECT
+from fake_pypi import wheel_bytes
 from synthetic import DOUBLE_MUL, Change, build_series, calc_series, edit, git
 from test_apply_synthetic import (
     ADD_DOC,
@@ -98,6 +99,11 @@ def test_manual_fix_is_exported_and_the_refreshed_series_applies_cleanly(
         and "From 0000000000000000000000000000000000000000" in refreshed
     )
     assert "Subject: demo: double mul" in refreshed
+    # The patches are v2's now, and so is @base: the next apply rebuilds them on v2 (on v1,
+    # the one a review found left, they no longer apply and a cherry-pick is lost).
+    v2 = git(upstream.path, "rev-parse", "v2")
+    assert f"@base git:{v2}" in series.read_text().splitlines()
+    assert f"updated   patches/series" in result.out
 
     # The refreshed series applies to v2 without help, and a second refresh changes nothing.
     report2 = tmp_path / "r2.json"
@@ -248,3 +254,45 @@ def test_refresh_refuses_a_series_the_branch_was_not_made_from(rebaser, tmp_path
         result.code == ExitCode.USAGE and "names none of the patches of series other" in result.err
     ), result.err
     assert snapshot(other.parent) == before
+
+
+CALC_SUB = """\
+From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: T <t@t>
+Date: Mon, 2 Nov 2026 10:00:00 +0000
+Subject: calc: sub
+
+---
+diff --git a/megatron/core/calc.py b/megatron/core/calc.py
+--- a/megatron/core/calc.py
++++ b/megatron/core/calc.py
+@@ -1,2 +1,5 @@
+ def add(a, b):
+     return a + b
++
++def sub(a, b):
++    return a - b
+--
+"""
+
+
+def test_refresh_moves_a_release_base_to_the_release_the_branch_is_on(
+    rebaser, tmp_path, fake_pypi, isolated_cache
+):
+    """A series on pypi:megatron-core==9.9.0 applied to 9.9.1 and refreshed: its patches are
+    9.9.1's, so @base says 9.9.1 (it stayed 9.9.0: a review)."""
+    fake_pypi.wheels["9.9.1"] = wheel_bytes("9.9.1", extra={"megatron/core/new.py": "N = 1\n"})
+    folder = tmp_path / "patches"
+    folder.mkdir()
+    (folder / "0001-sub.patch").write_text(CALC_SUB)
+    series = folder / "series"
+    series.write_text("@name rel\n@base pypi:megatron-core==9.9.0\n0001-sub.patch\n")
+    report = tmp_path / "r.json"
+    applied = rebaser("apply", "--series", series, "--upstream", "pypi:megatron-core==9.9.1",
+                      "--test", "none", "--json", report)  # fmt: skip
+    assert applied.code == ExitCode.OK, applied.out + applied.err
+    worktree = json.loads(report.read_text())["worktree"]
+    assert rebaser("refresh", "--series", series, "--repo", worktree).code == ExitCode.OK
+    assert "@base pypi:megatron-core==9.9.1" in series.read_text().splitlines()
+    again = rebaser("refresh", "--series", series, "--repo", worktree, "--check")
+    assert again.code == ExitCode.OK, again.out

@@ -157,9 +157,32 @@ def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
             _remove_folder(records)
             (series.patches_dir / stale.entry).unlink()
     entries = _with_left_off(series, entries, kept)
-    if [p.entry for p in series.patches] != entries:
-        changes.append(_write(series.file, _series_text(series, entries), write=write))
+    base = _moved_base(series, git, overlay_sha)
+    if [p.entry for p in series.patches] != entries or base:
+        changes.append(_write(series.file, _series_text(series, entries, base), write=write))
     return Refreshed(changes, changed)
+
+
+def _moved_base(series: Series, git: Git, overlay_sha: str) -> Optional[str]:
+    """The series' new `@base` when the branch was built on another one (its patches are
+    exported against that base now), said as the series says it: `git:<sha>`, or for a
+    release the `pypi:` version the PyPI cache tagged that commit with. None when it did
+    not move, or the series names none."""
+    if series.base is None:
+        return None
+    base_sha = git.out("rev-parse", f"{overlay_sha}^")
+    if series.base.commit is not None:
+        recorded = git.rev_parse(series.base.commit)
+        return None if recorded == base_sha else f"git:{base_sha}"
+    release = series.base.release
+    if release is None or release.version is None:  # "the latest": no version to move
+        return None
+    package = release.package
+    tags = git.out("tag", "--points-at", base_sha, "--list", f"pypi/{package}/*").split()
+    if not tags:  # not a release's commit: it cannot be said as one (left as it is)
+        return None
+    moved = f"pypi:{package}=={tags[0].rsplit('/', 1)[1]}"
+    return None if moved == str(series.base) else moved
 
 
 def _refuse_another_series(
@@ -306,12 +329,16 @@ def _new_names(commits: list[BranchCommit], *, taken: list[str]) -> list[str]:
     return [patch_file_name(first + i, commit.subject) for i, commit in enumerate(commits)]
 
 
-def _series_text(series: Series, entries: list[str]) -> str:
-    """The series file with its patch lines replaced, comments and directives kept."""
+def _series_text(series: Series, entries: list[str], base: Optional[str]) -> str:
+    """The series file with its patch lines replaced (and its `@base`, when `base`),
+    comments and other directives kept."""
     kept, inserted = [], False
     old = {patch.entry for patch in series.patches}
     for line in series.file.read_text(encoding="utf-8").splitlines():
         listed = line.split("#", 1)[0].strip()
+        if base and listed.split()[:1] == ["@base"]:
+            kept.append(f"@base {base}")
+            continue
         if listed and not listed.startswith("@") and os.path.normpath(listed) in old:
             if not inserted:
                 kept.extend(entries)
