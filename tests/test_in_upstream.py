@@ -106,9 +106,7 @@ def test_an_upstream_commit_with_the_change_and_more_is_not_the_same_patch(
     assert step(json.loads(report.read_text()), 1)["status"] == "dropped"
 
 
-def test_a_patch_on_a_file_git_quotes_is_found_upstream_by_patch_id(
-    rebaser, tmp_path, upstream
-):
+def test_a_patch_on_a_file_git_quotes_is_found_upstream_by_patch_id(rebaser, tmp_path, upstream):
     text = "".join(f"line {number}\n" for number in range(20))
     ours, theirs = (text.replace("line 5\n", f"line 5 {who}\n") for who in ("fork", "later"))
     upstream.commit({"a.py": text, "café.py": text}, "two files", tag="v1b")
@@ -187,3 +185,18 @@ def test_git_base_without_repo_says_what_to_give(rebaser, tmp_path, upstream):
     result = rebaser("apply", "--series", series, "--test", "none")
     assert result.code == ExitCode.USAGE
     assert "is a commit of a git repository" in result.err and "--repo PATH" in result.err
+
+
+def test_lines_the_file_already_had_on_the_fork_base_are_no_sign(rebaser, tmp_path, upstream):
+    """A patch whose only added line the file already held elsewhere on the fork's own
+    base (`input_ids=input_ids,` in Megatron's gpt_model.py) was "possibly superseded" even
+    applied onto that base (a review): upstream added nothing. A sign needs a line that
+    is in upstream's file now and was not in the file the patch was made on."""
+    base_text = edit(CALC, "def sub(", "LIMIT = 10\n\n\ndef sub(")
+    upstream.commit({"pkg/calc.py": base_text}, "limits", tag="v1b")
+    repeated = edit(base_text, "def mul(", "LIMIT = 10\n\n\ndef mul(")
+    changes = [Change("fork: limit again", {"pkg/calc.py": repeated})]
+    series = build_series(tmp_path / "proj", upstream, "v1b", changes)
+    code, report = apply_onto(rebaser, tmp_path, series, upstream, "v1b")
+    assert code == ExitCode.OK
+    assert "superseded" not in step(report, 1)["detail"], step(report, 1)

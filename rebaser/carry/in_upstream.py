@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 from rebaser.repo.git import Git
 from rebaser.series.patches import Patch
 from rebaser.carry.difflines import file_lines, present_lines
+from rebaser.carry.rawdiff import parse_diff
 
 
 class Memo(Protocol):
@@ -160,15 +161,40 @@ def reverse_applies(worktree: Git, patch: Patch) -> bool:
     return worktree.run("apply", "--check", "--reverse", str(patch.path), check=False).ok
 
 
-def superseded_in(read: Callable[[str], Optional[str]], patch: Patch) -> list[str]:
+def superseded_in(
+    read: Callable[[str], Optional[str]], patch: Patch, repo: Optional[Git] = None
+) -> list[str]:
     """The files the patch edits that already contain every meaningful line it adds there
     (`read` gives a file's text before the patch); empty when the patch brings something new
-    to every file."""
-    return [
+    to every file. With `repo`, where the file the patch was made on (its preimage blob)
+    is at hand: only when one of those lines is new to it, else the file had them all
+    along and upstream added none."""
+    found = [
         path
         for path, lines in file_lines(patch).items()
         if not lines.created and lines.added and lines.added <= present_lines(read(path))
     ]
+    if not found or repo is None:
+        return found
+    made_on = _preimages(repo, patch)
+    return [
+        path
+        for path in found
+        if (text := made_on.get(path)) is None
+        or not file_lines(patch)[path].added <= present_lines(text)
+    ]
+
+
+def _preimages(repo: Git, patch: Patch) -> dict[str, Optional[str]]:
+    """Each file as the patch found it on the fork's base (its `index` line's blob), when
+    the repository has that blob."""
+    files = parse_diff(patch.raw) or []
+    blobs = repo.blobs([diff.old_blob for diff in files if not diff.created])
+    return {
+        diff.path: data.decode(errors="replace")
+        for diff in files
+        if (data := blobs.get(diff.old_blob)) is not None
+    }
 
 
 def files_under(root: Path) -> Callable[[str], Optional[str]]:

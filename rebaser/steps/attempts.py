@@ -57,7 +57,7 @@ def apply_patch(worktree: Git, patch: Patch, context: SeriesContext) -> PatchOut
     hand: a reverse apply (upstream has it?), then a per-file 3-way apply. Then its codemod;
     a patch that fails all of them is left with conflict markers.
     """
-    superseded = superseded_in(files_under(worktree.path), patch)
+    superseded = superseded_in(files_under(worktree.path), patch, worktree)
     commit = None
     applied = _apply_exactly(worktree, patch)
     if applied is None:

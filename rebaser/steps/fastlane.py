@@ -248,7 +248,7 @@ def _results(
         row = judged.get(number)
         if commit is not None and (files := diffs[number]) is not None:
             before = {diff.path: texts.get(f"{parent}:{diff.path}") for diff in files}
-            row = _row(patches[number], files, changes[commit], before)
+            row = _row(patches[number], files, changes[commit], before, lane)
         if row is None:
             break
         results.append(StepResult(_structured(row, merged.get(number)), commit or parent))
@@ -292,7 +292,7 @@ def _order(
 
 
 def _row(
-    patch: Patch, files: list[FileDiff], changed: dict[str, _Change], before: Texts
+    patch: Patch, files: list[FileDiff], changed: dict[str, _Change], before: Texts, lane: Git
 ) -> Optional[StepRow]:
     """The patch's row, as the per-patch path would write it; None when that path would
     have made a different tree (an exact apply that ort does differently)."""
@@ -310,7 +310,7 @@ def _row(
         detail = "; ".join(offsets)
     else:  # git apply fails, or ort followed upstream's renames (git rebase's result)
         status, detail = StepStatus.CHERRY_PICK, cherry_picked(moved)
-    superseded = superseded_in(lambda path: _decoded(before.get(path)), patch)
+    superseded = superseded_in(lambda path: _decoded(before.get(path)), patch, lane)
     return patch_row(patch, status, detail, superseded)
 
 
