@@ -247,3 +247,16 @@ def release_history_series(tmp_path, release_clone):
         tmp_path / "mini", repo, "v0.17.0", [Change("fork: comment the clamp", {path: changed})]
     )
     return series, "0.19.0"
+
+
+def test_a_long_series_is_one_column_of_counts_in_the_terminal(rebaser, tmp_path, upstream):
+    """One column per patch made a 32-patch matrix one letter wide per cell (a review): past
+    a handful of patches the terminal shows their statuses counted; JSON and Markdown keep
+    a column each."""
+    changes = [Change(f"fork: file {n}", {f"pkg/f{n}.py": f"N = {n}\n"}) for n in range(12)]
+    series = build_series(tmp_path / "proj", upstream, "v1", changes)
+    result = rebaser("verify", "--series", series, "--repo", upstream.path, "--bases", "v1",
+                     "--test", "none", "--markdown", tmp_path / "m.md")  # fmt: skip
+    assert result.code == ExitCode.OK, result.out
+    assert "12 clean" in result.out and "0012" not in result.out
+    assert "0012" in (tmp_path / "m.md").read_text()
