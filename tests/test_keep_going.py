@@ -354,3 +354,42 @@ def test_a_pick_empty_only_without_a_patch_left_off_is_blocked_not_in_upstream(
     refreshed = rebaser("refresh", "--series", series, "--repo", data["worktree"])
     assert refreshed.code == ExitCode.OK, refreshed.err
     assert "removed" not in refreshed.out and (series.parent / "0003-x-again.patch").is_file()
+
+
+def test_refresh_after_a_retry_puts_a_patch_left_off_after_the_one_it_needs(
+    rebaser, tmp_path, upstream
+):
+    """0002 retried lands at the tip; 0004 (left off, it edits 0002's line) went back after
+    0003, before the 0002 it needs, and the next apply called it a real conflict (a review
+    of the fix above)."""
+    base = git(upstream.path, "rev-parse", "v1")
+    doubled_and_checked = edit(DOUBLE_MUL, "    return a / b\n", "    assert b\n    return a / b\n")
+    series = calc_series(
+        tmp_path,
+        upstream,
+        [
+            ("fork: document add", ADD_DOC),
+            ("fork: double mul", DOUBLE_MUL),
+            ("fork: check div", doubled_and_checked),
+            ("fork: say why", edit(doubled_and_checked, "2 * a * b\n", "2 * a * b  # doubled\n")),
+        ],
+        extra_directives=f"@base git:{base}\n",
+    )
+    upstream.commit(
+        {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n")}, "v2", tag="v2"
+    )
+    _, report = apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going")
+    assert statuses(report) == ["laid", "clean", "dropped", "clean", "blocked"]
+    tree = Path(report["worktree"])
+    assert rebaser("retry", "0002", "--series", series, "--repo", tree).code == ExitCode.NOT_APPLIED
+    calc = (tree / "pkg/calc.py").read_text()
+    (tree / "pkg/calc.py").write_text(
+        calc.split("<<<<<<<")[0]
+        + "    return 2 * a * b\n"
+        + calc.split(">>>>>>>")[1].split("\n", 1)[1]
+    )
+    git(tree, "add", "pkg/calc.py")
+    rebaser("continue", "--repo", upstream.path)
+    assert rebaser("refresh", "--series", series, "--repo", tree).code == ExitCode.OK
+    listed = [line[:4] for line in series.read_text().splitlines() if line.endswith(".patch")]
+    assert listed == ["0001", "0003", "0002", "0004"]

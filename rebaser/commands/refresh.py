@@ -308,17 +308,14 @@ _PLAIN_PATCH_RE = re.compile(r"^[^./\\\x00-\x1f][^/\\\x00-\x1f]*\.patch$")
 
 
 def _with_left_off(series: Series, entries: list[str], kept: dict[str, str]) -> list[str]:
-    """The branch's patch entries with the patches it left off put back where the series
-    had them: after the nearest earlier patch that is still there, and after the ones left
-    off before them (a retried patch sits at the branch's tip: what followed it in the
-    series and still waits must follow it again, in the series' order)."""
+    """The branch's patch entries with the patches it left off put back after every patch
+    the series has before them (each may need any of those: a retried patch sits at the
+    branch's tip, and what followed it in the series and still waits must follow it)."""
     order = list(entries)
-    last = -1  # where the last patch left off went
     for position, patch in enumerate(series.patches):
         if patch.name in kept and patch.entry not in order:
             earlier = [p.entry for p in series.patches[:position] if p.entry in order]
-            last = max(order.index(earlier[-1]) + 1 if earlier else 0, last + 1)
-            order.insert(last, patch.entry)
+            order.insert(max((order.index(e) for e in earlier), default=-1) + 1, patch.entry)
     return order
 
 
