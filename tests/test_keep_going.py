@@ -393,3 +393,27 @@ def test_refresh_after_a_retry_puts_a_patch_left_off_after_the_one_it_needs(
     assert rebaser("refresh", "--series", series, "--repo", tree).code == ExitCode.OK
     listed = [line[:4] for line in series.read_text().splitlines() if line.endswith(".patch")]
     assert listed == ["0001", "0003", "0002", "0004"]
+
+
+def test_an_empty_pick_beside_an_unrelated_patch_left_off_is_upstream_s(
+    rebaser, tmp_path, upstream
+):
+    """0001 (left off) and 0002 share a file but not a line: 0002's empty pick is upstream's
+    (v2 made its change), not for want of 0001 (a review of the fix above)."""
+    checked = edit(CALC, "    return a / b\n", "    assert b\n    return a / b\n")
+    series = calc_series(
+        tmp_path,
+        upstream,
+        [
+            ("fork: double mul", DOUBLE_MUL),
+            (
+                "fork: check div",
+                edit(DOUBLE_MUL, "    return a / b\n", "    assert b\n    return a / b\n"),
+            ),
+        ],
+    )
+    upstream.commit(
+        {"pkg/calc.py": edit(checked, "    return a * b\n", "    return b * a\n")}, "v2", tag="v2"
+    )
+    _, report = apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going")
+    assert statuses(report) == ["laid", "dropped", "in upstream"], report["steps"]

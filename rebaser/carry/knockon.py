@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 from rebaser.series.patches import Patch
 from rebaser.carry.difflines import file_lines, present_lines
+from rebaser.carry.rawdiff import parse_diff
 
 
 def needed_patch(
@@ -38,8 +39,31 @@ def needed_patch(
 
 
 def emptied_by(patch: Patch, missing: list[Patch]) -> Optional[Patch]:
-    """The latest missing patch that touches a file of this one: a pick that is empty (or a
-    patch that reverse-applies) with it missing may be empty because of it (it removed
-    what this one adds back), not because upstream has the change."""
-    files = set(patch.touched_paths)
-    return next((other for other in reversed(missing) if files & set(other.touched_paths)), None)
+    """The latest missing patch that removed a line this one adds, in a file of both: with
+    it missing, this one's pick may be empty (or it may reverse-apply) because that line
+    is still there, not because upstream made the change."""
+    adds = _changed_lines(patch, b"+")
+    for other in reversed(missing):
+        shared = set(patch.touched_paths) & set(other.touched_paths)
+        if not shared:
+            continue
+        removed = _changed_lines(other, b"-")
+        if adds is None or removed is None:  # a diff rawdiff cannot read: by its files
+            return other
+        if any(adds.get(path, set()) & removed.get(path, set()) for path in shared):
+            return other
+    return None
+
+
+def _changed_lines(patch: Patch, sign: bytes) -> Optional[dict[str, set[bytes]]]:
+    """The lines a patch adds (b"+") or removes (b"-"), stripped, per file; None when
+    rawdiff cannot read its diff."""
+    files = parse_diff(patch.raw)
+    if files is None:
+        return None
+    return {
+        diff.path: {
+            text.strip() for hunk in diff.hunks for kind, text in hunk.lines if kind == sign
+        }
+        for diff in files
+    }
