@@ -355,6 +355,18 @@ def test_a_pick_empty_only_without_a_patch_left_off_is_blocked_not_in_upstream(
     assert refreshed.code == ExitCode.OK, refreshed.err
     assert "removed" not in refreshed.out and (series.parent / "0003-x-again.patch").is_file()
 
+    # Interactively, `skip` of 0002 stops at 0003 the same way: not as "in upstream", and
+    # `continue` with nothing to take names `skip` as the way on (a review).
+    stopped = rebaser(*apply_args(series, upstream, "new", "--force", "--json", report, *lane))
+    assert stopped.code == ExitCode.NOT_APPLIED
+    skipped = rebaser("skip", "--repo", upstream.path, "--json", report)
+    assert skipped.code == ExitCode.NOT_APPLIED and "stopped at 0003-x-again.patch" in skipped.out
+    row = json.loads(report.read_text())["steps"][-1]
+    assert row["status"] == "failed" and "looks made already" in row["detail"], row
+    taken = rebaser("continue", "--repo", upstream.path)
+    assert taken.code == ExitCode.USAGE and "`rebaser skip`" in taken.err, taken.err
+    assert rebaser("skip", "--repo", upstream.path).code == ExitCode.NOT_APPLIED
+
 
 def test_refresh_after_a_retry_puts_a_patch_left_off_after_the_one_it_needs(
     rebaser, tmp_path, upstream

@@ -43,7 +43,7 @@ def take_fix(
             f"{name} is still not applied: nothing was staged or committed since the stop",
             where=str(worktree.path),
             next_step="make the patch's change there and `git add` it (or commit it), then "
-            "continue; or `rebaser abort`",
+            "continue; `rebaser skip` leaves it off; or `rebaser abort`",
         )
     elif patch is not None:
         _carry_identity(worktree, patch)

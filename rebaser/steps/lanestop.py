@@ -34,7 +34,7 @@ from rebaser.steps.attempts import (
     in_upstream,
     made_upstream,
 )
-from rebaser.steps.patching import empty_for_want_of, left_off
+from rebaser.steps.patching import emptied, empty_for_want_of, left_off
 from rebaser.steps.records import StepRow, StepStatus, patch_row
 from rebaser.steps.step import StepContext
 
@@ -83,7 +83,7 @@ class LaneJudge:
             row = patch_row(patch, outcome.status, outcome.detail, [])
             if (needed := empty_for_want_of(patch, self.missing, self.carry)) is None:
                 return row
-            row, _ = left_off(patch, outcome, row, needed)
+            row, _ = left_off(patch, emptied(outcome, needed), row, needed)
             self.missing.append(patch)
             return row
         upstream = made_upstream(patch, self.carry)

@@ -43,6 +43,8 @@ class PatchStep:
             row = replace(row, status=outcome.status, detail=outcome.detail)
         if outcome.status == StepStatus.IN_UPSTREAM:
             if (needed := empty_for_want_of(patch, context.missing, context.carry)) is not None:
+                outcome = emptied(outcome, needed)
+                row = replace(row, status=outcome.status, detail=outcome.detail)
                 return _failed(context, patch, outcome, row, needed)
             return StepResult(row, context.head)
         return StepResult(row, worktree.commit(patch.message, author=patch.author, date=patch.date))
@@ -93,6 +95,16 @@ def empty_for_want_of(patch: Patch, missing: list[Patch], carry: SeriesContext) 
     if carry.history and carry.history.commit_with_same_change(patch):
         return None
     return emptied_by(patch, missing)
+
+
+def emptied(outcome: PatchOutcome, needed: Patch) -> PatchOutcome:
+    """A failure, where `outcome` said upstream had the change: the patch `needed` (left
+    off) may have removed what this one adds back."""
+    return PatchOutcome(
+        StepStatus.FAILED,
+        f"its change looks made already ({outcome.detail.split(':')[0]}), but {number(needed)}, "
+        "left off, removes what it adds back: upstream may not have it",
+    )
 
 
 def _replay_resolution(
