@@ -10,7 +10,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "rebaser"
 
 # Top to bottom. A module may import its own layer and any layer below it, never above.
-# `cli` dispatches to the commands; the top-level helpers (config, errors, crash) and the
+# `cli` dispatches to the commands; the top-level helpers (config, errors, crash, wording) and the
 # frameworks a series plugs into (codemods, testing) sit at the bottom.
 LAYERS = [
     {"cli", "__main__"},
@@ -21,7 +21,7 @@ LAYERS = [
     {"series"},
     {"upstream"},
     {"repo"},
-    {"codemods", "crash", "config", "errors", "testing", "__init__"},
+    {"codemods", "crash", "config", "errors", "testing", "wording", "__init__"},
 ]
 
 

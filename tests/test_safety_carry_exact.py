@@ -186,7 +186,15 @@ def test_whitespace_the_fork_itself_added_does_not_fail_verification(rebaser, tm
     commit_as(
         upstream.path,
         "pkg: a constant, with a trailing blank\n",
-        {"pkg/const.py": b"ANSWER = 42   \nNAME = 'x'\n"},
+        {
+            "pkg/const.py": b"ANSWER = 42   \nNAME = 'x'\n",
+            # and a review's harder cases: a colon and a non-ASCII letter in a name, a CRLF
+            # line with trailing spaces, a blank line at the end
+            "pkg/a:b.txt": b"colon  \n",
+            "pkg/caf\xc3\xa9.txt": b"accent  \n",
+            "tools/run.bat": b"echo one  \r\n",
+            "pkg/last.txt": b"last\n\n",
+        },
         "2026-11-02T10:00:00+0100",
     )
     git(upstream.path, "checkout", "-q", "main")
@@ -194,7 +202,8 @@ def test_whitespace_the_fork_itself_added_does_not_fail_verification(rebaser, tm
     worktree = applied_worktree(rebaser, tmp_path, upstream, series)
     report = json.loads((tmp_path / "report.json").read_text())
     (whitespace,) = [c for c in report["checks"] if c["name"] == "git diff --check"]
-    assert whitespace["ok"] and "1 the patches add themselves" in whitespace["detail"], whitespace
+    assert whitespace["ok"], whitespace
+    assert whitespace["detail"] == "no whitespace errors but the patches' own (5)", whitespace
 
     # Trailing whitespace on the branch that no patch has fails it, and only that is named.
     (worktree / "pkg/const.py").write_bytes(b"ANSWER = 42   \nNAME = 'x'  \n")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from rebaser.commands.output import Output
-from rebaser.sequencer.report import counted
+from rebaser.wording import counted
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.series.export import (
     check_message,

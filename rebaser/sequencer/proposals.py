@@ -23,7 +23,7 @@ from rebaser.carry.replay import Replay
 from rebaser.repo import scratch
 from rebaser.repo.git import Git
 from rebaser.repo.memo import memo
-from rebaser.sequencer.report import counted
+from rebaser.wording import counted
 from rebaser.series.patches import Series
 from rebaser.steps.attempts import PatchOutcome
 from rebaser.steps.fastlane import Handed

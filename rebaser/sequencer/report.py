@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Sequence
 
 from rebaser.errors import ExitCode
+from rebaser.wording import counted
 from rebaser.steps.patching import number_of
 from rebaser.steps.records import StepRow, Stop
 from rebaser.steps.testrun import SuiteResult
@@ -65,12 +66,6 @@ class Report:
                 "stop": Stop.from_json(data["stop"]) if data["stop"] else None,
             }
         )
-
-
-def counted(number: int, noun: str) -> str:
-    """ "1 patch", "2 patches" (nouns ending in s, ch or x take -es)."""
-    plural = noun + ("es" if noun.endswith(("s", "ch", "x")) else "s")
-    return f"{number} {noun if number == 1 else plural}"
 
 
 def outcome_text(

@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 import unidiff
 
+
 from rebaser.codemods import AnchorNotFound, Codemods
 from rebaser.repo.git import Git
 from rebaser.series.patches import Series, SymbolSpec
@@ -28,9 +29,14 @@ class Check:
 
     @classmethod
     def of(cls, name: str, problems: list[str], *, ok: str, failed: str) -> "Check":
-        """A check that passes without problems; `failed` may name {count}."""
-        detail = failed.format(count=len(problems)) if problems else ok
+        """A check that passes without problems; `failed` may name {count}, and {s} for a
+        plural's s."""
+        detail = failed.format(count=len(problems), s=_s(len(problems))) if problems else ok
         return cls(name, not problems, detail, problems)
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
 
 
 def verify(worktree: Git, base_sha: str, series: Series) -> list[Check]:
@@ -62,7 +68,7 @@ def _committed(worktree: Git) -> Check:
         "everything committed",
         dirty,
         ok="no uncommitted changes",
-        failed="{count} uncommitted paths",
+        failed="{count} uncommitted path{s}",
     )
 
 
@@ -74,7 +80,7 @@ def _per_file(name: str, root: Path, paths: list[str]) -> Check:
     """A check made of each file's problems (_PER_FILE says which and how to say it)."""
     problems_in, ok, failed = _PER_FILE[name]
     problems = [problem for path in paths for problem in problems_in(root, path)]
-    return Check.of(name, problems, ok=ok.format(files=len(paths)), failed=failed)
+    return Check.of(name, problems, ok=ok.format(files=len(paths), s=_s(len(paths))), failed=failed)
 
 
 def _markers_in(root: Path, path: str) -> list[str]:
@@ -95,8 +101,8 @@ def _syntax_errors(root: Path, path: str) -> list[str]:
 
 
 _PER_FILE: dict[str, tuple[Callable[[Path, str], list[str]], str, str]] = {
-    "no conflict markers": (_markers_in, "{files} changed files scanned", "{count} markers"),
-    "python compiles": (_syntax_errors, "{files} changed .py files compile", "{count} fail"),
+    "no conflict markers": (_markers_in, "{files} changed file{s} scanned", "{count} marker{s}"),
+    "python compiles": (_syntax_errors, "{files} changed .py file{s} compiled", "{count} failed"),
 }
 
 
@@ -104,32 +110,50 @@ def _diff_check(worktree: Git, base_sha: str, series: Series) -> Check:
     """Whitespace errors the carry brings. Those on lines a patch adds as they are (the
     fork's own, carried byte for byte) are counted, not failed: the fork has them."""
     result = worktree.run("diff", "--check", base_sha, "HEAD", "--", check=False)
-    # Each problem ("path:line: what"), then the line it is about ("+text"), if it has one.
+    # Each problem ("path:line: what"), then the line it is about ("+text"), if it has one;
+    # lines end at "\n" only (a CR, a form feed belong to the text).
     problems: list[tuple[str, Optional[str]]] = []
-    for line in filter(None, result.stdout.splitlines()):
+    for line in filter(None, result.stdout.split("\n")):
         if line.startswith("+") and problems and problems[-1][1] is None:
             problems[-1] = (problems[-1][0], line[1:])
         elif not line.startswith("+"):
             problems.append((line, None))
-    added = _lines_added(series) if problems else set()  # reading every patch costs
-    carried = [p for p, text in problems if text is None or (p.split(":", 1)[0], text) not in added]
-    own = len(problems) - len(carried)
-    ok = "no whitespace errors" + (f" beyond {own} the patches add themselves" if own else "")
-    return Check.of("git diff --check", carried, ok=ok, failed="{count} problems")
+    own = _patches_own(series) if problems else None  # reading every patch costs
+    carried = [p for p, text in problems if own is None or not own(p, text)]
+    kept = len(problems) - len(carried)
+    ok = "no whitespace errors" + (f" but the patches' own ({kept})" if kept else "")
+    return Check.of("git diff --check", carried, ok=ok, failed="{count} problem{s}")
 
 
-def _lines_added(series: Series) -> set[tuple[str, str]]:
-    """(path, line) for each line a patch of the series adds, as it is written."""
-    added = set()
+_PROBLEM_RE = re.compile(r"^(.*):(\d+): (.*)$")  # the path may hold colons: the last two go
+
+
+def _patches_own(series: Series) -> Callable[[str, Optional[str]], bool]:
+    """Whether a `git diff --check` problem is on a line a patch of the series adds as it
+    is written (or a blank line it leaves at a file's end)."""
+    added: set[tuple[str, str]] = set()
+    blank_at_end: set[str] = set()
     for patch in series.patches:
-        for patched in unidiff.PatchSet(patch.raw.decode("utf-8", errors="replace")):
+        # The loader's paths (git's quoting undone), in unidiff's order of the same diff.
+        diffs = unidiff.PatchSet(patch.raw.decode("utf-8", errors="replace"))
+        for change, diff in zip(patch.files, diffs):
+            lines = [line for hunk in diff for line in hunk]
             added.update(
-                (patched.path, line.value.rstrip("\n"))
-                for hunk in patched
-                for line in hunk
-                if line.is_added
+                (change.path, line.value.rstrip("\r\n")) for line in lines if line.is_added
             )
-    return added
+            if lines and lines[-1].is_added and not lines[-1].value.strip("\r\n"):
+                blank_at_end.add(change.path)
+
+    def own(problem: str, text: Optional[str]) -> bool:
+        match = _PROBLEM_RE.match(problem)
+        if match is None:
+            return False
+        path, what = match[1], match[3]
+        if text is None:
+            return what.startswith("new blank line at EOF") and path in blank_at_end
+        return (path, text.rstrip("\r\n")) in added
+
+    return own
 
 
 def _symbols(root: Path, specs: list[SymbolSpec]) -> Check:
@@ -148,7 +172,7 @@ def _symbols(root: Path, specs: list[SymbolSpec]) -> Check:
     return Check.of(
         "promised symbols exist",
         problems,
-        ok=f"{len(specs)} symbols found",
+        ok=f"{len(specs)} symbol{_s(len(specs))} found",
         failed="{count} missing",
     )
 
@@ -197,5 +221,5 @@ def _codemods_idempotent(root: Path, codemods: Codemods, names: list[str]) -> Ch
         "codemods are no-ops",
         [f"{path} would change" for path in changed],
         ok=f"{len(names)} codemods change nothing",
-        failed="codemods would change {count} files",
+        failed="codemods would change {count} file{s}",
     )
