@@ -196,5 +196,8 @@ def test_a_command_in_another_repository_leaves_its_apply_alone(
     assert f"no apply is in progress in {elsewhere}" in said, said
     assert f"one is, in {upstream.path}" in said and f"--repo {upstream.path}" in said
     assert rebaser("status", "--repo", upstream.path).out.startswith("apply in progress")
+    here = rebaser("status")  # says where one is, rather than that there is none (a review)
+    assert here.code == ExitCode.OK, here.err
+    assert f"no apply is in progress in {elsewhere}; one is, in {upstream.path}" in here.out
     monkeypatch.chdir(tmp_path)  # outside any repository, the only apply is found
     assert rebaser("status").out.startswith("apply in progress")

@@ -12,6 +12,7 @@ from rebaser.config import series_file
 from rebaser.errors import ExitCode
 from rebaser.sequencer import machine
 from rebaser.sequencer.report import Report
+from rebaser.sequencer.state import InProgressElsewhere
 
 
 def run(args: argparse.Namespace) -> ExitCode:
@@ -70,10 +71,16 @@ def abort(args: argparse.Namespace) -> ExitCode:
 
 
 def status(args: argparse.Namespace) -> ExitCode:
-    view = machine.status(args.repo)
+    out = Output()
+    try:
+        view = machine.status(args.repo)
+    except InProgressElsewhere as elsewhere:  # none here; one in another repository
+        if args.json:
+            write_json(args.json, {"in_progress": False})
+        out.say(f"{elsewhere.what}: {elsewhere.next_step}")
+        return ExitCode.OK
     if args.json:
         write_json(args.json, view.to_json() if view else {"in_progress": False})
-    out = Output()
     if view is None:
         out.say("no apply in progress")
         return ExitCode.OK

@@ -295,6 +295,8 @@ def status(repo_hint: Optional[Path]) -> Optional[StatusView]:
     """The apply in progress (in `repo_hint`, or found as `continue` finds it), or None."""
     try:
         state = state_store.find_in_progress(repo_hint)
+    except state_store.InProgressElsewhere:
+        raise  # the caller says where
     except state_store.NothingInProgress:
         return None
     return StatusView(

@@ -29,6 +29,10 @@ class NothingInProgress(RebaserError):
     """`continue`/`abort` found no stopped apply."""
 
 
+class InProgressElsewhere(NothingInProgress):
+    """None in the repository of the current folder; one in another of the user's."""
+
+
 @dataclass
 class ApplyState:
     series_file: str
@@ -164,9 +168,10 @@ def find_in_progress(repo_hint: Optional[Path]) -> ApplyState:
         inside = here
         candidates = [Git(path) for path in registered_repos()]
     states = [state for git in candidates if (state := load(git)) is not None]
-    users = [s for s in states if not Path(s.repo).is_relative_to(cache_dir().resolve())]
+    cache = cache_dir().resolve()
+    users = [s for s in states if not Path(s.repo).resolve().is_relative_to(cache)]
     if inside is not None and users:
-        raise NothingInProgress(
+        raise InProgressElsewhere(
             f"no apply is in progress in {inside.path}; one is, in {users[0].repo}",
             next_step=f"run the command there, or pass --repo {users[0].repo}",
         )
