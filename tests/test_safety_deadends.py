@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from faults import FaultPoint, run_with_fault
+from test_refresh import CALC_SUB
 from synthetic import SyntheticUpstream, git
 from test_apply_synthetic import (
     ADD_DOC,
@@ -201,3 +202,28 @@ def test_a_command_in_another_repository_leaves_its_apply_alone(
     assert f"no apply is in progress in {elsewhere}; one is, in {upstream.path}" in here.out
     monkeypatch.chdir(tmp_path)  # outside any repository, the only apply is found
     assert rebaser("status").out.startswith("apply in progress")
+
+
+def test_an_apply_onto_a_release_is_found_from_another_repository_through_a_linked_cache(
+    rebaser, tmp_path, fake_pypi, monkeypatch
+):
+    """The README's flow: an apply onto a PyPI release stops; `status` from the checkout
+    (another repository) finds it, as its repository is rebaser's own, in the cache. With
+    the cache folder reached through a link it said "no apply in progress" (a review)."""
+    (tmp_path / "real-cache").mkdir()
+    (tmp_path / "cache").symlink_to(tmp_path / "real-cache")
+    monkeypatch.setenv("DSA_FORKKIT_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "patches"
+    folder.mkdir()
+    clash = CALC_SUB.replace(
+        " def add(a, b):\n     return a + b\n", " def add(a, b):\n     return b + a\n"
+    )
+    (folder / "0001-sub.patch").write_text(clash)
+    (folder / "series").write_text("@name rel\n0001-sub.patch\n")
+    stopped = rebaser("apply", "--series", folder / "series", "--upstream",
+                      "pypi:megatron-core==9.9.0", "--test", "none")  # fmt: skip
+    assert stopped.code == ExitCode.NOT_APPLIED, stopped.out + stopped.err
+    checkout = tmp_path / "checkout"
+    git(tmp_path, "init", "-q", str(checkout))
+    monkeypatch.chdir(checkout)
+    assert rebaser("status").out.startswith("apply in progress: branch forkkit/rel/")
