@@ -276,17 +276,19 @@ diff --git a/megatron/core/calc.py b/megatron/core/calc.py
 """
 
 
+@pytest.mark.parametrize("recorded", ["pypi:megatron-core==9.9.0", "git:" + "1" * 40])
 def test_refresh_moves_a_release_base_to_the_release_the_branch_is_on(
-    rebaser, tmp_path, fake_pypi, isolated_cache
+    rebaser, tmp_path, fake_pypi, isolated_cache, recorded
 ):
-    """A series on pypi:megatron-core==9.9.0 applied to 9.9.1 and refreshed: its patches are
-    9.9.1's, so @base says 9.9.1 (it stayed 9.9.0: a review)."""
+    """A series applied to 9.9.1 and refreshed: its patches are 9.9.1's, so @base says 9.9.1
+    (it stayed as it was: a review; then a git: base became the cache's own commit, which
+    no clone has: a review of that)."""
     fake_pypi.wheels["9.9.1"] = wheel_bytes("9.9.1", extra={"megatron/core/new.py": "N = 1\n"})
     folder = tmp_path / "patches"
     folder.mkdir()
     (folder / "0001-sub.patch").write_text(CALC_SUB)
     series = folder / "series"
-    series.write_text("@name rel\n@base pypi:megatron-core==9.9.0\n0001-sub.patch\n")
+    series.write_text(f"@name rel\n@base {recorded}\n0001-sub.patch\n")
     report = tmp_path / "r.json"
     applied = rebaser("apply", "--series", series, "--upstream", "pypi:megatron-core==9.9.1",
                       "--test", "none", "--json", report)  # fmt: skip

@@ -165,24 +165,21 @@ def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
 
 def _moved_base(series: Series, git: Git, overlay_sha: str) -> Optional[str]:
     """The series' new `@base` when the branch was built on another one (its patches are
-    exported against that base now), said as the series says it: `git:<sha>`, or for a
-    release the `pypi:` version the PyPI cache tagged that commit with. None when it did
-    not move, or the series names none."""
-    if series.base is None:
+    exported against that base now): `pypi:<package>==<version>` for a release's commit in
+    rebaser's cache (its tag says which), else `git:<sha>` for a series that names a commit
+    of this repository. None when it did not move, or cannot be said so that an apply
+    finds it (a release series on a clone's commit; "the latest release" stays)."""
+    if series.base is None or (series.base.release and series.base.release.version is None):
         return None
     base_sha = git.out("rev-parse", f"{overlay_sha}^")
-    if series.base.commit is not None:
-        recorded = git.rev_parse(series.base.commit)
-        return None if recorded == base_sha else f"git:{base_sha}"
-    release = series.base.release
-    if release is None or release.version is None:  # "the latest": no version to move
+    tags = git.out("tag", "--points-at", base_sha, "--list", "pypi/*").split()
+    if tags:
+        _, package, version = tags[0].split("/", 2)
+        moved = f"pypi:{package}=={version}"
+        return None if moved == str(series.base) else moved
+    if series.base.commit is None or (recorded := git.rev_parse(series.base.commit)) is None:
         return None
-    package = release.package
-    tags = git.out("tag", "--points-at", base_sha, "--list", f"pypi/{package}/*").split()
-    if not tags:  # not a release's commit: it cannot be said as one (left as it is)
-        return None
-    moved = f"pypi:{package}=={tags[0].rsplit('/', 1)[1]}"
-    return None if moved == str(series.base) else moved
+    return None if recorded == base_sha else f"git:{base_sha}"
 
 
 def _refuse_another_series(
