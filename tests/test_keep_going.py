@@ -314,12 +314,18 @@ def test_skip_names_the_work_of_yours_it_sets_aside(rebaser, tmp_path, upstream)
     tree = Path(report["worktree"])
     (tree / "notes.txt").write_text("mine\n")
     (tree / "pkg/__init__.py").write_text("# edited\n")
+    (tree / "staged.txt").write_text("added\n")  # staged or committed count too (a review)
+    git(tree, "add", "staged.txt")
+    (tree / "README").write_text("committed\n")
+    git(tree, "add", "README")
+    git(tree, "commit", "-qm", "mine", "--", "README")
     skipped = rebaser("skip", "--repo", upstream.path)
     assert skipped.code == ExitCode.NOT_APPLIED, skipped.err
     backup = git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/")
     said = " ".join(skipped.out.split())
     assert (
-        f"set aside at {backup}: your changes to pkg/__init__.py and new files notes.txt" in said
+        f"set aside at {backup}: changes to README, pkg/__init__.py and new files notes.txt, "
+        "staged.txt" in said
     ), said
     assert f"git checkout {backup} -- <path>" in said
     assert git(upstream.path, "show", f"{backup}:notes.txt") == "mine"

@@ -74,7 +74,7 @@ class SetAside:
     def describe(self) -> str:
         if not self.changed and not self.new:
             return f"the work on it is kept at {self.ref}"
-        yours = [f"your changes to {', '.join(self.changed)}"] if self.changed else []
+        yours = [f"changes to {', '.join(self.changed)}"] if self.changed else []
         yours += [f"new files {', '.join(self.new)}"] if self.new else []
         return (
             f"set aside at {self.ref}: {' and '.join(yours)} (`git checkout {self.ref} -- "
@@ -94,10 +94,20 @@ def set_aside(worktree: Git, branch: str, patch: Patch, stopped_at: str) -> Opti
     backup = refs.backup(branch, f"skipped-{number(patch)}")
     worktree.run("update-ref", backup, kept)
     worktree.discard_changes(stopped_at)  # untracked files are in the backup
+    # What the patch does not touch is the user's: untracked or staged new files (not the
+    # stop's .rej files), changed files, and files changed in commits made since the stop.
     touched = set(patch.touched_paths)
-    new = [path for code, path in entries if code == "??" and not path.endswith(".rej")]
-    changed = [path for code, path in entries if code[1] in "MTD" and path not in touched]
-    return SetAside(backup, changed, new)
+    new = [
+        path
+        for code, path in entries
+        if (code == "??" and not path.endswith(".rej")) or (code[0] == "A" and path not in touched)
+    ]
+    changed = [path for code, path in entries if code not in ("??", "A ") and path not in touched]
+    if head != stopped_at:
+        committed = worktree.run("diff", "--name-only", "-z", stopped_at, head).stdout
+        seen = touched | set(new) | set(changed)
+        changed += [path for path in committed.split("\0") if path and path not in seen]
+    return SetAside(backup, sorted(changed), sorted(new))
 
 
 def _status_entries(worktree: Git) -> list[tuple[str, str]]:
