@@ -260,3 +260,20 @@ def test_a_long_series_is_one_column_of_counts_in_the_terminal(rebaser, tmp_path
     assert result.code == ExitCode.OK, result.out
     assert "12 clean" in result.out and "0012" not in result.out
     assert "0012" in (tmp_path / "m.md").read_text()
+
+
+def test_merge_takes_a_cpu_and_a_gpu_report_of_one_base():
+    """docs/ci.md's fork workflow runs a CPU job and a GPU job on the same base and merges
+    them: the refusal of a base twice stopped that (a review). Twice means the same tests."""
+    from rebaser.commands.verify import BaseResult, _refuse_mixed
+    from rebaser.errors import RebaserError
+    from rebaser.sequencer.report import Report
+    from rebaser.steps.testrun import SuiteResult
+
+    def result(suite: str) -> BaseResult:
+        report = Report("apply", "demo", "up", "0" * 40, suites=[SuiteResult(suite, "passed")])
+        return BaseResult("pypi:megatron-core", 0, report)
+
+    _refuse_mixed([result("overlay (cpu)"), result("overlay (gpu)")])
+    with pytest.raises(RebaserError, match="is in more than one report"):
+        _refuse_mixed([result("overlay (cpu)"), result("overlay (cpu)")])

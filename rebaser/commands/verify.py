@@ -8,7 +8,6 @@ and patch, printed for a terminal and written as JSON and Markdown for CI.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import sys
 from collections import Counter
@@ -97,7 +96,7 @@ _TERMINAL_COLUMNS = 8  # patch columns a terminal table shows; past it, statuses
 
 def _counts(cells: Sequence[str]) -> str:
     """ "10 clean, 2 dropped": the steps' statuses counted, most first."""
-    counts = collections.Counter(cell for cell in cells if cell != "-")
+    counts = Counter(cell for cell in cells if cell != "-")
     return ", ".join(f"{count} {status}" for status, count in counts.most_common()) or "-"
 
 
@@ -109,11 +108,15 @@ def _refuse_mixed(results: Sequence[BaseResult]) -> None:
             f"reports of different series: {', '.join(series)}",
             next_step="merge the reports of one series",
         )
-    bases = [result.base for result in results]
-    if twice := sorted({base for base in bases if bases.count(base) > 1}):
+    # A base's CPU and GPU jobs are two rows (their suites differ); the same run twice is not.
+    runs = [
+        (result.base, tuple(s.name for s in result.report.suites) if result.report else ())
+        for result in results
+    ]
+    if twice := sorted({base for base, suites in runs if runs.count((base, suites)) > 1}):
         raise RebaserError(
-            f"base {', '.join(twice)} is in more than one report",
-            next_step="merge one report per base",
+            f"base {', '.join(twice)} is in more than one report, with the same tests",
+            next_step="merge one report per base and test mode",
         )
 
 
