@@ -258,7 +258,6 @@ _OUTPUTS = {
 def main(argv: Optional[Sequence[str]] = None) -> int:
     _lenient_output()
     try:
-        _require_current_folder()
         args = build_parser().parse_args(argv)
         for name, option in _OUTPUTS.items():
             if (target := getattr(args, name, None)) is not None:
@@ -279,6 +278,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BrokenPipeError:  # `rebaser status | head -1`: the reader went away
         return _reader_gone()
     except OSError as error:
+        if isinstance(error, FileNotFoundError) and _current_folder_gone():
+            gone = RebaserError(
+                "the current folder no longer exists (a worktree `rebaser abort` or `apply "
+                "--force` removed?)",
+                next_step="cd into the repository (or pass --repo), then run the command again",
+            )
+            Output().error(gone)
+            return int(gone.code)
         if error.errno not in MACHINE_ERRNOS:  # a file rebaser did not expect: a bug
             return _crashed(error, argv)
         Output().error(machine_failure(error))
@@ -287,17 +294,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _crashed(error, argv)
 
 
-def _require_current_folder() -> None:
-    """Paths are read from the current folder; a shell can stay in one that `abort` or
-    `apply --force` removed (a folder of the worktree)."""
+def _current_folder_gone() -> bool:
+    """A shell can stay in a folder that `abort` or `apply --force` removed (a folder of
+    the worktree): a command that needs it then finds nothing there."""
     try:
         os.getcwd()
     except FileNotFoundError:
-        raise RebaserError(
-            "the current folder no longer exists (a worktree `rebaser abort` or `apply "
-            "--force` removed?)",
-            next_step="cd into the repository, then run the command again",
-        ) from None
+        return True
+    return False
 
 
 def _lenient_output() -> None:

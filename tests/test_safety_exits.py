@@ -322,6 +322,8 @@ def test_a_current_folder_that_was_removed_is_named(
     assert result.code == ExitCode.USAGE, result.err
     assert "the current folder no longer exists" in result.err
     assert "cd into the repository" in result.err
+    # With the repository named, the current folder is not needed (a review of the above).
+    assert rebaser("status", "--repo", upstream.path).code == ExitCode.OK
 
 
 @pytest.mark.parametrize("command", ["continue", "skip"])
