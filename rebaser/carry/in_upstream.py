@@ -186,8 +186,8 @@ def superseded_in(
 
 
 def _preimages(repo: Git, patch: Patch) -> dict[str, Optional[str]]:
-    """Each file as the patch found it on the fork's base (its `index` line's blob), when
-    the repository has that blob."""
+    """Each file as the patch found it where it was made (its `index` line's blob: the
+    fork's base with the earlier patches), when the repository has that blob."""
     files = parse_diff(patch.raw) or []
     blobs = repo.blobs([diff.old_blob for diff in files if not diff.created])
     return {

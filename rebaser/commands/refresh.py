@@ -145,7 +145,7 @@ def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
     for entry, text in zip(entries, texts):
         changes.append(_write(series.patches_dir / entry, text, write=write))
     kept = refs.read_left_off(git, branch)  # the apply left them off; they still need work
-    folder = series.patches_dir.name  # as _write names the files it writes
+    folder = series.patches_dir.name  # the series' own folder, not always patches/
     for name, status in kept.items():
         changes.append(ExportedFile(f"{folder}/{name}", f"kept ({status} on the branch)"))
     for stale in [p for p in series.patches if p.entry not in entries and p.name not in kept]:
