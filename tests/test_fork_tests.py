@@ -79,6 +79,18 @@ def applied(rebaser, series: Path, upstream, report: Path):
     return rebaser(*args, "--test", "cpu", "--json", report)
 
 
+def failing_fork_suite(rebaser, tmp_path: Path, upstream) -> dict:
+    """The fork (base..fork) imported and applied onto v2 with its tests: they fail; the
+    report's fork suite."""
+    series = tmp_path / "series"
+    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
+    assert main(["import", *arguments, str(series)]) == 0
+    report = tmp_path / "r.json"
+    result = applied(rebaser, series / "series", upstream, report)
+    assert result.code == ExitCode.TESTS_FAILED, result.out + result.err
+    return {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+
+
 def test_import_records_the_test_files_the_fork_adds_or_changes(tmp_path, upstream):
     gone = {"tests/test_gone.py": "def test_gone():\n    pass\n", "tests/helper.py": "X = 1\n"}
     upstream.commit({"pkg/units.py": UNITS}, "units", tag="base")
@@ -275,13 +287,7 @@ def test_an_upstream_test_new_on_the_base_that_the_carry_breaks_is_a_regression(
     git(upstream.path, "checkout", "-q", "main")
     other_test = "from pkg.other import other\n\n\ndef test_other():\n    assert other() == 1\n"
     upstream.commit({"tests/test_other.py": other_test}, "tests: other", tag="v2")
-    series = tmp_path / "series"
-    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
-    assert main(["import", *arguments, str(series)]) == 0
-    report = tmp_path / "r.json"
-    result = applied(rebaser, series / "series", upstream, report)
-    assert result.code == ExitCode.TESTS_FAILED, result.out + result.err
-    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+    fork = failing_fork_suite(rebaser, tmp_path, upstream)
     assert fork["failures"] == ["regression: tests.test_other::test_other (failed)"], fork
     (note,) = [test for test in fork["tests"] if test["test"] == "tests.test_other::test_other"]
     assert note["verdict"] == "regression" and note["blame"] == "0002-five.patch", note
@@ -301,13 +307,7 @@ def test_a_test_file_that_no_longer_imports_says_why_and_its_tests_are_regressio
     git(upstream.path, "mv", "pkg/other.py", "pkg/tools.py")
     git(upstream.path, "commit", "-qm", "move other to tools")
     git(upstream.path, "tag", "v2")
-    series = tmp_path / "series"
-    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
-    assert main(["import", *arguments, str(series)]) == 0
-    report = tmp_path / "r.json"
-    result = applied(rebaser, series / "series", upstream, report)
-    assert result.code == ExitCode.TESTS_FAILED, result.out + result.err
-    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+    fork = failing_fork_suite(rebaser, tmp_path, upstream)
     notes = {note["test"]: note for note in fork["tests"]}
     collection = notes["::tests.test_mine"]
     assert "ModuleNotFoundError: No module named 'pkg.other'" in collection["reason"], collection

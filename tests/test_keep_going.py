@@ -263,39 +263,51 @@ def test_a_knock_on_check_reads_each_file_once(tmp_path, upstream):
     assert reads == ["pkg/calc.py"]
 
 
+DOC_AND_DOUBLE = [("fork: document add", ADD_DOC), ("fork: double mul", DOUBLE_MUL)]
+
+
+def kept_going_onto_swapped_mul(rebaser, tmp_path, upstream, versions) -> tuple[Path, dict]:
+    """The series of `versions` on v1 (its @base), applied with --keep-going onto a v2 that
+    swaps mul's operands (0002, doubling them, conflicts): the series and the report."""
+    base = git(upstream.path, "rev-parse", "v1")
+    series = calc_series(tmp_path, upstream, versions, extra_directives=f"@base git:{base}\n")
+    upstream.commit(
+        {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n")}, "v2", tag="v2"
+    )
+    return series, apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going")[1]
+
+
+def retried_by_hand(rebaser, series: Path, tree: Path) -> None:
+    """`retry 0002`, its conflict in mul resolved by hand as the patch meant it, staged."""
+    assert rebaser("retry", "0002", "--series", series, "--repo", tree).code == ExitCode.NOT_APPLIED
+    calc = (tree / "pkg/calc.py").read_text()
+    resolved = "    return 2 * a * b\n".join(
+        [calc.split("<<<<<<<")[0], calc.split(">>>>>>>")[1].split("\n", 1)[1]]
+    )
+    (tree / "pkg/calc.py").write_text(resolved)
+    git(tree, "add", "pkg/calc.py")
+
+
 def test_refresh_after_a_retry_keeps_the_patches_left_off_in_their_order(
     rebaser, tmp_path, upstream
 ):
     """0002 retried lands at the branch's tip; 0003 and 0005 (each blocked on the one before)
     stay left off. refresh put 0005 back after 0004, before the 0003 it needs, so the next
     apply reported 0003 needing 0005."""
-    base = git(upstream.path, "rev-parse", "v1")
-    series = calc_series(
+    series, report = kept_going_onto_swapped_mul(
+        rebaser,
         tmp_path,
         upstream,
         [
-            ("fork: document add", ADD_DOC),
-            ("fork: double mul", DOUBLE_MUL),
+            *DOC_AND_DOUBLE,
             ("fork: say why", COMMENTED),
             ("fork: check div", CHECKED),
             ("fork: say it twice", edit(CHECKED, "# doubled\n", "# doubled, twice\n")),
         ],
-        extra_directives=f"@base git:{base}\n",
     )
-    upstream.commit(
-        {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n")}, "v2", tag="v2"
-    )
-    _, report = apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going")
     assert statuses(report) == ["laid", "clean", "dropped", "blocked", "clean", "blocked"]
     tree = Path(report["worktree"])
-    assert rebaser("retry", "0002", "--series", series, "--repo", tree).code == ExitCode.NOT_APPLIED
-    calc = (tree / "pkg/calc.py").read_text()
-    (tree / "pkg/calc.py").write_text(
-        calc.split("<<<<<<<")[0]
-        + "    return 2 * a * b\n"
-        + calc.split(">>>>>>>")[1].split("\n", 1)[1]
-    )
-    git(tree, "add", "pkg/calc.py")
+    retried_by_hand(rebaser, series, tree)
     assert rebaser("continue", "--repo", upstream.path).code == ExitCode.NOT_APPLIED
     refreshed = rebaser("refresh", "--series", series, "--repo", tree)
     assert refreshed.code == ExitCode.OK, refreshed.err
@@ -380,33 +392,20 @@ def test_refresh_after_a_retry_puts_a_patch_left_off_after_the_one_it_needs(
     """0002 retried lands at the tip; 0004 (left off, it edits 0002's line) went back after
     0003, before the 0002 it needs, and the next apply called it a real conflict (a review
     of the fix above)."""
-    base = git(upstream.path, "rev-parse", "v1")
     doubled_and_checked = edit(DOUBLE_MUL, "    return a / b\n", "    assert b\n    return a / b\n")
-    series = calc_series(
+    series, report = kept_going_onto_swapped_mul(
+        rebaser,
         tmp_path,
         upstream,
         [
-            ("fork: document add", ADD_DOC),
-            ("fork: double mul", DOUBLE_MUL),
+            *DOC_AND_DOUBLE,
             ("fork: check div", doubled_and_checked),
             ("fork: say why", edit(doubled_and_checked, "2 * a * b\n", "2 * a * b  # doubled\n")),
         ],
-        extra_directives=f"@base git:{base}\n",
     )
-    upstream.commit(
-        {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n")}, "v2", tag="v2"
-    )
-    _, report = apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going")
     assert statuses(report) == ["laid", "clean", "dropped", "clean", "blocked"]
     tree = Path(report["worktree"])
-    assert rebaser("retry", "0002", "--series", series, "--repo", tree).code == ExitCode.NOT_APPLIED
-    calc = (tree / "pkg/calc.py").read_text()
-    (tree / "pkg/calc.py").write_text(
-        calc.split("<<<<<<<")[0]
-        + "    return 2 * a * b\n"
-        + calc.split(">>>>>>>")[1].split("\n", 1)[1]
-    )
-    git(tree, "add", "pkg/calc.py")
+    retried_by_hand(rebaser, series, tree)
     rebaser("continue", "--repo", upstream.path)
     assert rebaser("refresh", "--series", series, "--repo", tree).code == ExitCode.OK
     listed = [line[:4] for line in series.read_text().splitlines() if line.endswith(".patch")]
