@@ -37,7 +37,7 @@ def test_pypi_releases_materialise_as_tagged_reproducible_commits(tmp_path, monk
 def test_unknown_release_is_a_usage_error(rebaser):
     result = rebaser("apply", "--upstream", "pypi:megatron-core==0.0.42", "--test", "none")
     assert result.code == ExitCode.USAGE
-    assert "PyPI has no wheel megatron-core==0.0.42" in result.err
+    assert "PyPI has no release megatron-core==0.0.42" in result.err
 
 
 @pytest.mark.parametrize("version", ["0.19.0", "0.19.1", "0.19.2"])

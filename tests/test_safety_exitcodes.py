@@ -32,7 +32,7 @@ def test_unreachable_pypi_is_an_environment_failure(rebaser, tmp_path, monkeypat
 def test_unknown_release_is_still_a_usage_error(rebaser, fake_pypi):
     result = rebaser("apply", "--upstream", "pypi:megatron-core==0.0.42", "--test", "none")
     assert result.code == ExitCode.USAGE
-    assert "PyPI has no wheel megatron-core==0.0.42" in result.err and "9.9.0" in result.err
+    assert "PyPI has no release megatron-core==0.0.42" in result.err and "9.9.0" in result.err
 
 
 def test_an_unexpected_exception_exits_6_with_one_line_and_a_log(

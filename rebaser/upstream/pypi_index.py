@@ -62,9 +62,13 @@ def find_wheel(package: str, version: Optional[str]) -> tuple[str, WheelFile]:
     wheels = _wheels(project["releases"].get(version, []))
     if not wheels:
         recent = sorted((v for v in project["releases"] if _final(v)), key=Version)[-8:]
+        missing = (
+            f"no wheel {package}=={version} for Python {WHEEL_PYTHON_VERSION}"
+            if version in project["releases"]
+            else f"no release {package}=={version}"  # not "no wheel": there is nothing
+        )
         raise RebaserError(
-            f"PyPI has no wheel {package}=={version} for Python {WHEEL_PYTHON_VERSION}"
-            + (f"; recent releases: {', '.join(recent)}" if recent else ""),
+            f"PyPI has {missing}" + (f"; recent releases: {', '.join(recent)}" if recent else ""),
             next_step="check the version",
             code=ExitCode.USAGE,
         )
