@@ -135,7 +135,8 @@ def _refuse_a_stopped_apply(git: Git, branch: str) -> None:
 
 def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
     overlay_sha, commits = branch_commits(git, branch)
-    _refuse_another_series(series, git, branch, overlay_sha, commits)
+    kept = refs.read_left_off(git, branch)  # the apply left them off; they still need work
+    _refuse_another_series(series, git, branch, overlay_sha, commits, kept)
     texts = [export_patch(git, commit.sha) for commit in commits]  # a refusal writes nothing
     changes = _refresh_overlay(series, git, overlay_sha, branch, write=write)
     entries = _patch_entries(series, commits)  # paths from the series' folder
@@ -144,7 +145,6 @@ def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
     )
     for entry, text in zip(entries, texts):
         changes.append(_write(series.patches_dir / entry, text, write=write))
-    kept = refs.read_left_off(git, branch)  # the apply left them off; they still need work
     folder = series.patches_dir.name  # the series' own folder, not always patches/
     for name, status in kept.items():
         changes.append(ExportedFile(f"{folder}/{name}", f"kept ({status} on the branch)"))
@@ -183,7 +183,12 @@ def _moved_base(series: Series, git: Git, overlay_sha: str) -> Optional[str]:
 
 
 def _refuse_another_series(
-    series: Series, git: Git, branch: str, overlay_sha: str, commits: list[BranchCommit]
+    series: Series,
+    git: Git,
+    branch: str,
+    overlay_sha: str,
+    commits: list[BranchCommit],
+    kept: dict[str, str],
 ) -> None:
     """Exporting a branch into a series it was not made from would delete that series'
     patches and write the branch's over them. The overlay commit names its series; on a
@@ -200,7 +205,7 @@ def _refuse_another_series(
             f"({series.file})",
             next_step=fix,
         )
-    named = {c.identity for c in commits if c.identity} | set(refs.read_left_off(git, branch))
+    named = {c.identity for c in commits if c.identity} | set(kept)
     if made_from is None and named and not named & {p.name for p in series.patches}:
         raise RebaserError(
             f"branch {branch} names none of the patches of series {series.name} "
