@@ -169,19 +169,15 @@ def superseded_in(
     to every file. With `repo`, where the file the patch was made on (its preimage blob)
     is at hand: only when one of those lines is new to it, else the file had them all
     along and upstream added none."""
-    found = [
-        path
-        for path, lines in file_lines(patch).items()
-        if not lines.created and lines.added and lines.added <= present_lines(read(path))
-    ]
+    added = {path: lines.added for path, lines in file_lines(patch).items() if not lines.created}
+    found = [path for path, lines in added.items() if lines and lines <= present_lines(read(path))]
     if not found or repo is None:
         return found
     made_on = _preimages(repo, patch)
     return [
         path
         for path in found
-        if (text := made_on.get(path)) is None
-        or not file_lines(patch)[path].added <= present_lines(text)
+        if (text := made_on.get(path)) is None or not added[path] <= present_lines(text)
     ]
 
 

@@ -92,9 +92,10 @@ def left_off(
 def empty_for_want_of(patch: Patch, missing: list[Patch], carry: SeriesContext) -> Optional[Patch]:
     """For a patch found already made on the branch: the missing patch that may have made
     it so (carry/knockon.emptied_by), unless an upstream commit made the same change."""
-    if carry.history and carry.history.commit_with_same_change(patch):
+    needed = emptied_by(patch, missing)  # the cheaper question first
+    if needed is None or (carry.history and carry.history.commit_with_same_change(patch)):
         return None
-    return emptied_by(patch, missing)
+    return needed
 
 
 def emptied(outcome: PatchOutcome, needed: Patch) -> PatchOutcome:
