@@ -168,13 +168,14 @@ def find_in_progress(repo_hint: Optional[Path]) -> ApplyState:
         inside = here
         candidates = [Git(path) for path in registered_repos()]
     states = [state for git in candidates if (state := load(git)) is not None]
-    cache = cache_dir().resolve()
-    users = [s for s in states if not Path(s.repo).resolve().is_relative_to(cache)]
-    if inside is not None and users:
-        raise InProgressElsewhere(
-            f"no apply is in progress in {inside.path}; one is, in {users[0].repo}",
-            next_step=f"run the command there, or pass --repo {users[0].repo}",
-        )
+    if inside is not None:  # from another repository, only an apply in rebaser's cache
+        cache = cache_dir().resolve()
+        users = [s for s in states if not Path(s.repo).resolve().is_relative_to(cache)]
+        if users:
+            raise InProgressElsewhere(
+                f"no apply is in progress in {inside.path}; one is, in {users[0].repo}",
+                next_step=f"run the command there, or pass --repo {users[0].repo}",
+            )
     if not states:
         raise NothingInProgress(
             "no apply is in progress", next_step="start one with `rebaser apply`"

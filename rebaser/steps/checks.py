@@ -12,7 +12,6 @@ from typing import Callable, Optional
 
 import unidiff
 
-
 from rebaser.codemods import AnchorNotFound, Codemods
 from rebaser.repo.git import Git
 from rebaser.series.patches import Series, SymbolSpec
