@@ -328,6 +328,7 @@ def test_skip_names_the_work_of_yours_it_sets_aside(rebaser, tmp_path, upstream)
     (tree / "pkg/__init__.py").write_text("# edited\n")
     (tree / "staged.txt").write_text("added\n")  # staged or committed count too (a review)
     git(tree, "add", "staged.txt")
+    (tree / "staged.txt").write_text("added, then edited\n")  # "AM": a new file, once
     (tree / "README").write_text("committed\n")
     git(tree, "add", "README")
     git(tree, "commit", "-qm", "mine", "--", "README")

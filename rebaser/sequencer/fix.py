@@ -102,7 +102,7 @@ def set_aside(worktree: Git, branch: str, patch: Patch, stopped_at: str) -> Opti
         for code, path in entries
         if (code == "??" and not path.endswith(".rej")) or (code[0] == "A" and path not in touched)
     ]
-    changed = [path for code, path in entries if code not in ("??", "A ") and path not in touched]
+    changed = [path for code, path in entries if code[0] not in "?A" and path not in touched]
     if head != stopped_at:
         committed = worktree.run("diff", "--name-only", "-z", stopped_at, head).stdout
         seen = touched | set(new) | set(changed)
