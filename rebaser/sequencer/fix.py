@@ -86,7 +86,7 @@ def set_aside(worktree: Git, branch: str, patch: Patch, stopped_at: str) -> Opti
     """Back the branch up to where it stopped; anything done since goes to a backup ref
     (None when nothing was done)."""
     head = worktree.out("rev-parse", "HEAD")
-    entries = _status_entries(worktree)
+    entries = worktree.status_entries()
     if not entries and head == stopped_at:
         return None
     message = f"forkkit: work on {patch.name} set aside by rebaser skip\n"
@@ -108,19 +108,6 @@ def set_aside(worktree: Git, branch: str, patch: Patch, stopped_at: str) -> Opti
         seen = touched | set(new) | set(changed)
         changed += [path for path in committed.split("\0") if path and path not in seen]
     return SetAside(backup, sorted(changed), sorted(new))
-
-
-def _status_entries(worktree: Git) -> list[tuple[str, str]]:
-    """(two-letter status, path) of each changed, staged or untracked path, names as they
-    are (`-z`: no quoting)."""
-    out = worktree.run("status", "--porcelain=v1", "-z", "--untracked-files=all").stdout
-    fields, entries = iter(out.split("\0")), []
-    for field in fields:
-        if len(field) > 3:
-            entries.append((field[:2], field[3:]))
-            if field[0] in "RC":
-                next(fields, None)  # a rename's or copy's source
-    return entries
 
 
 def _refuse_unfinished(worktree: Git, name: str, status: Optional[list[str]] = None) -> None:
