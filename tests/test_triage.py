@@ -187,6 +187,69 @@ def test_a_knock_on_stops_triage_starts_beside_it_too(rebaser, tmp_path, upstrea
         assert reports[0][key] == reports[1][key], key
 
 
+def two_stops(upstream: SyntheticUpstream, tmp_path: Path) -> tuple[list[str], Path]:
+    """A series of three patches on v1 whose first and third collide with upstream 17 and
+    23 on `tip` (going on past them, the lane leaves both off): upstream's shas, the series."""
+    text, planted = CALC, {}
+    for number, (old, new) in {17: ("a * b", "b * a"), 23: ("a - b", "-b + a")}.items():
+        text = edit(text, f"return {old}", f"return {new}")
+        planted[number] = {"pkg/calc.py": text}
+    shas = history(upstream, 30, planted)
+    changes = [
+        Change("fork: double mul", {"pkg/calc.py": DOUBLED}),
+        Change("fork: a note", {"pkg/note.py": "NOTE = 1\n"}),
+        Change("fork: halve sub", {"pkg/calc.py": edit(DOUBLED, "a - b", "(a - b) / 2")}),
+    ]
+    base = git(upstream.path, "rev-parse", "v1")
+    series = build_series(
+        tmp_path / "proj", upstream, "v1", changes, extra_directives=f"@base git:{base}\n"
+    )
+    return shas, series
+
+
+def test_going_on_the_patches_left_off_are_triaged_beside_the_lane(rebaser, tmp_path, upstream):
+    """With --keep-going the patches the lane leaves off are bisected while the lane goes on
+    (the triage after verification finds its answers in the memo): the same verdicts as the
+    per-patch path's apply, which has no lane to work beside."""
+    shas, series = two_stops(upstream, tmp_path)
+    rows = []
+    for name, lane in (("lane", []), ("alone", ["--no-fast-lane", "--force"])):
+        report = tmp_path / f"{name}.json"
+        done = apply(rebaser, series, upstream, "tip", "--keep-going", *lane, "--json", report)
+        assert done.code == ExitCode.NOT_APPLIED, done.out + done.err
+        beside = "triage beside the lane: 2 stopped patches, " in done.err
+        assert beside == (name == "lane"), done.err
+        if beside:  # every answer found in the memo
+            assert "triage: 2 stopped patches, 0 merges" in done.err, done.err
+        rows.append(json.loads(report.read_text())["steps"][1:])
+        shutil.rmtree(upstream.path / ".git" / "forkkit" / "memo")  # asked again
+    assert rows[0] == rows[1]
+    found = {row["name"][:4]: row["collides_with"] for row in rows[0]}
+    assert found["0001"]["sha"] == shas[16] and found["0003"]["sha"] == shas[22], found
+    assert found["0002"] is None
+
+
+def test_ctrl_c_while_the_triage_runs_beside_the_lane_can_be_continued(rebaser, tmp_path, upstream):
+    """Ctrl-C as the lane ends, its triage's thread still asking: the apply ends at once
+    (the thread stops after its answer under way) saying what is possible, and `continue`
+    finds the verdicts an apply that was not interrupted finds."""
+    shas, series = two_stops(upstream, tmp_path)
+    point = FaultPoint("rebaser.steps.fastlane:_results", "before", 1)
+    args = [*apply_args(series, upstream, "tip"), "--keep-going"]
+    interrupted = run_with_fault(point, args, how="interrupt")
+    assert interrupted.returncode != 0, interrupted.stdout + interrupted.stderr
+    assert "rebaser continue" in interrupted.stderr, interrupted.stderr
+    report = tmp_path / "continued.json"
+    continued = rebaser("continue", "--repo", upstream.path, "--json", report)
+    assert continued.code == ExitCode.NOT_APPLIED, continued.out + continued.err
+    found = {
+        row["name"][:4]: (row["status"], row["collides_with"])
+        for row in json.loads(report.read_text())["steps"][1:]
+    }
+    assert [found[number][0] for number in ("0001", "0003")] == ["dropped", "dropped"], found
+    assert found["0001"][1]["sha"] == shas[16] and found["0003"][1]["sha"] == shas[22], found
+
+
 def test_a_triage_ahead_that_guessed_wrong_is_not_taken(rebaser, tmp_path, upstream, monkeypatch):
     """Where the stop's rows are not what the triage ahead judged (here: other conflicts),
     the triage after the stop works its verdicts out again (from the memo where it can)."""

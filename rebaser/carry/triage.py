@@ -344,6 +344,17 @@ class Triage:
             )
         return verdicts
 
+    def ask_ahead(self, patches: Sequence[Patch]) -> None:
+        """Ask upstream what judge() will ask for these patches' names, for the memo."""
+        self._added_upstream([], patches)
+
+    def ask_stopped(self, row: Row, earlier: list[Row]) -> None:
+        """Ask upstream what judge() will ask about a stopped patch, for the memo: the
+        commit it collides with, whether upstream has its lines or its feature."""
+        self._collide_once(row, earlier)
+        self._same_lines(row)
+        self._same_feature(row)
+
     def _added_upstream(self, rows: list[Row], later: Sequence[Patch]):  # type: ignore[no-untyped-def]
         """(each row's patch's new names, where each is on the base, where on the target
         among those upstream added): asked on the target first, then on the base for those
@@ -384,7 +395,7 @@ class Triage:
             _in_upstream(row)
             or _follows(row, dropped, self._common_topics)
             or _needs_path(row, dropped, self.upstream, self._lines_of)
-            or self._superseded(row, fresh, at_target, collision)
+            or self._superseded(row, fresh, at_target)
         )
         if reason:
             return Verdict(DROP, reason, collision, own)
@@ -458,14 +469,10 @@ class Triage:
         row: Row,
         fresh: dict[str, str],
         at_target: dict[str, list[str]],
-        collision: Optional[tuple[str, str, str]],
     ) -> Optional[str]:
         return (
             self._same_identifiers(row, fresh, at_target)
-            or (
-                row.status in STOPPED
-                and (self._same_lines(row) or self._same_feature(row, collision))
-            )
+            or (row.status in STOPPED and (self._same_lines(row) or self._same_feature(row)))
             or None
         )
 
@@ -518,7 +525,7 @@ class Triage:
             return None
         return f"superseded: upstream already has {there} of the {total} lines it adds"
 
-    def _same_feature(self, row: Row, collision: Optional[tuple[str, str, str]]) -> Optional[str]:
+    def _same_feature(self, row: Row) -> Optional[str]:
         """An upstream commit touching the patch's files whose subject shares words with the
         patch's that are rare in upstream's history: upstream made the same feature."""
         mine = set(words(row.patch.subject))

@@ -353,6 +353,7 @@ class _Run:
         self.progress, self.command = progress, command
         self.carry = carry  # built at once by apply (to prefetch the commits), else lazily
         self._triage_ahead: Optional[Callable[[], Optional[proposals.Triaged]]] = None
+        self._beside: Optional[proposals.BesideTheLane] = None
         self.worktree = Git(state.worktree)
         self.git_dir = workspace.worktree_git_dir(self.worktree.path)
 
@@ -377,6 +378,9 @@ class _Run:
                 "`rebaser status` shows what was done; `rebaser continue` goes on from the last "
                 "finished step, `rebaser abort` drops the apply (its work is kept in a ref)"
             ) from None
+        finally:
+            if self._beside is not None:  # a run that fails leaves no thread waiting
+                self._beside.cancel()
 
     def _steps(self) -> Optional[Report]:
         """Run the plan's steps; the report when one stops."""
@@ -455,12 +459,26 @@ class _Run:
         # Going on past failures, the lane judges the patches git stops at by itself.
         context = self._context()
         judge = LaneJudge(context) if self.state.keep_going else None
+        if judge is not None and (beside := self._triage_beside()) is not None:
+            judge = beside.watching(judge, self.state.steps, patches)
         carried, handed = fastlane.carry(
             self.worktree, self.git_dir, branch, head, patches, commits, context.missing, judge
         )
         self.record(*carried)
         if handed is not None and judge is None:
             self._triage_before_the_stop(handed)
+
+    def _triage_beside(self) -> Optional[proposals.BesideTheLane]:
+        """The triage of the patches a lane leaves off, run beside it (an apply that goes
+        on past failures; a retry bisects only the patch it retries)."""
+        state, replay = self.state, self.carry.replay if self.carry else None
+        if not state.triage or state.retry_step is not None or replay is None:
+            return None
+        if self._beside is None:
+            self._beside = proposals.BesideTheLane(
+                self.series, state.repo_git, self.git_dir, state.base_sha, replay
+            )
+        return self._beside
 
     def _triage_before_the_stop(self, handed: fastlane.Handed) -> None:
         """The patch the lane left in conflict is about to stop on the per-patch path (in
@@ -546,6 +564,8 @@ class _Run:
         holds the patches that have no row here."""
         state = self.state
         known = self._triage_ahead() if self._triage_ahead is not None else None
+        if self._beside is not None and (said := self._beside.wait()):
+            self.progress(said)
         listed = {row.name for row in rows}
         on_branch = [p.name for p in self.series.patches if p.name not in listed]
         return proposals.annotate(

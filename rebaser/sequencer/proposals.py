@@ -3,12 +3,14 @@ proposal with a reason on every patch row and, on every patch that stopped, the 
 commit it collides with (bisected in a scratch repository, carry/collision.py).
 
 It runs only when the run has a stop: on the happy path every row gets its proposal
-without a git process.
+without a git process. Its git work starts early where it can: beside the fast lane as it
+leaves patches off (BesideTheLane), beside the per-patch path as a patch stops (ahead()).
 """
 
 from __future__ import annotations
 
 import contextlib
+import queue
 import re
 import threading
 import time
@@ -24,11 +26,11 @@ from rebaser.repo import scratch
 from rebaser.repo.git import Git
 from rebaser.repo.memo import memo
 from rebaser.wording import counted
-from rebaser.series.patches import Series
+from rebaser.series.patches import Patch, Series
 from rebaser.steps.attempts import PatchOutcome
-from rebaser.steps.fastlane import Handed
+from rebaser.steps.fastlane import Handed, Judge
 from rebaser.steps.patching import left_off
-from rebaser.steps.records import Collision, StepRow, StepStatus, Stop, patch_row
+from rebaser.steps.records import LEFT_OFF, Collision, StepRow, StepStatus, Stop, patch_row
 
 _NEEDS = re.compile(r"^needs (\S+), which did not apply")
 
@@ -142,6 +144,103 @@ def ahead(
         return found[0] if found else None
 
     return wait
+
+
+class BesideTheLane:
+    """The triage of the patches a lane leaves off (going on past failures), worked out
+    while the lane goes on: its git sequencer and structured merges keep one core busy, the
+    triage's bisections and greps are git processes too. What it finds goes to the memo,
+    named by everything each answer depends on, where the triage after verification finds
+    it; a guess the rows later contradict (a lane cut before a patch it carried) costs
+    only time. One thread for the whole run: it starts at the first patch left off."""
+
+    def __init__(self, series: Series, repo: Git, git_dir: Path, target: str, replay: Replay):
+        self.series, self.repo, self.git_dir = series, repo, git_dir
+        self.target, self.replay = target, replay
+        self._asked: queue.SimpleQueue[Optional[tuple[triage.Row, list[triage.Row]]]] = (
+            queue.SimpleQueue()
+        )
+        self._thread: Optional[threading.Thread] = None
+        self._stopping = threading.Event()
+        self.triaged = self.merges = 0  # stopped patches asked about, bisection merges
+
+    def watching(self, judge: Judge, rows: Sequence[StepRow], lane: Sequence[Patch]) -> Judge:
+        """`judge` for the lane carrying `lane` after `rows`: each patch it leaves off is
+        triaged beside it, the lane's earlier patches counted as carried unless judged."""
+        known = {row.name: row for row in rows}
+        for patch in lane:
+            known[patch.name] = patch_row(patch, StepStatus.CLEAN, "", [])
+
+        def watched(
+            patch: Patch, at: Git, head: str, notes: str = ""
+        ) -> Optional[Callable[[], Optional[StepRow]]]:
+            verdict = judge(patch, at, head, notes)
+            if verdict is None:
+                return None
+
+            def row() -> Optional[StepRow]:  # in the lane's judging thread, in series order
+                found = verdict()
+                if found is not None:
+                    known[patch.name] = found
+                    if found.status in LEFT_OFF:
+                        self._ask(patch, known)
+                return found
+
+            return row
+
+        return watched
+
+    def _ask(self, patch: Patch, known: dict[str, StepRow]) -> None:
+        judged = _judged(self.series, known, None, ())
+        mine = [position for position, row in enumerate(judged) if row.patch.name == patch.name]
+        if not mine:
+            return
+        self._asked.put((judged[mine[0]], judged[: mine[0]]))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="forkkit-triage-beside")
+            self._thread.start()
+
+    def _work(self) -> None:
+        # Any failure here the triage after verification meets again, and reports.
+        with contextlib.suppress(Exception):
+            memo_for = partial(memo, self.repo)
+            upstream = triage.Upstream(self.repo, self.replay.base_sha, self.target, memo_for)
+            with (
+                scratch.repository(self.git_dir, self.target) as lane,
+                Bisector(
+                    lane, self.replay.base_sha, self.target, self.replay.commit_of, upstream.log
+                ) as bisector,
+            ):
+                triaged = triage.Triage(upstream, bisector, memo_for)
+                triaged.ask_ahead(self.series.patches)
+                try:
+                    while not self._stopping.is_set() and (asked := self._asked.get()):
+                        triaged.ask_stopped(*asked)
+                        self.triaged += 1
+                finally:
+                    self.merges = bisector.merges
+
+    def wait(self) -> str:
+        """Until every patch asked about is answered: the triage after the lane then finds
+        its answers in the memo. What was done, for the progress line ("" nothing)."""
+        self._finish()
+        if not self.triaged:
+            return ""
+        return (
+            f"triage beside the lane: {counted(self.triaged, 'stopped patch')}, "
+            f"{counted(self.merges, 'merge')}"
+        )
+
+    def cancel(self) -> None:
+        """Stop after the answer under way (a run that ends without its triage)."""
+        self._stopping.set()
+        self._finish()
+
+    def _finish(self) -> None:
+        self._asked.put(None)
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
 
 def _judged(
