@@ -344,7 +344,7 @@ class Triage:
             )
         return verdicts
 
-    def ask_ahead(self, patches: Sequence[Patch]) -> None:
+    def ask_names(self, patches: Sequence[Patch]) -> None:
         """Ask upstream what judge() will ask for these patches' names, for the memo."""
         self._added_upstream([], patches)
 

@@ -212,7 +212,7 @@ class BesideTheLane:
                 ) as bisector,
             ):
                 triaged = triage.Triage(upstream, bisector, memo_for)
-                triaged.ask_ahead(self.series.patches)
+                triaged.ask_names(self.series.patches)
                 try:
                     while not self._stopping.is_set() and (asked := self._asked.get()):
                         triaged.ask_stopped(*asked)
