@@ -3,7 +3,8 @@
 Applies a series (`rebaser import` of a fork's branch) onto a newer upstream commit with
 `--keep-going`, with the triage (keep/drop proposals, colliding commits) and without it,
 alternating, in-process (the interpreter's start is not counted); prints each run, the
-medians and the difference. Also the triage's own time, as its progress line says it.
+medians and the difference. Also the triage's own time, as its progress lines say it (what
+the run waited for it, beside the lane and after it).
 Target: the triage adds at most 10 s to a 33-commit fork (docs/real-fork.md). It needs a
 clone holding the fork and upstream, so it is not run in CI:
 
@@ -36,8 +37,9 @@ def once(repo: Path, series: Path, base: str, triage: bool) -> tuple[float, floa
     started = time.monotonic()
     report = machine.apply(options, said.append)
     seconds = time.monotonic() - started
-    found = [re.search(r"triage: .*, ([0-9.]+) s$", line) for line in said]
-    own = next((float(match.group(1)) for match in found if match), 0.0)
+    # The triage's own time: what the run waited for it, beside the lane and after it.
+    found = [re.search(r"^triage.*, (?:waited )?([0-9.]+) s$", line) for line in said]
+    own = sum(float(match.group(1)) for match in found if match)
     statuses: dict[str, int] = {}
     for row in report.steps:
         statuses[str(row.status)] = statuses.get(str(row.status), 0) + 1

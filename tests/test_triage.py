@@ -229,6 +229,49 @@ def test_going_on_the_patches_left_off_are_triaged_beside_the_lane(rebaser, tmp_
     assert found["0002"] is None
 
 
+def test_a_patch_asked_about_in_two_lanes_is_counted_once(rebaser, tmp_path, upstream):
+    """A lane cut before a patch it left off (an exact apply ort would make otherwise)
+    asks about that patch again in the next lane: the progress line counts patches, and
+    the verdicts are the per-patch path's."""
+    blocks = "x\ny\nz\n" * 6
+    upstream.commit({"pkg/blocks.txt": blocks}, "blocks", tag="base")
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+    halved = edit(edit(CALC, "return a * b", "return 2 * a * b"), "a - b", "(a - b) / 2")
+    for files, subject in (
+        ({"pkg/note.py": "NOTE = 1\n"}, "fork: a note"),
+        ({"pkg/calc.py": edit(CALC, "return a * b", "return 2 * a * b")}, "fork: double mul"),
+        ({"pkg/blocks.txt": "x\ny\nz\n" * 3 + "x\nY\nz\n" + "x\ny\nz\n" * 2}, "fork: Y"),
+        ({"pkg/calc.py": halved}, "fork: halve sub"),
+    ):
+        upstream.commit(files, subject)
+    git(upstream.path, "checkout", "-q", "main")
+    calc = edit(CALC, "return a * b", "return b * a")
+    for number in range(1, 9):
+        files = {"pkg/other.py": f"VERSION = {number}\n"}
+        if number in (3, 6):
+            calc = calc if number == 3 else edit(calc, "return a - b", "return -b + a")
+            files["pkg/calc.py"] = calc
+        upstream.commit(files, f"upstream {number}")
+    upstream.commit({"pkg/blocks.txt": "q\nq\n" + blocks}, "two lines on top", tag="tip")
+    series = tmp_path / "s" / "series"
+    imported = rebaser(
+        "import", "--repo", upstream.path, "--range", "base..fork", "--series-dir", series.parent
+    )
+    assert imported.code == ExitCode.OK, imported.err
+    rows, said = [], []
+    for extra in ([], ["--no-fast-lane", "--force"]):
+        report = tmp_path / "report.json"
+        done = rebaser(
+            "apply", "--series", series, "--repo", upstream.path, "--base", "tip", "--test",
+            "none", "--keep-going", "--json", report, *extra,
+        )  # fmt: skip
+        said.append(done.err)
+        rows.append(json.loads(report.read_text())["steps"])
+        shutil.rmtree(upstream.path / ".git" / "forkkit" / "memo")
+    assert "triage beside the lane: 2 stopped patches, " in said[0], said[0]
+    assert "one git rebase" in said[0] and rows[0] == rows[1]
+
+
 def test_ctrl_c_while_the_triage_runs_beside_the_lane_can_be_continued(rebaser, tmp_path, upstream):
     """Ctrl-C as the lane ends, its triage's thread still asking: the apply ends at once
     (the thread stops after its answer under way) saying what is possible, and `continue`
@@ -248,6 +291,23 @@ def test_ctrl_c_while_the_triage_runs_beside_the_lane_can_be_continued(rebaser, 
     }
     assert [found[number][0] for number in ("0001", "0003")] == ["dropped", "dropped"], found
     assert found["0001"][1]["sha"] == shas[16] and found["0003"][1]["sha"] == shas[22], found
+
+
+def test_ctrl_c_while_the_lanes_triage_is_awaited_can_be_continued(rebaser, tmp_path, upstream):
+    """Ctrl-C while the run waits for the triage beside the lane (the carry and its
+    verification done): `continue` finishes it, as the interruption's message says."""
+    shas, series = two_stops(upstream, tmp_path)
+    point = FaultPoint("rebaser.sequencer.proposals:BesideTheLane.wait", "before", 1)
+    args = [*apply_args(series, upstream, "tip"), "--keep-going"]
+    interrupted = run_with_fault(point, args, how="interrupt")
+    assert "rebaser continue" in interrupted.stderr, interrupted.stderr
+    report = tmp_path / "continued.json"
+    continued = rebaser("continue", "--repo", upstream.path, "--json", report)
+    assert continued.code == ExitCode.NOT_APPLIED, continued.out + continued.err
+    found = {
+        row["name"][:4]: row["collides_with"] for row in json.loads(report.read_text())["steps"][1:]
+    }
+    assert found["0001"]["sha"] == shas[16] and found["0003"]["sha"] == shas[22], found
 
 
 def test_a_triage_ahead_that_guessed_wrong_is_not_taken(rebaser, tmp_path, upstream, monkeypatch):
@@ -375,6 +435,45 @@ def test_a_patch_whose_names_upstream_added_is_superseded(
         f"superseded: {shas[3][:12]} (upstream 4) adds the same names: "
         "function topk_backend, function select_topk (2 of 2)"
     )
+
+
+def test_a_git_killed_by_a_signal_leaves_no_answer_in_the_memo(
+    carry_changes, rebaser, tmp_path, upstream, monkeypatch
+):
+    """A terminal's Ctrl-C reaches git too: a `git grep` killed by SIGINT wrote no match,
+    and its empty output was remembered as "upstream has none of these names", so every
+    later triage onto that target kept a superseded patch. A git killed by a signal gives
+    no answer: the apply fails saying so, and the next one finds the names."""
+    history(upstream, 8, {4: {"pkg/topk.py": TOPK + "\n\ndef topk_backend():\n    return 1\n"}})
+    fork_topk = TOPK.replace("scores.topk(k)", "scores.topk(k, sorted=False)")
+    fork_calc = (
+        edit(CALC, "return a * b", "return 2 * a * b") + "\n\ndef topk_backend():\n    return 2\n"
+    )
+    changes = [Change("fork: explicit top-k", {"pkg/topk.py": fork_topk, "pkg/calc.py": fork_calc})]
+    upstream.commit({"pkg/calc.py": edit(CALC, "return a * b", "return b * a")}, "upstream 9")
+    git(upstream.path, "tag", "-f", "tip")
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "git").write_text(
+        "#!/bin/bash\n"
+        'for a in "$@"; do [ "$a" = grep ] && kill -INT $$; done\n'
+        f'exec {shutil.which("git")} "$@"\n'
+    )
+    (shim / "git").chmod(0o755)
+    with monkeypatch.context() as patched:
+        patched.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+        base = git(upstream.path, "rev-parse", "v1")
+        series = build_series(
+            tmp_path / "proj", upstream, "v1", changes, extra_directives=f"@base git:{base}\n"
+        )
+        killed = apply(rebaser, series, upstream, "tip", "--keep-going")
+    assert killed.code == ExitCode.ENVIRONMENT, killed.out + killed.err
+    assert "git grep" in killed.err and "signal 2" in killed.err, killed.err
+    report = tmp_path / "again.json"
+    again = apply(rebaser, series, upstream, "tip", "--keep-going", "--force", "--json", report)
+    assert again.code == ExitCode.NOT_APPLIED, again.out + again.err
+    row = json.loads(report.read_text())["steps"][-1]
+    assert row["proposal"] == "drop", row["reason"]
 
 
 def test_a_stopped_patch_whose_lines_upstream_has_is_superseded(

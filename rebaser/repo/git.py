@@ -279,7 +279,7 @@ class Git:
         self, args: tuple[str, ...], env: Optional[Mapping[str, str]], stdin: Optional[bytes]
     ) -> subprocess.CompletedProcess[bytes]:
         try:
-            return subprocess.run(
+            completed = subprocess.run(
                 self.command(*args),
                 cwd=self.path,
                 env=self.environment(env),
@@ -297,6 +297,16 @@ class Git:
                 next_step="install git (2.30 or newer)",
                 code=ExitCode.ENVIRONMENT,
             ) from exc
+        if completed.returncode < 0:
+            # Killed by a signal (a terminal's Ctrl-C reaches git too): what it wrote is no
+            # answer, even to a caller that reads a failure as "none found".
+            raise RebaserError(
+                f"git {_subcommand(args)} was killed by signal {-completed.returncode}",
+                where=str(self.path),
+                next_step="run the command again; `rebaser status` says where an apply stands",
+                code=ExitCode.ENVIRONMENT,
+            )
+        return completed
 
     @staticmethod
     def command(*args: str) -> list[str]:
@@ -391,6 +401,17 @@ class Git:
             stdin=message.encode(),
         )
         return self.out("rev-parse", "HEAD")
+
+
+def _subcommand(args: Sequence[str]) -> str:
+    """The git command of a command line (its options and `-c` settings left out)."""
+    words = iter(args)
+    for word in words:
+        if word == "-c":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return " ".join(args)
 
 
 def _output(name: str, text: str, limit: int = 2000) -> str:

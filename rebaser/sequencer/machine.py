@@ -480,6 +480,14 @@ class _Run:
             )
         return self._beside
 
+    def _triaged_beside(self) -> None:
+        """Until the triage beside the lanes has answered (the triage after them reads its
+        answers in the memo)."""
+        if self._beside is not None:
+            said, self._beside = self._beside.wait(), None
+            if said:
+                self.progress(said)
+
     def _triage_before_the_stop(self, handed: fastlane.Handed) -> None:
         """The patch the lane left in conflict is about to stop on the per-patch path (in
         the worktree: git processes, mostly): its triage starts meanwhile."""
@@ -533,6 +541,7 @@ class _Run:
         missing = self._missing()
         applied = replace(self.series, patches=[p for p in self.series.patches if p not in missing])
         checks = verify(self.worktree, state.base_sha, applied)
+        self._triaged_beside()  # before the state goes: Ctrl-C here leaves a `continue`
         if not all(check.ok for check in checks):
             state.stopped = Stop(StopPhase.VERIFY, "verification", "verification failed")
             state.save()
@@ -564,8 +573,7 @@ class _Run:
         holds the patches that have no row here."""
         state = self.state
         known = self._triage_ahead() if self._triage_ahead is not None else None
-        if self._beside is not None and (said := self._beside.wait()):
-            self.progress(said)
+        self._triaged_beside()
         listed = {row.name for row in rows}
         on_branch = [p.name for p in self.series.patches if p.name not in listed]
         return proposals.annotate(

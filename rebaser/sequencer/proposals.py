@@ -162,7 +162,8 @@ class BesideTheLane:
         )
         self._thread: Optional[threading.Thread] = None
         self._stopping = threading.Event()
-        self.triaged = self.merges = 0  # stopped patches asked about, bisection merges
+        self._answered: set[str] = set()  # the stopped patches asked about
+        self._merges = 0  # the bisection's
 
     def watching(self, judge: Judge, rows: Sequence[StepRow], lane: Sequence[Patch]) -> Judge:
         """`judge` for the lane carrying `lane` after `rows`: each patch it leaves off is
@@ -192,10 +193,8 @@ class BesideTheLane:
 
     def _ask(self, patch: Patch, known: dict[str, StepRow]) -> None:
         judged = _judged(self.series, known, None, ())
-        mine = [position for position, row in enumerate(judged) if row.patch.name == patch.name]
-        if not mine:
-            return
-        self._asked.put((judged[mine[0]], judged[: mine[0]]))
+        mine = next(at for at, row in enumerate(judged) if row.patch.name == patch.name)
+        self._asked.put((judged[mine], judged[:mine]))
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name="forkkit-triage-beside")
             self._thread.start()
@@ -216,19 +215,20 @@ class BesideTheLane:
                 try:
                     while not self._stopping.is_set() and (asked := self._asked.get()):
                         triaged.ask_stopped(*asked)
-                        self.triaged += 1
+                        self._answered.add(asked[0].patch.name)
                 finally:
-                    self.merges = bisector.merges
+                    self._merges = bisector.merges
 
     def wait(self) -> str:
         """Until every patch asked about is answered: the triage after the lane then finds
         its answers in the memo. What was done, for the progress line ("" nothing)."""
+        started = time.monotonic()
         self._finish()
-        if not self.triaged:
+        if not self._answered:
             return ""
         return (
-            f"triage beside the lane: {counted(self.triaged, 'stopped patch')}, "
-            f"{counted(self.merges, 'merge')}"
+            f"triage beside the lane: {counted(len(self._answered), 'stopped patch')}, "
+            f"{counted(self._merges, 'merge')}, waited {time.monotonic() - started:.1f} s"
         )
 
     def cancel(self) -> None:
