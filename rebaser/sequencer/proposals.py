@@ -211,13 +211,21 @@ class BesideTheLane:
                 ) as bisector,
             ):
                 triaged = triage.Triage(upstream, bisector, memo_for)
-                triaged.ask_names(self.series.patches)
+                # The greps for the names beside the bisections, as judge() runs them: the
+                # lane leaves the machine to the thread's last answers alone.
+                names = threading.Thread(
+                    target=_quietly(triaged.ask_names),
+                    args=(self.series.patches,),
+                    name="forkkit-triage-names",
+                )
+                names.start()
                 try:
                     while not self._stopping.is_set() and (asked := self._asked.get()):
                         triaged.ask_stopped(*asked)
                         self._answered.add(asked[0].patch.name)
                 finally:
                     self._merges = bisector.merges
+                    names.join()
 
     def wait(self) -> str:
         """Until every patch asked about is answered: the triage after the lane then finds
@@ -241,6 +249,16 @@ class BesideTheLane:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+
+def _quietly(ask: Callable[..., None]) -> Callable[..., None]:
+    """`ask` whose failure is left to the triage after the lane, which meets it again."""
+
+    def asked(*args: object) -> None:
+        with contextlib.suppress(Exception):
+            ask(*args)
+
+    return asked
 
 
 def _judged(
