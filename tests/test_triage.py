@@ -437,38 +437,52 @@ def test_a_patch_whose_names_upstream_added_is_superseded(
     )
 
 
-def test_a_git_killed_by_a_signal_leaves_no_answer_in_the_memo(
-    carry_changes, rebaser, tmp_path, upstream, monkeypatch
-):
-    """A terminal's Ctrl-C reaches git too: a `git grep` killed by SIGINT wrote no match,
-    and its empty output was remembered as "upstream has none of these names", so every
-    later triage onto that target kept a superseded patch. A git killed by a signal gives
-    no answer: the apply fails saying so, and the next one finds the names."""
+def _superseded_by_names(upstream: SyntheticUpstream, tmp_path: Path) -> Path:
+    """A series of one patch whose two new names upstream added on `tip`, and that stops
+    there: proposed for drop, as superseded, when the triage finds the names."""
     history(upstream, 8, {4: {"pkg/topk.py": TOPK + "\n\ndef topk_backend():\n    return 1\n"}})
     fork_topk = TOPK.replace("scores.topk(k)", "scores.topk(k, sorted=False)")
-    fork_calc = (
-        edit(CALC, "return a * b", "return 2 * a * b") + "\n\ndef topk_backend():\n    return 2\n"
-    )
+    doubled = edit(CALC, "return a * b", "return 2 * a * b")
+    fork_calc = doubled + "\n\ndef topk_backend():\n    return 2\n"
     changes = [Change("fork: explicit top-k", {"pkg/topk.py": fork_topk, "pkg/calc.py": fork_calc})]
     upstream.commit({"pkg/calc.py": edit(CALC, "return a * b", "return b * a")}, "upstream 9")
     git(upstream.path, "tag", "-f", "tip")
+    base = git(upstream.path, "rev-parse", "v1")
+    return build_series(
+        tmp_path / "proj", upstream, "v1", changes, extra_directives=f"@base git:{base}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "failure",
+    ["kill -INT $$", "echo 'fatal: regex too big' >&2; exit 128"],
+    ids=["signal", "status"],
+)
+def test_a_failed_grep_of_upstreams_names_is_not_remembered(
+    rebaser, tmp_path, upstream, monkeypatch, failure
+):
+    """A terminal's Ctrl-C reaches git too: a `git grep` killed by SIGINT wrote no match,
+    and its empty output was remembered as "upstream has none of these names", so every
+    later triage onto that target kept a superseded patch; a grep that fails (status 128)
+    was remembered the same way. A git killed by a signal fails its command; a failed grep
+    answers nothing and is asked again next time."""
+    series = _superseded_by_names(upstream, tmp_path)
     shim = tmp_path / "bin"
     shim.mkdir()
     (shim / "git").write_text(
         "#!/bin/bash\n"
-        'for a in "$@"; do [ "$a" = grep ] && kill -INT $$; done\n'
+        f'for a in "$@"; do [ "$a" = grep ] && {{ {failure}; }}; done\n'
         f'exec {shutil.which("git")} "$@"\n'
     )
     (shim / "git").chmod(0o755)
     with monkeypatch.context() as patched:
         patched.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
-        base = git(upstream.path, "rev-parse", "v1")
-        series = build_series(
-            tmp_path / "proj", upstream, "v1", changes, extra_directives=f"@base git:{base}\n"
-        )
-        killed = apply(rebaser, series, upstream, "tip", "--keep-going")
-    assert killed.code == ExitCode.ENVIRONMENT, killed.out + killed.err
-    assert "git grep" in killed.err and "signal 2" in killed.err, killed.err
+        failed = apply(rebaser, series, upstream, "tip", "--keep-going")
+    if failure.startswith("kill"):
+        assert failed.code == ExitCode.ENVIRONMENT, failed.out + failed.err
+        assert "git grep was killed by signal 2" in failed.err, failed.err
+    else:
+        assert failed.code == ExitCode.NOT_APPLIED, failed.out + failed.err
     report = tmp_path / "again.json"
     again = apply(rebaser, series, upstream, "tip", "--keep-going", "--force", "--json", report)
     assert again.code == ExitCode.NOT_APPLIED, again.out + again.err

@@ -167,17 +167,21 @@ class Upstream:
         self.related: bool = status == 0
         self.log = RangeHistory(repo, base, target)  # shared with the bisections
 
-    def defined(self, rev: str, names: Sequence[str]) -> dict[str, list[str]]:
-        """For each name, the files of `rev` where it appears as a word. One regular
+    def defined(self, rev: str, names: Sequence[str]) -> Optional[dict[str, list[str]]]:
+        """For each name, the files of `rev` where it appears as a word; None when git
+        cannot tell (its grep failed: no answer, not "none of them"). One regular
         expression: git grep tries several -e patterns one by one on every line (minutes
         on Megatron-LM for 200 names), an alternation in one pass (a second)."""
         if not names:
             return {}
         pattern = "(" + "|".join(re.escape(name) for name in sorted(set(names))) + ")"
-        out = self.repo.run(
+        grep = self.repo.run(
             "grep", "-o", "-w", "-E", "-I", "-z", "--no-color", "-e", pattern, rev, "--",
             check=False,
-        ).stdout  # fmt: skip
+        )  # fmt: skip
+        if grep.status not in (0, 1):  # 1: no match
+            return None
+        out = grep.stdout
         # A match a record, `<rev>:<file>\0<name>\n` (77,000 for a fork's names in
         # Megatron-LM): each (file, name) once. A name holds no newline; a file name may
         # hold any character but NUL, so a record is cut at NULs and its name's newline.
@@ -369,15 +373,17 @@ class Triage:
     def _defined(self, rev: str, names: Sequence[str]) -> dict[str, list[str]]:
         """Upstream.defined, asked only for the names no earlier command asked about at
         `rev` (a grep of Megatron-LM for a fork's 350 names takes about a second; each stop
-        adds a patch's few)."""
+        adds a patch's few); where git cannot tell, none found this time."""
         if self.memo_for is None:
-            return self.upstream.defined(rev, names)
+            return self.upstream.defined(rev, names) or {}
         entry = self.memo_for("defined", rev)
         known = entry.load() or {}
         asked, found = set(known.get("asked", [])), dict(known.get("found", {}))
         if fresh := sorted(set(names) - asked):
-            found.update(self.upstream.defined(rev, fresh))
-            entry.save({"asked": sorted(asked | set(fresh)), "found": found})
+            answer = self.upstream.defined(rev, fresh)
+            if answer is not None:  # a failed grep is asked again next time
+                found.update(answer)
+                entry.save({"asked": sorted(asked | set(fresh)), "found": found})
         return {name: found[name] for name in names if name in found}
 
     def _judge(
