@@ -152,7 +152,8 @@ class BesideTheLane:
     triage's bisections and greps are git processes too. What it finds goes to the memo,
     named by everything each answer depends on, where the triage after verification finds
     it; a guess the rows later contradict (a lane cut before a patch it carried) costs
-    only time. One thread for the whole run: it starts at the first patch left off."""
+    only time. One thread for the whole run, and one for the greps of the series' names:
+    they start at the first patch left off."""
 
     def __init__(self, series: Series, repo: Git, git_dir: Path, target: str, replay: Replay):
         self.series, self.repo, self.git_dir = series, repo, git_dir
@@ -211,8 +212,8 @@ class BesideTheLane:
                 ) as bisector,
             ):
                 triaged = triage.Triage(upstream, bisector, memo_for)
-                # The greps for the names beside the bisections, as judge() runs them: the
-                # lane leaves the machine to the thread's last answers alone.
+                # The greps for the names beside the bisections, as judge() runs them: once
+                # the lane ends, the last answers are asked two at a time.
                 names = threading.Thread(
                     target=_quietly(triaged.ask_names),
                     args=(self.series.patches,),
