@@ -103,11 +103,6 @@ APPLIED = frozenset(
 STOPPED = frozenset({"dropped", "blocked", "skipped", "failed"})
 
 
-def number(patch: Patch) -> str:
-    head = patch.name.split("-", 1)[0]
-    return head if head.isdigit() else patch.name
-
-
 MemoFor = Callable[..., Memo]  # memo_for(kind, *key): an entry of the repository's memo
 
 
@@ -585,7 +580,7 @@ def _in_upstream(row: Row) -> Optional[str]:
 def _follows(row: Row, dropped: list[Row], common: set[str]) -> Optional[str]:
     """It only follows up a patch proposed for drop (`common`: topics too many patches of
     the series share to say anything)."""
-    if row.needs is not None and any(number(r.patch) == row.needs for r in dropped):
+    if row.needs is not None and any(r.patch.number == row.needs for r in dropped):
         return f"builds on {row.needs}, proposed for drop"
     for earlier in reversed(dropped):
         link = _link(row.patch, earlier.patch, common)
@@ -600,14 +595,14 @@ def _link(patch: Patch, earlier: Patch, common: set[str]) -> Optional[str]:
     subject, mine = earlier.subject, patch.message
     fixup = rf"^(fixup|squash|amend)! {re.escape(subject)}|^Revert \"{re.escape(subject)}\""
     if re.search(fixup, mine):
-        return f"a fixup or revert of {number(earlier)}"
+        return f"a fixup or revert of {earlier.number}"
     for pr in _own_pull_requests(subject):
         if pr not in _own_pull_requests(patch.subject) and re.search(rf"#{pr}\b", mine):
-            return f"follows up {number(earlier)} (#{pr})"
+            return f"follows up {earlier.number} (#{pr})"
     topic = _topic(subject)
     shared = set(patch.touched_paths) & set(earlier.touched_paths)
     if topic and topic not in common and topic == _topic(patch.subject) and shared:
-        return f"follows up {number(earlier)} ({topic}:, the same files)"
+        return f"follows up {earlier.number} ({topic}:, the same files)"
     return None
 
 
@@ -632,7 +627,7 @@ def _needs_path(
     )
     for name, owner in sorted(created.items()):
         if re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", added):
-            return f"needs {name}, which only {number(owner.patch)} (proposed for drop) creates"
+            return f"needs {name}, which only {owner.patch.number} (proposed for drop) creates"
     return None
 
 

@@ -14,7 +14,6 @@ from rebaser.repo.git import Git, committer_env
 from rebaser.sequencer import recovery
 from rebaser.series.patches import Patch, Series, identity, with_identity
 from rebaser.steps.checks import find_conflict_markers
-from rebaser.steps.patching import number
 from rebaser.steps.records import StepRow, StepStatus
 
 
@@ -91,7 +90,7 @@ def set_aside(worktree: Git, branch: str, patch: Patch, stopped_at: str) -> Opti
         return None
     message = f"forkkit: work on {patch.name} set aside by rebaser skip\n"
     kept = recovery.snapshot(worktree, message) if entries else head
-    backup = refs.backup(branch, f"skipped-{number(patch)}")
+    backup = refs.backup(branch, f"skipped-{patch.number}")
     worktree.run("update-ref", backup, kept)
     worktree.discard_changes(stopped_at)  # untracked files are in the backup
     # What the patch does not touch is the user's: untracked or staged new files (not the

@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 
 from rebaser.errors import ExitCode
 from rebaser.wording import counted
-from rebaser.steps.patching import number_of
+from rebaser.series.patches import number_of
 from rebaser.steps.records import StepRow, Stop
 from rebaser.steps.testrun import SuiteResult
 from rebaser.steps.checks import Check

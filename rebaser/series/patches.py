@@ -155,6 +155,11 @@ class Patch:
     def touched_paths(self) -> list[str]:
         return [change.path for change in self.files]
 
+    @property
+    def number(self) -> str:
+        """`0011` for 0011-fix-things.patch: how people name patches of a series."""
+        return number_of(self.name)
+
     @classmethod
     def load(cls, path: Path, entry: Optional[str] = None) -> "Patch":
         where = str(path)
@@ -372,6 +377,12 @@ class _Listing:
                 next_step="fix the name or add the patch file",
             )
         self.names.append(name)
+
+
+def number_of(name: str) -> str:
+    """`0011` for the file name 0011-fix-things.patch (the name itself if it has none)."""
+    head = name.split("-", 1)[0]
+    return head if head.isdigit() else name
 
 
 def _inside_tree(path: str) -> bool:

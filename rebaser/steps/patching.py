@@ -50,17 +50,6 @@ class PatchStep:
         return StepResult(row, worktree.commit(patch.message, author=patch.author, date=patch.date))
 
 
-def number(patch: Patch) -> str:
-    """`0011` for 0011-fix-things.patch: how people name patches of a series."""
-    return number_of(patch.name)
-
-
-def number_of(name: str) -> str:
-    """`0011` for the file name 0011-fix-things.patch (the name itself if it has none)."""
-    head = name.split("-", 1)[0]
-    return head if head.isdigit() else name
-
-
 def _failed(
     context: StepContext, patch: Patch, outcome: PatchOutcome, row: StepRow, needed: Optional[Patch]
 ) -> StepResult:
@@ -81,7 +70,7 @@ def left_off(
     """A failed patch's stop, and its row when it is left off the branch: `blocked` when it
     needs `needed` (a patch left off before it, carry/knockon.py), else `dropped`."""
     if needed is not None:
-        stop = Stop(StopPhase.APPLY, patch.name, f"needs {number(needed)}, which did not apply")
+        stop = Stop(StopPhase.APPLY, patch.name, f"needs {needed.number}, which did not apply")
     else:
         hunks = [report.describe() for report in outcome.hunks]
         stop = Stop(StopPhase.APPLY, patch.name, outcome.detail, outcome.conflicts, hunks)
@@ -103,7 +92,7 @@ def emptied(outcome: PatchOutcome, needed: Patch) -> PatchOutcome:
     off) may have removed what this one adds back."""
     return PatchOutcome(
         StepStatus.FAILED,
-        f"its change looks made already ({outcome.detail.split(':')[0]}), but {number(needed)}, "
+        f"its change looks made already ({outcome.detail.split(':')[0]}), but {needed.number}, "
         "left off, removes what it adds back: upstream may not have it",
     )
 

@@ -24,8 +24,7 @@ from typing import Callable, Optional, Sequence
 from rebaser.repo import workspace
 from rebaser.repo.git import Git
 from rebaser.repo.probe import ProbeTree, probe_tree
-from rebaser.series.patches import Series, identity, is_test_file
-from rebaser.steps.patching import number, number_of
+from rebaser.series.patches import Series, identity, is_test_file, number_of
 from rebaser.steps.records import StepRow
 from rebaser.steps.step import SeriesContext
 from rebaser.steps.testrun import (
@@ -329,7 +328,7 @@ def mark_for_review(rows: list[StepRow], suites: list[SuiteResult], series: Seri
         if not notes or row.name not in patches:
             continue
         tests = ", ".join(note.test.rsplit("::", 1)[-1] for note in notes)
-        reason = f"{tests} fail{'s' if len(notes) == 1 else ''} from {number(patches[row.name])} on"
+        reason = f"{tests} fail{'s' if len(notes) == 1 else ''} from {patches[row.name].number} on"
         upstream = notes[0].upstream
         if upstream:
             more = len(upstream) - _UPSTREAM_SHOWN
