@@ -351,8 +351,8 @@ class Triage:
         """Ask upstream what judge() will ask about a stopped patch, for the memo: the
         commit it collides with, whether upstream has its lines or its feature."""
         self._collide_once(row, earlier)
-        self._same_lines(row)
-        self._same_feature(row)
+        if not self._same_lines(row):  # _superseded asks for the feature only then
+            self._same_feature(row)
 
     def _added_upstream(self, rows: list[Row], later: Sequence[Patch]):  # type: ignore[no-untyped-def]
         """(each row's patch's new names, where each is on the base, where on the target
