@@ -468,13 +468,21 @@ class _Run:
         if handed is not None and judge is None:
             self._triage_before_the_stop(handed)
 
+    def _replay_for_early_triage(self) -> Optional[Replay]:
+        """The patches' own commits a triage started early bisects with; None where none
+        starts early (no triage, or a retry: it bisects only the patch it retries)."""
+        state, replay = self.state, self.carry.replay if self.carry else None
+        if not state.triage or state.retry_step is not None:
+            return None
+        return replay
+
     def _triage_beside(self) -> Optional[proposals.BesideTheLane]:
         """The triage of the patches a lane leaves off, run beside it (an apply that goes
-        on past failures; a retry bisects only the patch it retries)."""
-        state, replay = self.state, self.carry.replay if self.carry else None
-        if not state.triage or state.retry_step is not None or replay is None:
+        on past failures)."""
+        if (replay := self._replay_for_early_triage()) is None:
             return None
         if self._beside is None:
+            state = self.state
             self._beside = proposals.BesideTheLane(
                 self.series, state.repo_git, self.git_dir, state.base_sha, replay
             )
@@ -491,9 +499,9 @@ class _Run:
     def _triage_before_the_stop(self, handed: fastlane.Handed) -> None:
         """The patch the lane left in conflict is about to stop on the per-patch path (in
         the worktree: git processes, mostly): its triage starts meanwhile."""
-        state, replay = self.state, self.carry.replay if self.carry else None
+        state, replay = self.state, self._replay_for_early_triage()
         step = self.plan[state.next_step] if state.next_step < len(self.plan) else None
-        if not state.triage or state.retry_step is not None or replay is None:
+        if replay is None:
             return
         if step is None or step.patch is not handed.patch:  # the lane was cut before it
             return
