@@ -811,13 +811,19 @@ def select_candidates(
 ):  # fmt: skip
     """The row's answer from its ``found`` candidates (in column order, at most CAPACITY):
     the exact k-th key, every candidate above it, the policy's ties; written ascending with
-    -1 / -inf padding (every candidate when there are fewer than ``width``)."""
+    -1 / -inf padding (every finite candidate when there are fewer than ``width``: the
+    caller passes fewer only where every finite score is one). Returns whether that answer
+    is the row's: not where ``width`` candidates or more hold a NaN (the segmented select's
+    collecting passes admit positive NaN, run_hits), which the caller's radix select ranks
+    as -inf; the row's slots are then left to it."""
+    positive_infinity_key = -neg_inf_key - 1  # NaN keys lie above it
     slots = tl.arange(0, CAPACITY)
     valid = slots < found
     keys = tl.load(keys_row + slots, mask=valid, other=-(2**31))
     columns = tl.load(columns_row + slots, mask=valid, other=0)
-    if found >= width:
-        top = tl.max(tl.where(valid, keys, threshold), axis=0)
+    top = tl.max(tl.where(valid, keys, threshold), axis=0)
+    answered = (top <= positive_infinity_key) | (found < width)
+    if (top <= positive_infinity_key) & (found >= width):
         kth = search_range(keys, valid, width, threshold, top)
         greater = valid & (keys > kth)
         tie = (valid & (keys == kth)).to(tl.int32)
@@ -828,8 +834,9 @@ def select_candidates(
         chosen = greater | ((tie > 0) & (rank <= need))
         real = width
     else:
-        chosen = valid
-        real = found
+        # Every finite candidate (NaN ranks as -inf: padding), or none where not answered.
+        chosen = valid & (keys <= tl.where(answered, positive_infinity_key, neg_inf_key))
+        real = tl.sum(chosen.to(tl.int32), axis=0)
     slot = tl.cumsum(chosen.to(tl.int32), axis=0) - 1
     tl.store(out_row + slot, columns + column_offset, mask=chosen)
     tl.store(values_row + slot, key_to_score(keys, values_dtype, KEY_BITS), mask=chosen)
@@ -838,6 +845,7 @@ def select_candidates(
     # Made in float32 and cast: Triton 3.7's interpreter cannot make a bfloat16 constant.
     negative_infinity = tl.full((CAPACITY,), float("-inf"), tl.float32).to(values_dtype)
     tl.store(values_row + slots, negative_infinity, mask=padding)
+    return answered
 
 
 @triton.jit
@@ -1218,19 +1226,19 @@ def score_bits(x, KEY_BITS: tl.constexpr):
 
 @triton.jit
 def run_hits(
-    bits, threshold, positive_infinity_key, KEY_BITS: tl.constexpr, RAW: tl.constexpr = False
+    bits, threshold, KEY_BITS: tl.constexpr, RAW: tl.constexpr = False
 ):  # fmt: skip
     """The keys of the scores with bit patterns ``bits`` (score_bits), and which are at or
     above the threshold. RAW (for a threshold >= 0 only): the bit patterns stand for the
     keys, which they equal for every score >= +0.0, and every score below +0.0 has negative
-    bits, below the threshold."""
+    bits, below the threshold. The threshold lies above -inf's key, so -inf and negative NaN
+    fail it; a positive NaN (its key above +inf's) passes: select_candidates hands such a
+    row to the radix select, which keeps the loop one compare a score."""
     if RAW:
         key = bits
     else:
         key = bits ^ ((bits >> (KEY_BITS - 1)) & ((1 << (KEY_BITS - 1)) - 1))
-    # The threshold lies above -inf's key: -inf and negative NaN fail it; positive NaN keys
-    # lie above +inf's.
-    return key, (key >= threshold) & (key <= positive_infinity_key)
+    return key, key >= threshold
 
 
 @triton.jit
@@ -1252,7 +1260,7 @@ def store_pairs(pointers, keys, columns, mask):
 
 @triton.jit
 def collect_step(
-    x, columns, found, destination, columns_row, threshold, positive_infinity_key,
+    x, columns, found, destination, columns_row, threshold,
     SLOTS: tl.constexpr, KEY_BITS: tl.constexpr, RAW: tl.constexpr, PLACE: tl.constexpr,
 ):  # fmt: skip
     """One step of collect_pass: each run's hits in column order after its ``found``.
@@ -1261,8 +1269,8 @@ def collect_step(
     words of two (run_load, PAIRED), ``columns`` then the words' even columns."""
     if KEY_BITS == 16 and x.dtype == tl.int32:
         # Little-endian: a word's low half is its even column's score.
-        key, hit = run_hits((x << 16) >> 16, threshold, positive_infinity_key, KEY_BITS, RAW)
-        odd_key, odd_hit = run_hits(x >> 16, threshold, positive_infinity_key, KEY_BITS, RAW)
+        key, hit = run_hits((x << 16) >> 16, threshold, KEY_BITS, RAW)
+        odd_key, odd_hit = run_hits(x >> 16, threshold, KEY_BITS, RAW)
         even = hit.to(tl.int32)
         hits = even + odd_hit.to(tl.int32)  # a word's
         slot = found[:, None] + tl.cumsum(hits, axis=1) - hits  # each word's first slot
@@ -1271,9 +1279,7 @@ def collect_step(
             odd_key, odd_hit, slot + even, columns + 1, destination, columns_row, SLOTS, PLACE
         )
     else:
-        key, hit = run_hits(
-            score_bits(x, KEY_BITS), threshold, positive_infinity_key, KEY_BITS, RAW
-        )
+        key, hit = run_hits(score_bits(x, KEY_BITS), threshold, KEY_BITS, RAW)
         hits = hit.to(tl.int32)
         slot = found[:, None] + tl.cumsum(hits, axis=1) - 1
         store_hits(key, hit, slot, columns, destination, columns_row, SLOTS, PLACE)
@@ -1299,7 +1305,7 @@ def store_hits(
 @triton.jit
 def edge_step(
     row_ptr, col_stride, run, lo, hi, found, destination, columns_row, threshold,
-    positive_infinity_key, SEGMENTS: tl.constexpr, SLOTS: tl.constexpr,
+    SEGMENTS: tl.constexpr, SLOTS: tl.constexpr,
     VECTOR: tl.constexpr, KEY_BITS: tl.constexpr, CONTIGUOUS: tl.constexpr,
     RAW: tl.constexpr, PLACE: tl.constexpr,
 ):  # fmt: skip
@@ -1310,14 +1316,14 @@ def edge_step(
     inside = (tl.arange(0, SEGMENTS)[:, None] == run) & (columns >= lo) & (columns < hi)
     x = load_scores(row_ptr, col_stride, columns, inside, CONTIGUOUS)
     return collect_step(
-        x, columns, found, destination, columns_row, threshold, positive_infinity_key,
+        x, columns, found, destination, columns_row, threshold,
         SLOTS, KEY_BITS, RAW, PLACE,
     )  # fmt: skip
 
 
 @triton.jit
 def collect_pass(
-    row_ptr, col_stride, first, last, threshold, positive_infinity_key, found, destination,
+    row_ptr, col_stride, first, last, threshold, found, destination,
     columns_row, SEGMENTS: tl.constexpr, SLOTS: tl.constexpr, VECTOR: tl.constexpr,
     KEY_BITS: tl.constexpr, CONTIGUOUS: tl.constexpr, RAW: tl.constexpr,
     PREFETCH: tl.constexpr, PIPELINE: tl.constexpr, PLACE: tl.constexpr,
@@ -1338,7 +1344,7 @@ def collect_pass(
     head_end = tl.minimum(start * VECTOR, last)
     found = edge_step(
         row_ptr, col_stride, 0, first, head_end, found, destination, columns_row, threshold,
-        positive_infinity_key, SEGMENTS, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, RAW, PLACE,
+        SEGMENTS, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, RAW, PLACE,
     )  # fmt: skip
     base, stops, steps = run_bases(start, stop, SEGMENTS)
     if PIPELINE > 0:
@@ -1346,7 +1352,7 @@ def collect_pass(
             columns, x = run_load(row_ptr, col_stride, base, stops, step, VECTOR, CONTIGUOUS)
             found = collect_step(
                 x, columns, found, destination, columns_row, threshold,
-                positive_infinity_key, SLOTS, KEY_BITS, RAW, PLACE,
+                SLOTS, KEY_BITS, RAW, PLACE,
             )  # fmt: skip
     else:
         x = run_load(row_ptr, col_stride, base, stops, 0, VECTOR, CONTIGUOUS)[1]
@@ -1360,7 +1366,7 @@ def collect_pass(
             columns = columns - PREFETCH * VECTOR
             found = collect_step(
                 x, columns, found, destination, columns_row, threshold,
-                positive_infinity_key, SLOTS, KEY_BITS, RAW, PLACE,
+                SLOTS, KEY_BITS, RAW, PLACE,
             )  # fmt: skip
             if PREFETCH == 2:
                 x = x1
@@ -1369,14 +1375,14 @@ def collect_pass(
                 x = ahead
     return edge_step(
         row_ptr, col_stride, SEGMENTS - 1, tl.maximum(stop * VECTOR, head_end), last, found,
-        destination, columns_row, threshold, positive_infinity_key, SEGMENTS, SLOTS, VECTOR,
+        destination, columns_row, threshold, SEGMENTS, SLOTS, VECTOR,
         KEY_BITS, CONTIGUOUS, RAW, PLACE,
     )  # fmt: skip
 
 
 @triton.jit
 def collect_runs(
-    row_ptr, col_stride, first, last, threshold, positive_infinity_key, runs,
+    row_ptr, col_stride, first, last, threshold, runs,
     SEGMENTS: tl.constexpr, SLOTS: tl.constexpr, VECTOR: tl.constexpr, KEY_BITS: tl.constexpr,
     CONTIGUOUS: tl.constexpr, RAW_HITS: tl.constexpr = False, PREFETCH: tl.constexpr = 1,
     PIPELINE: tl.constexpr = 0,
@@ -1392,13 +1398,13 @@ def collect_runs(
     # transformed keys (RAW, the 15th argument, is a constant).
     if RAW_HITS and threshold >= 0:
         found = collect_pass(
-            row_ptr, col_stride, first, last, threshold, positive_infinity_key, found, buffers,
+            row_ptr, col_stride, first, last, threshold, found, buffers,
             buffers, SEGMENTS, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, True, PREFETCH, PIPELINE,
             PLACE=False,
         )  # fmt: skip
     else:
         found = collect_pass(
-            row_ptr, col_stride, first, last, threshold, positive_infinity_key, found, buffers,
+            row_ptr, col_stride, first, last, threshold, found, buffers,
             buffers, SEGMENTS, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, False, PREFETCH, PIPELINE,
             PLACE=False,
         )  # fmt: skip
@@ -1407,7 +1413,7 @@ def collect_runs(
 
 @triton.jit
 def place_runs(
-    row_ptr, col_stride, first, last, threshold, positive_infinity_key, found, keys_row,
+    row_ptr, col_stride, first, last, threshold, found, keys_row,
     columns_row, SEGMENTS: tl.constexpr, VECTOR: tl.constexpr, KEY_BITS: tl.constexpr,
     CONTIGUOUS: tl.constexpr,
 ):  # fmt: skip
@@ -1416,7 +1422,7 @@ def place_runs(
     placed = tl.cumsum(found, axis=0) - found
     tl.debug_barrier()  # the scratch's earlier readers are done
     collect_pass(
-        row_ptr, col_stride, first, last, threshold, positive_infinity_key, placed,
+        row_ptr, col_stride, first, last, threshold, placed,
         destination=keys_row, columns_row=columns_row, SEGMENTS=SEGMENTS, SLOTS=0,
         VECTOR=VECTOR, KEY_BITS=KEY_BITS, CONTIGUOUS=CONTIGUOUS, RAW=False, PREFETCH=1,
         PIPELINE=0, PLACE=True,
@@ -1472,7 +1478,7 @@ def segmented_row(
         return
     found = collect_runs(
         rows_ptr + row * row_stride, col_stride, first.to(tl.int32),
-        (first + length).to(tl.int32), threshold, -neg_inf_key - 1, runs,
+        (first + length).to(tl.int32), threshold, runs,
         SEGMENTS, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, RAW_HITS, PREFETCH, PIPELINE,
     )  # fmt: skip
     finish_row(
@@ -1515,7 +1521,7 @@ def finish_row(
             )
             found = collect_runs(
                 row_ptr, col_stride, first.to(tl.int32),
-                (first + length).to(tl.int32), threshold, -neg_inf_key - 1, runs,
+                (first + length).to(tl.int32), threshold, runs,
                 SEGMENTS, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, RAW_HITS, PREFETCH,
                 PIPELINE,
             )  # fmt: skip
@@ -1524,21 +1530,22 @@ def finish_row(
         tl.store(out_row, total)
         return
     every_finite = threshold == neg_inf_key + 1
+    answered = total < 0  # false until select_candidates answers the row
     if (total <= CAPACITY) & ((total >= width) | every_finite):
         if tl.max(found, axis=0) > SLOTS:
             place_runs(
                 row_ptr, col_stride, first.to(tl.int32),
-                (first + length).to(tl.int32), threshold, -neg_inf_key - 1, found,
+                (first + length).to(tl.int32), threshold, found,
                 keys_row, columns_row, SEGMENTS, VECTOR, KEY_BITS, CONTIGUOUS,
             )  # fmt: skip
         else:
             pack_runs(runs, found, keys_row, columns_row, SEGMENTS, SLOTS, PACK)
-        select_candidates(
+        answered = select_candidates(
             keys_row, columns_row, total, threshold, neg_inf_key, width, out_row,
             values_row, column_offset, values_dtype, CAPACITY,
             KEY_BITS, FROM_END,
         )  # fmt: skip
-    else:
+    if answered == 0:  # the threshold missed, or a NaN was collected
         select_by_radix(
             seg_ptr, col_stride, length, width, out_row, values_row,
             column_offset + first.to(tl.int32), neg_inf_key, ROW_BLOCK, KEY_BITS,
@@ -1732,7 +1739,7 @@ def split_collect(
     runs = runs_ptr + row * run_stride + chunk * (SEGMENTS * SLOTS)
     found = collect_runs(
         rows_ptr + row * row_stride, col_stride, chunk_first, chunk_last,
-        tl.load(thresholds_ptr + row), -neg_inf_key - 1, runs, SEGMENTS, SLOTS, VECTOR,
+        tl.load(thresholds_ptr + row), runs, SEGMENTS, SLOTS, VECTOR,
         KEY_BITS, CONTIGUOUS, RAW_HITS, PREFETCH,
     )  # fmt: skip
     tl.store(
@@ -1775,10 +1782,16 @@ def split_select(
     fits = (tl.max(found, axis=0) <= SPLIT_SLOTS) & (total <= CAPACITY)
     if fits & ((total >= width) | every_finite):
         pack_runs(runs, found, keys_row, columns_row, ALL_RUNS, SPLIT_SLOTS, SPLIT_PACK)
-        select_candidates(
+        answered = select_candidates(
             keys_row, columns_row, total, threshold, neg_inf_key, width, out_row, values_row,
             column_offset, out_values_ptr.dtype.element_ty, CAPACITY, KEY_BITS, FROM_END,
         )  # fmt: skip
+        if answered == 0:  # a NaN was collected
+            select_by_radix(
+                seg_ptr, col_stride, length, width, out_row, values_row,
+                column_offset + first.to(tl.int32), neg_inf_key, ROW_BLOCK, KEY_BITS,
+                FROM_END, SORT_BLOCK,
+            )  # fmt: skip
     else:
         # The row goes on as the segmented select's would after its first pass: the retry
         # when the threshold misjudged it, else a pass at the same threshold into runs of
@@ -1791,7 +1804,7 @@ def split_select(
         if same_threshold:
             row_found = collect_runs(
                 rows_ptr + row * row_stride, col_stride, first.to(tl.int32),
-                (first + length).to(tl.int32), threshold, -neg_inf_key - 1, runs, SEGMENTS,
+                (first + length).to(tl.int32), threshold, runs, SEGMENTS,
                 SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, RAW_HITS, PREFETCH,
             )  # fmt: skip
             total = tl.sum(row_found, axis=0)
