@@ -61,7 +61,7 @@ VARIANTS = {
         GEOMETRY_OF={**dsa_topk_triton.GEOMETRY_OF, 16: G(32, 256, 64, 32, registers=64)}
     ),
     "segmented, bf16 read one score at a time": dict(SEGMENT_PAIRED=False),
-    "segmented, prefetch 1": dict(SEGMENT_PREFETCH=1),
+    "segmented, prefetch 1": dict(SEGMENT_PREFETCH={32: 1, 16: 1}),
     "segmented, sample 8 chunks": dict(SEGMENT_SAMPLE_CHUNKS=8),
     "segmented, 4 warps a program": dict(SEGMENT_WARPS=4),
     "split, 4 warps, 4x128 / 4x256, chunk 8192": dict(SPLIT=True),

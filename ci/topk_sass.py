@@ -6,8 +6,8 @@ the torch backend launches it on 4096 x 131072 rows (k = 2048, contiguous rows, 
 disassembles it with Triton's cuobjdump, and prints each loop of the kernel (the backward
 branches' bodies) with its instruction count and most frequent opcodes. The collecting
 loops (the first pass and the retry, each for raw and for transformed keys) load scores and
-store 64-bit candidates with no shared memory; a loop's count over the scores a thread reads
-a step (runs x scores a step / 256 threads) is its instructions per score.
+store 64-bit candidates with no shared memory, one predicated store a score; a loop's count
+over its stores (an unrolled loop's body holds several steps) is its instructions per score.
 
     python ci/topk_sass.py [--bits 32|16] [--geometry RUNS,SLOTS,VECTOR,PACK]
 """
@@ -46,7 +46,8 @@ def compile_cubin(bits: int, geometry: T.Geometry) -> bytes:
         VECTOR=geometry.vector, PACK=geometry.pack, ROW_BLOCK=T.ROW_BLOCK, KEY_BITS=bits,
         FROM_END=False, SORT_BLOCK=WIDTH, CONTIGUOUS=T.PAIRED.value if bits == 16 else True,
         PERSISTENT=False,
-        STAGES=T.SEGMENT_STAGES, RAW_HITS=T.SEGMENT_RAW_HITS, PREFETCH=T.SEGMENT_PREFETCH,
+        STAGES=T.SEGMENT_STAGES, RAW_HITS=T.SEGMENT_RAW_HITS,
+        PREFETCH=T.SEGMENT_PREFETCH[bits],
         PIPELINE=T.SEGMENT_PIPELINE, RETRY=T.SEGMENT_RETRY,
     )  # fmt: skip
     pointers = dict(rows_ptr=dtype, out_values_ptr=dtype, runs_ptr="i64")
@@ -114,7 +115,9 @@ def main() -> None:
         # The collecting passes' loops store 64-bit candidates and touch no shared memory.
         shared = counts["STS"] or counts["LDS"] or counts["BAR"]
         collecting = any("STG.E.64" in text for text in body) and counts["LDG"] and not shared
-        tail = f"  {len(body) / per_step:.1f} a score (collecting)" if collecting else ""
+        # One predicated store a score read: the loop's body may hold several steps.
+        scores = counts["STG"]
+        tail = f"  {len(body) / scores:.1f} a score (collecting)" if collecting else ""
         common = ", ".join(f"{name} {count}" for name, count in counts.most_common(8))
         print(f"loop {start:#06x}-{end:#06x}: {len(body):4} instructions{tail}; {common}")
 

@@ -1089,15 +1089,17 @@ PROGRAMS_PER_SM = 0
 # (1) or collecting pass (2).
 SEGMENT_STAGES = 3
 # Collecting-pass knobs: compare bit patterns for thresholds >= 0 (RAW_HITS); steps loaded
-# ahead (PREFETCH 1 or 2), or Triton's pipelining over PIPELINE stages (0: off; 2x slower
-# on the H200); RETRY: a row the sample misjudged (too few or too many candidates) gets a
+# ahead, by key bits (PREFETCH 1 or 2; 3: two, in three tiles, the loop unrolled so no
+# tile is copied to the next: bf16's loop 18.0 -> 16.2 instructions a score and 6% faster
+# on the H100, but fp32's spills), or Triton's pipelining over PIPELINE stages (0: off; 2x
+# slower on the H200); RETRY: a row the sample misjudged (too few or too many candidates) gets a
 # second threshold and collecting pass rather than the full radix select. With RETRY the
 # sample can be half as large (SEGMENT_SAMPLE_CHUNKS runs of SAMPLE_CHUNK scores): on the
 # H200 (docs/gpu-validation.md) fp32 1.96 -> 1.87 ms, bf16 1.24 -> 1.09 ms, integer
 # plateaus 4.17 -> 2.69 ms (fp32) and 2.64 -> 1.71 ms (bf16), where ties at the k-th score
 # overflowed the buffer and sent every row to the radix select.
 SEGMENT_RAW_HITS = True
-SEGMENT_PREFETCH = 2
+SEGMENT_PREFETCH = {32: 2, 16: 3}
 SEGMENT_PIPELINE = 0
 SEGMENT_RETRY = True
 SEGMENT_SAMPLE_CHUNKS = 16
@@ -1156,7 +1158,7 @@ def _select_segmented(
         PACK=geometry.pack, ROW_BLOCK=ROW_BLOCK,
         KEY_BITS=key_bits, FROM_END=prefer_large, SORT_BLOCK=triton.next_power_of_2(width),
         CONTIGUOUS=contiguous, PERSISTENT=PROGRAMS_PER_SM > 0, STAGES=SEGMENT_STAGES,
-        RAW_HITS=SEGMENT_RAW_HITS, PREFETCH=SEGMENT_PREFETCH, PIPELINE=SEGMENT_PIPELINE,
+        RAW_HITS=SEGMENT_RAW_HITS, PREFETCH=SEGMENT_PREFETCH[key_bits], PIPELINE=SEGMENT_PIPELINE,
         RETRY=SEGMENT_RETRY, num_warps=SEGMENT_WARPS,
         **({"maxnreg": geometry.registers} if geometry.registers and NVIDIA else {}),
     )  # fmt: skip
@@ -1337,9 +1339,9 @@ def collect_pass(
     The runs cover the whole blocks inside [first, last), so their steps test no column
     against the bounds; the partial block before them joins run 0, the one after them the
     last run (their candidates stay in column order). The next PREFETCH steps' scores are
-    loaded while a step's are scanned (PIPELINE > 0: Triton's own pipelining over that many
-    stages instead); only the scores are carried from step to step, the columns are
-    recomputed."""
+    loaded while a step's are scanned (PREFETCH 3: the next two, in three tiles; PIPELINE >
+    0: Triton's own pipelining over that many stages instead); only the scores are carried
+    from step to step, the columns are recomputed."""
     start, stop = full_blocks(first, last, VECTOR)
     head_end = tl.minimum(start * VECTOR, last)
     found = edge_step(
@@ -1353,6 +1355,26 @@ def collect_pass(
             found = collect_step(
                 x, columns, found, destination, columns_row, threshold,
                 SLOTS, KEY_BITS, RAW, PLACE,
+            )  # fmt: skip
+    elif PREFETCH == 3:
+        # Each tile loaded again, three steps on, as soon as it is scanned: two steps' loads
+        # in flight and no register copies from tile to tile. Steps past a run's end load
+        # -inf (no hit).
+        x0 = run_load(row_ptr, col_stride, base, stops, 0, VECTOR, CONTIGUOUS)[1]
+        x1 = run_load(row_ptr, col_stride, base, stops, 1, VECTOR, CONTIGUOUS)[1]
+        x2 = run_load(row_ptr, col_stride, base, stops, 2, VECTOR, CONTIGUOUS)[1]
+        for step in range(0, steps, 3):
+            found, x0 = scan_then_load(
+                x0, step, found, row_ptr, col_stride, base, stops, destination, columns_row,
+                threshold, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, RAW, PLACE,
+            )  # fmt: skip
+            found, x1 = scan_then_load(
+                x1, step + 1, found, row_ptr, col_stride, base, stops, destination,
+                columns_row, threshold, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, RAW, PLACE,
+            )  # fmt: skip
+            found, x2 = scan_then_load(
+                x2, step + 2, found, row_ptr, col_stride, base, stops, destination,
+                columns_row, threshold, SLOTS, VECTOR, KEY_BITS, CONTIGUOUS, RAW, PLACE,
             )  # fmt: skip
     else:
         x = run_load(row_ptr, col_stride, base, stops, 0, VECTOR, CONTIGUOUS)[1]
@@ -1378,6 +1400,22 @@ def collect_pass(
         destination, columns_row, threshold, SEGMENTS, SLOTS, VECTOR,
         KEY_BITS, CONTIGUOUS, RAW, PLACE,
     )  # fmt: skip
+
+
+@triton.jit
+def scan_then_load(
+    x, step, found, row_ptr, col_stride, base, stops, destination, columns_row, threshold,
+    SLOTS: tl.constexpr, VECTOR: tl.constexpr, KEY_BITS: tl.constexpr,
+    CONTIGUOUS: tl.constexpr, RAW: tl.constexpr, PLACE: tl.constexpr,
+):  # fmt: skip
+    """collect_pass's PREFETCH 3: collect_step over ``x``, the scores of step ``step``, and
+    the scores of step ``step + 3`` to take their place."""
+    columns, ahead = run_load(row_ptr, col_stride, base, stops, step + 3, VECTOR, CONTIGUOUS)
+    found = collect_step(
+        x, columns - 3 * VECTOR, found, destination, columns_row, threshold, SLOTS, KEY_BITS,
+        RAW, PLACE,
+    )  # fmt: skip
+    return found, ahead
 
 
 @triton.jit
@@ -1697,7 +1735,8 @@ def _select_split(
     split_collect[(count * chunks,)](
         *row_args, thresholds, runs, run_stride, counts, neg_inf_key, CHUNKS=chunks,
         SEGMENTS=split.segments, SLOTS=split.slots, VECTOR=split.vector,
-        RAW_HITS=SEGMENT_RAW_HITS, PREFETCH=SEGMENT_PREFETCH, num_warps=split.warps, **common,
+        RAW_HITS=SEGMENT_RAW_HITS, PREFETCH=SEGMENT_PREFETCH[key_bits], num_warps=split.warps,
+        **common,
     )  # fmt: skip
     if SPLIT_STAGES == 2:
         return values, out
@@ -1710,7 +1749,8 @@ def _select_split(
         SEGMENTS=fallback.segments, SLOTS=fallback.slots, VECTOR=fallback.vector,
         PACK=fallback.pack, ROW_BLOCK=ROW_BLOCK, FROM_END=prefer_large,
         SORT_BLOCK=triton.next_power_of_2(width), RAW_HITS=SEGMENT_RAW_HITS,
-        PREFETCH=SEGMENT_PREFETCH, RETRY=SEGMENT_RETRY, num_warps=SPLIT_SELECT_WARPS, **common,
+        PREFETCH=SEGMENT_PREFETCH[key_bits], RETRY=SEGMENT_RETRY, num_warps=SPLIT_SELECT_WARPS,
+        **common,
     )  # fmt: skip
     return values, out
 
