@@ -815,7 +815,7 @@ def select_candidates(
     caller passes fewer only where every finite score is one). Returns whether that answer
     is the row's: not where ``width`` candidates or more hold a NaN (the segmented select's
     collecting passes admit positive NaN, run_hits), which the caller's radix select ranks
-    as -inf; the row's slots are then left to it."""
+    as -inf; it then writes nothing."""
     positive_infinity_key = -neg_inf_key - 1  # NaN keys lie above it
     slots = tl.arange(0, CAPACITY)
     valid = slots < found
@@ -834,9 +834,10 @@ def select_candidates(
         chosen = greater | ((tie > 0) & (rank <= need))
         real = width
     else:
-        # Every finite candidate (NaN ranks as -inf: padding), or none where not answered.
+        # Every finite candidate (NaN ranks as -inf: padding); where not answered, nothing
+        # is written (no candidate chosen, no padding): the row's slots are the radix's.
         chosen = valid & (keys <= tl.where(answered, positive_infinity_key, neg_inf_key))
-        real = tl.sum(chosen.to(tl.int32), axis=0)
+        real = tl.where(answered, tl.sum(chosen.to(tl.int32), axis=0), width)
     slot = tl.cumsum(chosen.to(tl.int32), axis=0) - 1
     tl.store(out_row + slot, columns + column_offset, mask=chosen)
     tl.store(values_row + slot, key_to_score(keys, values_dtype, KEY_BITS), mask=chosen)
@@ -854,7 +855,8 @@ def select_by_radix(
     ROW_BLOCK: tl.constexpr, KEY_BITS: tl.constexpr, FROM_END: tl.constexpr,
     SORT_BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """The row's answer by the exact radix select over the whole segment (length > width)."""
+    """The row's answer by the exact radix select over the whole segment (length >= width;
+    equal where every score was a candidate and one a NaN, select_candidates)."""
     kth, ties = radix_kth(seg_ptr, col_stride, length, width, neg_inf_key, ROW_BLOCK, KEY_BITS)
     greater = width - ties
     collect(

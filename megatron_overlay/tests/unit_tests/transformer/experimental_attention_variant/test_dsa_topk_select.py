@@ -404,6 +404,63 @@ def test_filtered_cuda_select_is_exact_in_every_branch(tmp_path):
         assert values == expected_values.float().tolist(), case
 
 
+CANDIDATES_WITH_A_NAN = """
+import json, torch, triton, triton.language as tl
+from megatron.core.transformer.experimental_attention_variant import dsa_topk_triton as T
+
+@triton.jit
+def select(keys, columns, found, threshold, neg_inf_key, width, out, values, answered,
+           CAPACITY: tl.constexpr):
+    done = T.select_candidates(keys, columns, found, threshold, neg_inf_key, width, out,
+                               values, 0, tl.float32, CAPACITY, 32, False)
+    tl.store(answered, done.to(tl.int32))
+
+neg_inf_key = T._negative_infinity_key(torch.float32)
+found = {}
+for name, scores in {"nan among k or more": [3.0, float("nan"), 1.0, 2.0, 5.0],
+                     "no nan": [3.0, 0.5, 1.0, 2.0, 5.0],
+                     "nan, fewer than k": [3.0, float("nan")]}.items():
+    bits = torch.tensor(scores).view(torch.int32)
+    keys = torch.full((16,), -2**31, dtype=torch.int32)
+    keys[: len(scores)] = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    columns = torch.arange(16, dtype=torch.int32)
+    out = torch.full((3,), 77, dtype=torch.int32)  # poison: what nothing writes stays 77
+    values = torch.full((3,), 77.0)
+    answered = torch.zeros(1, dtype=torch.int32)
+    select[(1,)](keys, columns, len(scores), keys[: len(scores)].min().item(), neg_inf_key,
+                 3, out, values, answered, CAPACITY=16)
+    found[name] = [answered.item(), out.tolist(), values.tolist()]
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.triton_interpreter
+def test_candidates_holding_a_nan_leave_the_row_to_the_radix_select(tmp_path):
+    """The segmented select's collecting passes admit positive NaN: select_candidates then
+    answers only where every finite score is a candidate (the NaN as padding); with k or
+    more candidates it writes nothing at all (no padding either, which the radix select's
+    threads would have to overwrite after it) and says so."""
+    pytest.importorskip("triton")
+    tree = str(Path(dsa_topk.__file__).resolve().parents[4])
+    env = dict(
+        os.environ,
+        TRITON_INTERPRET="1",
+        PYTHONPATH=os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]),
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", CANDIDATES_WITH_A_NAN],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["nan among k or more"] == [0, [77, 77, 77], [77.0, 77.0, 77.0]]
+    assert found["no nan"] == [1, [0, 3, 4], [3.0, 2.0, 5.0]]
+    assert found["nan, fewer than k"] == [1, [0, -1, -1], [3.0, NEG_INF, NEG_INF]]
+
+
 @pytest.mark.triton_interpreter
 def test_interpreter_spelled_true_runs_no_inline_assembly(tmp_path):
     """Triton interprets for TRITON_INTERPRET=true as for 1; the selection must then store
