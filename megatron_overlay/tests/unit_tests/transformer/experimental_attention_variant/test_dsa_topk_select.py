@@ -246,6 +246,22 @@ def kernel_test_rows() -> torch.Tensor:
     return scores
 
 
+def interpreted(script: str, *args: str, spelled: str = "1") -> str:
+    """The last line a script prints, run by Triton's interpreter, which must be switched on
+    before Triton is imported: a fresh process, the patched tree on its path."""
+    tree = str(Path(dsa_topk.__file__).resolve().parents[4])
+    env = dict(
+        os.environ,
+        TRITON_INTERPRET=spelled,
+        PYTHONPATH=os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]),
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
 @pytest.mark.triton_interpreter
 def test_cuda_kernel_logic_is_exact_for_any_layout(tmp_path, reference_topk):
     """The CUDA selection (a Triton kernel), run on the CPU by Triton's interpreter, which must
@@ -254,20 +270,7 @@ def test_cuda_kernel_logic_is_exact_for_any_layout(tmp_path, reference_topk):
     pytest.importorskip("triton")
     scores = kernel_test_rows()
     torch.save(scores, tmp_path / "scores.pt")
-    tree = str(Path(dsa_topk.__file__).resolve().parents[4])
-    env = dict(
-        os.environ,
-        TRITON_INTERPRET="1",
-        PYTHONPATH=os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]),
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", KERNEL_ON_CPU, str(tmp_path / "scores.pt"), "30"],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    found = json.loads(result.stdout.strip().splitlines()[-1])
+    found = json.loads(interpreted(KERNEL_ON_CPU, str(tmp_path / "scores.pt"), "30"))
     assert len(found) == 16
     as_neg_inf = scores.nan_to_num(nan=NEG_INF, posinf=float("inf"), neginf=NEG_INF)
     for case, indices in found.items():
@@ -364,20 +367,7 @@ def test_filtered_cuda_select_is_exact_in_every_branch(tmp_path):
     starts = torch.randint(0, n, (rows_count,), generator=generator)
     ends = starts + torch.randint(0, n, (rows_count,), generator=generator)
     torch.save((scores, starts, ends), tmp_path / "rows.pt")
-    tree = str(Path(dsa_topk.__file__).resolve().parents[4])
-    env = dict(
-        os.environ,
-        TRITON_INTERPRET="1",
-        PYTHONPATH=os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]),
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", FILTERED_ON_CPU, str(tmp_path / "rows.pt")],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    found = json.loads(result.stdout.strip().splitlines()[-1])
+    found = json.loads(interpreted(FILTERED_ON_CPU, str(tmp_path / "rows.pt")))
     assert sorted(found.pop("launched")) == [
         f"('torch.{dtype}', {contiguous})"
         for dtype, contiguous in [("bfloat16", 2), ("bfloat16", False), ("bfloat16", True),
@@ -441,21 +431,7 @@ def test_candidates_holding_a_nan_leave_the_row_to_the_radix_select(tmp_path):
     more candidates it writes nothing at all (no padding either, which the radix select's
     threads would have to overwrite after it) and says so."""
     pytest.importorskip("triton")
-    tree = str(Path(dsa_topk.__file__).resolve().parents[4])
-    env = dict(
-        os.environ,
-        TRITON_INTERPRET="1",
-        PYTHONPATH=os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]),
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", CANDIDATES_WITH_A_NAN],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    found = json.loads(result.stdout.strip().splitlines()[-1])
+    found = json.loads(interpreted(CANDIDATES_WITH_A_NAN))
     assert found["nan among k or more"] == [0, [77, 77, 77], [77.0, 77.0, 77.0]]
     assert found["no nan"] == [1, [0, 3, 4], [3.0, 2.0, 5.0]]
     assert found["nan, fewer than k"] == [1, [0, -1, -1], [3.0, NEG_INF, NEG_INF]]
@@ -466,23 +442,13 @@ def test_interpreter_spelled_true_runs_no_inline_assembly(tmp_path):
     """Triton interprets for TRITON_INTERPRET=true as for 1; the selection must then store
     its candidates by tl.store, not by the inline PTX the interpreter cannot run."""
     pytest.importorskip("triton")
-    tree = str(Path(dsa_topk.__file__).resolve().parents[4])
     script = (
         "import torch\n"
         "from megatron.core.transformer.experimental_attention_variant import dsa_topk_triton as T\n"
         "rows = torch.arange(300.0).reshape(2, 150)\n"
         "print(sorted(T.select_rows_filtered(rows, 5, False)[1][0].tolist()))\n"
     )
-    env = dict(
-        os.environ,
-        TRITON_INTERPRET="true",
-        PYTHONPATH=os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]),
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().splitlines()[-1] == "[145, 146, 147, 148, 149]"
+    assert interpreted(script, spelled="true") == "[145, 146, 147, 148, 149]"
 
 
 @pytest.mark.parametrize(
