@@ -144,7 +144,12 @@ def _fast_import(repo: Git, base_sha: str, edits: list[_Edit], ref: str) -> list
     # A pack as written: by default fast-import explodes a pack of under 100 objects into
     # loose ones in a child process, which took most of its time.
     out = repo.run(
-        "-c", "fastimport.unpackLimit=0", "fast-import", "--quiet", "--done", "--force",
+        "-c",
+        "fastimport.unpackLimit=0",
+        "fast-import",
+        "--quiet",
+        "--done",
+        "--force",
         stdin=bytes(stream),
     ).stdout
     return out.split()
