@@ -822,8 +822,9 @@ def select_candidates(
     keys = tl.load(keys_row + slots, mask=valid, other=-(2**31))
     columns = tl.load(columns_row + slots, mask=valid, other=0)
     top = tl.max(tl.where(valid, keys, threshold), axis=0)
-    answered = (top <= positive_infinity_key) | (found < width)
-    if (top <= positive_infinity_key) & (found >= width):
+    finite = top <= positive_infinity_key  # no NaN among the candidates
+    answered = finite | (found < width)
+    if finite & (found >= width):
         kth = search_range(keys, valid, width, threshold, top)
         greater = valid & (keys > kth)
         tie = (valid & (keys == kth)).to(tl.int32)
@@ -1435,7 +1436,7 @@ def collect_runs(
     found = tl.zeros((SEGMENTS,), tl.int32)
     buffers = runs + tl.arange(0, SEGMENTS)[:, None] * SLOTS
     # Collecting (PLACE false) into the runs' buffers: a pass compiled for raw keys, one for
-    # transformed keys (RAW, the 15th argument, is a constant).
+    # transformed keys (RAW, the 14th argument, is a constant).
     if RAW_HITS and threshold >= 0:
         found = collect_pass(
             row_ptr, col_stride, first, last, threshold, found, buffers,
