@@ -11,6 +11,9 @@
 #                                      --no-variants) in every revision of DIR in turn; JSON
 #                                      records in OUT/NAME-ROUND.json; last, each revision's
 #                                      median per dtype over its torch-backend timings
+#
+# TOPK_PAIRS_CARD=H200 ci/topk_pairs.sh run ...: time nothing (exit 3) unless the card's
+# name holds H200: a device call that may land on another card costs no more than its start.
 set -euo pipefail
 
 case "${1:-}" in
@@ -33,8 +36,13 @@ run)
     shift 4
     args=("$@")
     [ ${#args[@]} -gt 0 ] || args=(--reps 10 --relu-only --no-variants)
+    card="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+    echo "$card"
+    if [[ -n "${TOPK_PAIRS_CARD:-}" && "$card" != *"$TOPK_PAIRS_CARD"* ]]; then
+        echo "ci/topk_pairs.sh: $card is not the $TOPK_PAIRS_CARD asked for: nothing timed" >&2
+        exit 3
+    fi
     mkdir -p "$out"
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
     for round in $(seq 1 "$rounds"); do
         for revision in "$dir"/*/; do
             name="$(basename "$revision")"
