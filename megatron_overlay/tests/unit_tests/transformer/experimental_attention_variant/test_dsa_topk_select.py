@@ -9,6 +9,7 @@ import subprocess
 import sys
 import types
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
@@ -246,7 +247,9 @@ def kernel_test_rows() -> torch.Tensor:
     return scores
 
 
-def interpreted(script: str, *args: str, spelled: str = "1") -> str:
+def interpreted(
+    script: str, *args: str, spelled: str = "1", timeout: Optional[float] = None
+) -> str:
     """The last line a script prints, run by Triton's interpreter, which must be switched on
     before Triton is imported: a fresh process, the patched tree on its path."""
     tree = str(Path(dsa_topk.__file__).resolve().parents[4])
@@ -256,7 +259,11 @@ def interpreted(script: str, *args: str, spelled: str = "1") -> str:
         PYTHONPATH=os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")]),
     )
     result = subprocess.run(
-        [sys.executable, "-c", script, *args], capture_output=True, text=True, env=env
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout.strip().splitlines()[-1]
@@ -448,7 +455,7 @@ def test_interpreter_spelled_true_runs_no_inline_assembly(tmp_path):
         "rows = torch.arange(300.0).reshape(2, 150)\n"
         "print(sorted(T.select_rows_filtered(rows, 5, False)[1][0].tolist()))\n"
     )
-    assert interpreted(script, spelled="true") == "[145, 146, 147, 148, 149]"
+    assert interpreted(script, spelled="true", timeout=600) == "[145, 146, 147, 148, 149]"
 
 
 @pytest.mark.parametrize(
