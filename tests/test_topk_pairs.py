@@ -1,5 +1,5 @@
-"""ci/topk_pairs.sh packs the revisions a GPU call times side by side: each revision's own
-kernels, read from git, not the working tree's."""
+"""ci/topk_pairs.sh packs the revisions a GPU call times side by side (each revision's own
+kernels, read from git, not the working tree's) and runs them round by round there."""
 
 from __future__ import annotations
 
@@ -67,8 +67,8 @@ print("timed", ms)
 
 
 def fake_gpu(tmp_path, card: str) -> dict:
-    """A PATH whose nvidia-smi names `card`, and two revisions whose bench reports a
-    fixed time (1.0 ms and 2.0 ms, then 3.0 ms in the second round for the slower one)."""
+    """A PATH whose nvidia-smi names `card`, and two revisions, fast and slow, whose bench
+    reports 1.0 ms and 2.0 ms for the torch backend in every round."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
