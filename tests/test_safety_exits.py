@@ -357,3 +357,42 @@ def test_a_dash_for_an_output_file_is_refused(rebaser, tmp_path, upstream, monke
     assert result.code == ExitCode.USAGE, result.out
     assert "--json - : rebaser writes it to a file" in result.err, result.err
     assert not (upstream.path / "-").exists()
+
+
+ENDING = """
+import atexit, pathlib, runpy, sys, tempfile, threading, time
+import rebaser.cli
+folder = pathlib.Path(sys.argv[1])
+
+class TornDown:
+    def __del__(self):
+        (folder / "torn down").write_text("")
+
+def main():
+    def late():  # a thread still working when the command returns (a memo being written)
+        time.sleep(0.3)
+        (folder / "thread").write_text("done")
+    threading.Thread(target=late).start()
+    main.kept = (TornDown(), tempfile.TemporaryDirectory(dir=folder))
+    atexit.register(lambda: (folder / "atexit").write_text("ran"))
+    sys.stdout.write("x" * 1_000_000)  # still in the buffer when main returns
+    return 3
+rebaser.cli.main = main
+sys.argv = ["rebaser"]
+runpy.run_module("rebaser", run_name="__main__")
+"""
+
+
+def test_a_command_ends_without_tearing_the_interpreter_down(tmp_path):
+    """Freeing a command's objects at exit (the structured merge's syntax trees, caches)
+    took 0.13 s of every stop's `skip` on a real fork. The process now ends once its
+    threads and exit handlers are done, its output flushed, with the command's code."""
+    done = subprocess.run(
+        [sys.executable, "-c", ENDING, str(tmp_path)], capture_output=True, text=True
+    )
+    assert done.returncode == 3, done.stderr
+    assert len(done.stdout) == 1_000_000 and not done.stderr
+    assert (tmp_path / "thread").read_text() == "done"
+    assert (tmp_path / "atexit").read_text() == "ran"
+    assert [path.name for path in tmp_path.iterdir() if path.is_dir()] == []  # finalizers ran
+    assert not (tmp_path / "torn down").exists()
