@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import subprocess
 from pathlib import Path
@@ -198,7 +199,7 @@ def test_each_conflict_gets_the_text_that_took_its_place_in_a_long_file():
     resolved = body[:1000] + ["a = 3\n", "a = 4\n"] + body[1000:2000] + ["line 3\n"] + body[2000:]
     found = [(conflict.ours, text) for conflict, text in resolutions._resolutions(marked, resolved)]
     assert found == [(("a = 1\n",), "a = 3\na = 4\n"), (("line 3\n",), "line 3\n")]
-    whole = resolutions.difflib.SequenceMatcher(None, marked, resolved, autojunk=False)
+    whole = difflib.SequenceMatcher(None, marked, resolved, autojunk=False)
     blocks = [block for block in whole.get_matching_blocks() if block.size]
     for conflict, text in resolutions._resolutions(marked, resolved):
         before = max(b.b + b.size for b in blocks if b.a + b.size <= conflict.start)

@@ -28,12 +28,11 @@ kept one the reason it was kept.
 from __future__ import annotations
 
 import ast
-import difflib
 import functools
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from rebaser.carry import pycontainers, pysyntax
+from rebaser.carry import linematch, pycontainers, pysyntax
 from rebaser.carry.pystatements import StatementMerge
 from rebaser.carry.pysyntax import Facts, Lines, ModuleNames, Place, Side
 
@@ -368,8 +367,7 @@ def _map_back(
         else:
             owner.extend([number if segment is region else -1 - number] * len(segment.ours))
     result: list[Segment] = []
-    matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in linematch.opcodes(before, after):
         sources = owner[i1:i2]
         touched = tag != "equal" and any(i1 <= at <= i2 for at in empty)
         if touched or (

@@ -15,13 +15,13 @@ conflict with the text that replaced it in the commit and records it.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from rebaser.carry import linematch
 from rebaser.repo.git import Git
 from rebaser.series.confinement import RECORDS, read_record, record_parts, write_record
 from rebaser.series.patches import Patch, Series
@@ -187,7 +187,7 @@ def _resolutions(marked: list[str], resolved: list[str]) -> list[tuple[Conflict,
     aligned block crosses a conflict's edge); what lies between the aligned blocks around a
     conflict is its resolution.
     """
-    blocks = _matching_blocks(marked, resolved)
+    blocks = linematch.matching_blocks(marked, resolved)
     pairs = []
     for conflict in parse_conflicts(marked):
         before = [b.b + b.size for b in blocks if b.size and b.a + b.size <= conflict.start]
@@ -195,26 +195,6 @@ def _resolutions(marked: list[str], resolved: list[str]) -> list[tuple[Conflict,
         text = "".join(resolved[max(before, default=0) : min(after, default=len(resolved))])
         pairs.append((conflict, text))
     return pairs
-
-
-def _matching_blocks(a: list[str], b: list[str]) -> list[difflib.Match]:
-    """difflib's matching blocks of the two files, their common head and tail taken out
-    first: the conflicts sit in a few lines of a long file, and difflib's time grows with
-    the square of what it compares (0.5 s a `continue` on Megatron-LM's arguments.py)."""
-    head, limit = 0, min(len(a), len(b))
-    while head < limit and a[head] == b[head]:
-        head += 1
-    tail = 0
-    while tail < limit - head and a[-1 - tail] == b[-1 - tail]:
-        tail += 1
-    inner = difflib.SequenceMatcher(
-        None, a[head : len(a) - tail], b[head : len(b) - tail], autojunk=False
-    ).get_matching_blocks()
-    return [
-        difflib.Match(0, 0, head),
-        *(difflib.Match(m.a + head, m.b + head, m.size) for m in inner),
-        difflib.Match(len(a) - tail, len(b) - tail, tail),
-    ]
 
 
 def _recorded(series: Series, patch: Patch, conflict: Conflict) -> Optional[str]:
