@@ -91,11 +91,13 @@ def test_both_sides_add_imports(carried, lane):
 
 
 def test_both_sides_add_members_to_a_class(carried):
-    base = dedent("""
+    base = dedent(
+        """
         class Model:
             def forward(self, x):
                 return x
-        """)
+        """
+    )
     row, tree = carried(
         base,
         base + "\n    def detach(self):\n        return None\n",
@@ -108,7 +110,8 @@ def test_both_sides_add_members_to_a_class(carried):
     compile(text, "mod.py", "exec")
 
 
-DATACLASS = dedent("""
+DATACLASS = dedent(
+    """
     from dataclasses import dataclass
 
 
@@ -116,7 +119,8 @@ DATACLASS = dedent("""
     class Config:
         hidden: int = 8
         layers: int = 2
-    """)
+    """
+)
 
 
 def test_both_sides_add_dataclass_fields(carried):
@@ -172,14 +176,16 @@ def test_both_sides_add_items_inside_one_statement(carried, base, fork, tip, exp
     assert merged(tree) == expected
 
 
-SIGNATURE = dedent('''
+SIGNATURE = dedent(
+    '''
     def build(
         experts=None,
         norm=False,
     ) -> Spec:
         """Build the spec."""
         return Spec(experts, norm)
-    ''')
+    '''
+)
 SIGNATURE_TIP = SIGNATURE.replace(
     '    norm=False,\n) -> Spec:\n    """Build the spec."""',
     "    norm=False,\n    fusion=False,\n) -> Submodules:\n"
@@ -223,7 +229,8 @@ def test_a_signature_hunk_into_the_body_stays_a_conflict(carried, fork):
     assert "the structured merge kept every hunk" in row["detail"]
 
 
-FUNCTIONS = dedent("""
+FUNCTIONS = dedent(
+    """
     import os
 
 
@@ -233,7 +240,8 @@ FUNCTIONS = dedent("""
 
     def save_checkpoint(iteration, model, release=False):
         return iteration
-    """)
+    """
+)
 FUNCTIONS_TIP = FUNCTIONS.replace(
     "def save_checkpoint(iteration, model, release=False):",
     "def save_checkpoint(\n    iteration,\n    model,\n    release=False,\n    prefix: str = '',\n):",
@@ -294,7 +302,8 @@ def test_a_function_the_patch_removes_beside_one_upstream_changed_stays(carried)
     assert "the structured merge kept every hunk" in row["detail"]
 
 
-MOVED_BASE = dedent("""
+MOVED_BASE = dedent(
+    """
     def step(x):
         y = x + 1
         return y
@@ -302,14 +311,16 @@ MOVED_BASE = dedent("""
 
     def other():
         return 1
-    """)
+    """
+)
 
 
 def test_an_edit_to_a_function_upstream_moved(carried):
     row, tree = carried(
         MOVED_BASE,
         MOVED_BASE.replace("x + 1", "x + 2"),
-        {"pkg/mod.py": """
+        {
+            "pkg/mod.py": """
             def first():
                 return 0
 
@@ -321,7 +332,8 @@ def test_an_edit_to_a_function_upstream_moved(carried):
             def step(x):
                 y = x + 1
                 return y
-            """},  # upstream moves step() below other() and adds a function where step was
+            """
+        },  # upstream moves step() below other() and adds a function where step was
     )
     assert row["status"] == "structured merge", row
     assert "upstream moved step (now at line 9); the patch's change to" in row["detail"]
@@ -331,39 +343,47 @@ def test_an_edit_to_a_function_upstream_moved(carried):
 
 
 def test_an_edit_to_code_upstream_reformatted(carried):
-    base = dedent("""
+    base = dedent(
+        """
         def total(a, b):
             value = compute(a, b, option=True, other=False, third=None, fourth=1)
             return value
-        """)
+        """
+    )
     row, tree = carried(
         base,
         base.replace("return value", "return value * 2"),
-        {"pkg/mod.py": """
+        {
+            "pkg/mod.py": """
             def total(a, b):
                 value = compute(
                     a, b, option=True, other=False, third=None, fourth=1
                 )
                 return value
-            """},
+            """
+        },
     )
     assert row["status"] == "structured merge", row
     assert "upstream only reformatted value" in row["detail"]
-    assert merged(tree) == dedent("""
+    assert merged(tree) == dedent(
+        """
         def total(a, b):
             value = compute(
                 a, b, option=True, other=False, third=None, fourth=1
             )
             return value * 2
-        """)
+        """
+    )
 
 
 # -- what it refuses -----------------------------------------------------------------------
 
-PARSER = dedent("""
+PARSER = dedent(
+    """
     def add_arguments(parser):
         parser.add_argument("--layers", type=int)
-    """)
+    """
+)
 
 
 @pytest.mark.parametrize("lane", [[], ["--no-fast-lane"]], ids=["fast-lane", "per-patch"])
@@ -421,7 +441,8 @@ def test_importing_a_name_upstream_deleted_stays_a_conflict(carried):
 
 
 def test_using_a_name_upstream_deleted_from_the_file_stays_a_conflict(carried):
-    base = dedent("""
+    base = dedent(
+        """
         def _scale(x):
             return 2 * x
 
@@ -429,7 +450,8 @@ def test_using_a_name_upstream_deleted_from_the_file_stays_a_conflict(carried):
         class Model:
             def forward(self, x):
                 return x
-        """)
+        """
+    )
     without_scale = """
         class Model:
             def forward(self, x):
@@ -504,6 +526,75 @@ def test_only_the_real_hunks_stay_as_markers(tmp_path):
     assert result.text.count("<<<<<<<") == 1 and "return 2" in result.text
     shown = pymerge.as_style(result.text, 7, diff3=False)
     assert "|||||||" not in shown and shown.count("=======") == 1
+
+
+CLASS = dedent(
+    """
+    class Optimizer:
+        def first(self):
+            return 1
+
+        def middle(self):
+            return 2
+
+        def last(self, state):
+            save(state, flat=True)
+    """
+)
+
+
+def test_a_hunk_in_a_method_is_merged_with_the_other_members_left_as_they_are(tmp_path):
+    """A hunk in a method is parsed in its class with only that method (the others blank:
+    a 3,000-line class cost most of a hunk's time); the members before it, and the hunks in
+    them, come back as they were."""
+    result = merge_files(
+        tmp_path,
+        CLASS,
+        CLASS.replace("return 1", "return 10").replace("flat=True", "flat=True, fused=True"),
+        CLASS.replace("return 1", "return 11").replace("flat=True", "flat=True, strict=False"),
+    )
+    assert len(result.resolved) == 1 and "keyword arguments" in result.resolved[0], result
+    assert len(result.kept) == 1 and "line 3:" in result.kept[0], result
+    text = pymerge.as_style(result.text, 7, diff3=False)
+    assert "save(state, flat=True, fused=True, strict=False)\n" in text
+    assert "<<<<<<<" in text and "        return 10\n=======\n        return 11\n" in text
+    assert text.endswith(
+        CLASS[CLASS.index("    def middle") :].replace(
+            "flat=True", "flat=True, fused=True, strict=False"
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        # in a method: both sides add keyword arguments; another hunk in a method before it
+        (("return 1", "return 10"), ("return 1", "return 11")),
+        (("flat=True", "flat=True, fused=True"), ("flat=True", "flat=True, strict=False")),
+        # the patch's side of a hunk in `middle` reaches out of it: a method after it
+        (("return 2", "return 20"),
+         ("return 2", "return 21\n\n    def extra(self):\n        return 3")),
+        # both sides add members after `middle`: a hunk of the class itself
+        (("return 2\n", "return 2\n\n    def a(self):\n        pass\n"),
+         ("return 2\n", "return 2\n\n    def b(self):\n        pass\n")),
+    ],
+)  # fmt: skip
+def test_a_narrowed_window_merges_as_the_whole_class_does(tmp_path, monkeypatch, ours, theirs):
+    """Whatever a hunk's place, the narrowed window (or the wider one it falls back to)
+    resolves and keeps what the whole class's window does, for the same reasons."""
+    sides = (CLASS, CLASS.replace(*ours), CLASS.replace(*theirs))
+    narrowed = merge_files(tmp_path, *sides)
+    monkeypatch.setattr(pymerge, "_windows", lambda *args: _windows(*args)[-1:])
+    whole_class = merge_files(tmp_path, *sides)
+    assert (narrowed.text, narrowed.resolved, narrowed.kept) == (
+        whole_class.text,
+        whole_class.resolved,
+        whole_class.kept,
+    )
+    assert narrowed.resolved or narrowed.kept
+
+
+_windows = pymerge._windows
 
 
 def test_a_hunk_upstream_emptied_stays_when_another_resolves(tmp_path):
@@ -627,7 +718,8 @@ def test_libcst_is_loaded_only_for_a_hunk_a_container_holds(tmp_path, base, ours
     assert out == [str(loads), str(loads)]
 
 
-LONG_DEF = dedent('''
+LONG_DEF = dedent(
+    '''
     class Buffer:
         @staticmethod
         def build(
@@ -640,7 +732,8 @@ LONG_DEF = dedent('''
             for step in range(size):
                 total += step
             return Buffer()
-    ''')
+    '''
+)
 LONG_DEF_OURS = LONG_DEF.replace(
     "dtype=None,  # the element type\n", "dtype=None,  # the element type\n        device=None,\n"
 )
