@@ -18,7 +18,10 @@ _COLLECT_AFTER = (100_000, 50, 100)
 
 def entry() -> int:
     gc.set_threshold(*_COLLECT_AFTER)
-    atexit.register(_end_now)  # the first handler registered runs last
+    # The first exit handler registered runs last. One registered before rebaser started
+    # (by a .pth file: coverage's, say) would run after it: not ending early then.
+    if getattr(atexit, "_ncallbacks", lambda: 1)() == 0:
+        atexit.register(_end_now)
     try:
         from rebaser.cli import main
     except KeyboardInterrupt:

@@ -363,6 +363,8 @@ ENDING = """
 import atexit, pathlib, runpy, sys, tempfile, threading, time
 import rebaser.cli
 folder = pathlib.Path(sys.argv[1])
+if sys.argv[2:] == ["handler first"]:  # as a .pth file may register one
+    atexit.register(lambda: (folder / "first handler").write_text("ran"))
 
 class TornDown:
     def __del__(self):
@@ -383,16 +385,20 @@ runpy.run_module("rebaser", run_name="__main__")
 """
 
 
-def test_a_command_ends_without_tearing_the_interpreter_down(tmp_path):
+@pytest.mark.parametrize("before", [[], ["handler first"]], ids=["alone", "handler first"])
+def test_a_command_ends_without_tearing_the_interpreter_down(tmp_path, before):
     """Freeing a command's objects at exit (the structured merge's syntax trees, caches)
     took 0.13 s of every stop's `skip` on a real fork. The process now ends once its
-    threads and exit handlers are done, its output flushed, with the command's code."""
+    threads and exit handlers are done, its output flushed, with the command's code; with
+    an exit handler registered before rebaser started, as Python would end it."""
     done = subprocess.run(
-        [sys.executable, "-c", ENDING, str(tmp_path)], capture_output=True, text=True
+        [sys.executable, "-c", ENDING, str(tmp_path), *before], capture_output=True, text=True
     )
     assert done.returncode == 3, done.stderr
     assert len(done.stdout) == 1_000_000 and not done.stderr
     assert (tmp_path / "thread").read_text() == "done"
     assert (tmp_path / "atexit").read_text() == "ran"
     assert [path.name for path in tmp_path.iterdir() if path.is_dir()] == []  # finalizers ran
-    assert not (tmp_path / "torn down").exists()
+    if before:
+        assert (tmp_path / "first handler").read_text() == "ran"
+    assert (tmp_path / "torn down").exists() == bool(before)
