@@ -17,6 +17,7 @@ _COLLECT_AFTER = (100_000, 50, 100)
 
 
 def entry() -> int:
+    _standard_streams()
     gc.set_threshold(*_COLLECT_AFTER)
     # The first exit handler registered runs last. One registered before rebaser started
     # (by a .pth file: coverage's, say) would run after it: not ending early then.
@@ -32,6 +33,19 @@ def entry() -> int:
     return _ending[-1]
 
 
+def _standard_streams() -> None:
+    """A standard stream closed when rebaser started (a cron job, a service, `>&-`) is
+    /dev/null: Python leaves sys.stdout None there, and the first file rebaser opened would
+    take the free descriptor, for git's output to land in."""
+    for descriptor, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        if getattr(sys, name) is None:
+            null = os.open(os.devnull, os.O_RDONLY if mode == "r" else os.O_WRONLY)
+            if null != descriptor:
+                os.dup2(null, descriptor)
+                os.close(null)
+            setattr(sys, name, open(descriptor, mode, encoding="utf-8", closefd=False))
+
+
 # The code entry() returned, once it has (an exception leaves it empty: Python's own exit).
 _ending: list[int] = []
 
@@ -44,8 +58,9 @@ def _end_now() -> None:
     if not _ending:
         return
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
     except (OSError, ValueError):  # a closed pipe or stream: Python's own exit reports it
         return
     os._exit(_ending[-1])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -402,3 +403,15 @@ def test_a_command_ends_without_tearing_the_interpreter_down(tmp_path, before):
     if before:
         assert (tmp_path / "first handler").read_text() == "ran"
     assert (tmp_path / "torn down").exists() == bool(before)
+
+
+@pytest.mark.parametrize("closed", [">&-", "2>&-", "<&- >&- 2>&-"])
+def test_a_command_with_its_output_closed_does_its_work(upstream, closed):
+    """Run with stdout or stderr closed (a cron job, a service), `rebaser status` crashed
+    (exit 6: Python's sys.stdout is None there) and the end of the process reported an
+    exception: what it would print is dropped, the command runs and exits as it would."""
+    repo = shlex.quote(str(upstream.path))
+    command = f'exec "{sys.executable}" -m rebaser status --repo {repo} {closed}'
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+    assert done.returncode == ExitCode.OK, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "Exception" not in done.stderr, done.stderr
