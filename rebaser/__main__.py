@@ -1,7 +1,8 @@
 """`python -m rebaser` and the `rebaser` command (pyproject's entry point).
 
 Loading rebaser takes a moment (rich, GitPython, LibCST): a Ctrl-C then ends it with one
-line and exit 130, not a traceback. Everything after is cli.main's.
+line and exit 130, not a traceback. Everything after is cli.main's; around it, a standard
+stream closed at start becomes /dev/null, and the process ends without freeing its objects.
 """
 
 import atexit
