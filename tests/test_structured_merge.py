@@ -91,13 +91,11 @@ def test_both_sides_add_imports(carried, lane):
 
 
 def test_both_sides_add_members_to_a_class(carried):
-    base = dedent(
-        """
+    base = dedent("""
         class Model:
             def forward(self, x):
                 return x
-        """
-    )
+        """)
     row, tree = carried(
         base,
         base + "\n    def detach(self):\n        return None\n",
@@ -110,8 +108,7 @@ def test_both_sides_add_members_to_a_class(carried):
     compile(text, "mod.py", "exec")
 
 
-DATACLASS = dedent(
-    """
+DATACLASS = dedent("""
     from dataclasses import dataclass
 
 
@@ -119,8 +116,7 @@ DATACLASS = dedent(
     class Config:
         hidden: int = 8
         layers: int = 2
-    """
-)
+    """)
 
 
 def test_both_sides_add_dataclass_fields(carried):
@@ -176,16 +172,14 @@ def test_both_sides_add_items_inside_one_statement(carried, base, fork, tip, exp
     assert merged(tree) == expected
 
 
-SIGNATURE = dedent(
-    '''
+SIGNATURE = dedent('''
     def build(
         experts=None,
         norm=False,
     ) -> Spec:
         """Build the spec."""
         return Spec(experts, norm)
-    '''
-)
+    ''')
 SIGNATURE_TIP = SIGNATURE.replace(
     '    norm=False,\n) -> Spec:\n    """Build the spec."""',
     "    norm=False,\n    fusion=False,\n) -> Submodules:\n"
@@ -229,8 +223,7 @@ def test_a_signature_hunk_into_the_body_stays_a_conflict(carried, fork):
     assert "the structured merge kept every hunk" in row["detail"]
 
 
-FUNCTIONS = dedent(
-    """
+FUNCTIONS = dedent("""
     import os
 
 
@@ -240,8 +233,7 @@ FUNCTIONS = dedent(
 
     def save_checkpoint(iteration, model, release=False):
         return iteration
-    """
-)
+    """)
 FUNCTIONS_TIP = FUNCTIONS.replace(
     "def save_checkpoint(iteration, model, release=False):",
     "def save_checkpoint(\n    iteration,\n    model,\n    release=False,\n    prefix: str = '',\n):",
@@ -302,8 +294,7 @@ def test_a_function_the_patch_removes_beside_one_upstream_changed_stays(carried)
     assert "the structured merge kept every hunk" in row["detail"]
 
 
-MOVED_BASE = dedent(
-    """
+MOVED_BASE = dedent("""
     def step(x):
         y = x + 1
         return y
@@ -311,16 +302,14 @@ MOVED_BASE = dedent(
 
     def other():
         return 1
-    """
-)
+    """)
 
 
 def test_an_edit_to_a_function_upstream_moved(carried):
     row, tree = carried(
         MOVED_BASE,
         MOVED_BASE.replace("x + 1", "x + 2"),
-        {
-            "pkg/mod.py": """
+        {"pkg/mod.py": """
             def first():
                 return 0
 
@@ -332,8 +321,7 @@ def test_an_edit_to_a_function_upstream_moved(carried):
             def step(x):
                 y = x + 1
                 return y
-            """
-        },  # upstream moves step() below other() and adds a function where step was
+            """},  # upstream moves step() below other() and adds a function where step was
     )
     assert row["status"] == "structured merge", row
     assert "upstream moved step (now at line 9); the patch's change to" in row["detail"]
@@ -343,47 +331,39 @@ def test_an_edit_to_a_function_upstream_moved(carried):
 
 
 def test_an_edit_to_code_upstream_reformatted(carried):
-    base = dedent(
-        """
+    base = dedent("""
         def total(a, b):
             value = compute(a, b, option=True, other=False, third=None, fourth=1)
             return value
-        """
-    )
+        """)
     row, tree = carried(
         base,
         base.replace("return value", "return value * 2"),
-        {
-            "pkg/mod.py": """
+        {"pkg/mod.py": """
             def total(a, b):
                 value = compute(
                     a, b, option=True, other=False, third=None, fourth=1
                 )
                 return value
-            """
-        },
+            """},
     )
     assert row["status"] == "structured merge", row
     assert "upstream only reformatted value" in row["detail"]
-    assert merged(tree) == dedent(
-        """
+    assert merged(tree) == dedent("""
         def total(a, b):
             value = compute(
                 a, b, option=True, other=False, third=None, fourth=1
             )
             return value * 2
-        """
-    )
+        """)
 
 
 # -- what it refuses -----------------------------------------------------------------------
 
-PARSER = dedent(
-    """
+PARSER = dedent("""
     def add_arguments(parser):
         parser.add_argument("--layers", type=int)
-    """
-)
+    """)
 
 
 @pytest.mark.parametrize("lane", [[], ["--no-fast-lane"]], ids=["fast-lane", "per-patch"])
@@ -441,8 +421,7 @@ def test_importing_a_name_upstream_deleted_stays_a_conflict(carried):
 
 
 def test_using_a_name_upstream_deleted_from_the_file_stays_a_conflict(carried):
-    base = dedent(
-        """
+    base = dedent("""
         def _scale(x):
             return 2 * x
 
@@ -450,8 +429,7 @@ def test_using_a_name_upstream_deleted_from_the_file_stays_a_conflict(carried):
         class Model:
             def forward(self, x):
                 return x
-        """
-    )
+        """)
     without_scale = """
         class Model:
             def forward(self, x):
@@ -528,8 +506,7 @@ def test_only_the_real_hunks_stay_as_markers(tmp_path):
     assert "|||||||" not in shown and shown.count("=======") == 1
 
 
-CLASS = dedent(
-    """
+CLASS = dedent("""
     class Optimizer:
         def first(self):
             return 1
@@ -539,8 +516,7 @@ CLASS = dedent(
 
         def last(self, state):
             save(state, flat=True)
-    """
-)
+    """)
 
 
 def test_a_hunk_in_a_method_is_merged_with_the_other_members_left_as_they_are(tmp_path):
@@ -584,7 +560,8 @@ def test_a_narrowed_window_merges_as_the_whole_class_does(tmp_path, monkeypatch,
     resolves and keeps what the whole class's window does, for the same reasons."""
     sides = (CLASS, CLASS.replace(*ours), CLASS.replace(*theirs))
     narrowed = merge_files(tmp_path, *sides)
-    monkeypatch.setattr(pymerge, "_windows", lambda *args: _windows(*args)[-1:])
+    windows = pymerge._windows
+    monkeypatch.setattr(pymerge, "_windows", lambda *args: windows(*args)[-1:])
     whole_class = merge_files(tmp_path, *sides)
     assert (narrowed.text, narrowed.resolved, narrowed.kept) == (
         whole_class.text,
@@ -592,9 +569,6 @@ def test_a_narrowed_window_merges_as_the_whole_class_does(tmp_path, monkeypatch,
         whole_class.kept,
     )
     assert narrowed.resolved or narrowed.kept
-
-
-_windows = pymerge._windows
 
 
 def test_a_hunk_upstream_emptied_stays_when_another_resolves(tmp_path):
@@ -718,8 +692,7 @@ def test_libcst_is_loaded_only_for_a_hunk_a_container_holds(tmp_path, base, ours
     assert out == [str(loads), str(loads)]
 
 
-LONG_DEF = dedent(
-    '''
+LONG_DEF = dedent('''
     class Buffer:
         @staticmethod
         def build(
@@ -732,8 +705,7 @@ LONG_DEF = dedent(
             for step in range(size):
                 total += step
             return Buffer()
-    '''
-)
+    ''')
 LONG_DEF_OURS = LONG_DEF.replace(
     "dtype=None,  # the element type\n", "dtype=None,  # the element type\n        device=None,\n"
 )
