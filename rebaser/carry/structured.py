@@ -17,13 +17,10 @@ touches what git left in conflict.
 
 from __future__ import annotations
 
-import ast
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
-from rebaser.carry import pymerge, pysyntax
+from rebaser.carry import filemerges
 from rebaser.repo.git import Git
 
 _cache: dict[tuple[str, ...], tuple[str, list[str], list[str], bool]] = {}
@@ -49,11 +46,13 @@ def resolve_conflicts(git: Git, *, label: str = "patch", sparse: bool = False) -
     if not stages:
         return []
     blobs = _blobs(git, [sha for versions in stages.values() for sha in versions])
+    keys = [(path, *versions, label) for path, versions in sorted(stages.items())]
+    missing = [key for key in keys if key not in _cache]
+    jobs = [(path, *(blobs[sha] for sha in shas), label) for path, *shas, label in missing]
+    _cache.update(zip(missing, filemerges.merged(git, jobs)))
     results, clean = [], []
-    for path, (base, ours, theirs) in sorted(stages.items()):
-        key = (path, base, ours, theirs, label)
-        if key not in _cache:
-            _cache[key] = _merge(git, path, blobs[base], blobs[ours], blobs[theirs], label)
+    for key in keys:
+        path = key[0]
         text, resolved, kept, done = _cache[key]
         results.append(FileResult(path, resolved, kept))
         if resolved:
@@ -104,62 +103,3 @@ def _blobs(git: Git, shas: list[str]) -> dict[str, Optional[str]]:
         except UnicodeDecodeError:
             texts[sha] = None
     return texts
-
-
-def _merge(
-    git: Git, path: str, base: Optional[str], ours: Optional[str], theirs: Optional[str], label: str
-) -> tuple[str, list[str], list[str], bool]:
-    """(the file's new text, resolved, kept, whether every hunk resolved)."""
-    if base is None or ours is None or theirs is None:
-        return "", [], ["the file is not UTF-8"], False
-    with tempfile.TemporaryDirectory(prefix="forkkit-merge-") as folder:
-        files = []
-        for name, text in (("ours", ours), ("base", base), ("theirs", theirs)):
-            (Path(folder) / name).write_text(text, encoding="utf-8")
-            files.append(str(Path(folder) / name))
-        labels = ["-L", "HEAD", "-L", "base", "-L", label]
-        diff3 = Git(folder).run("merge-file", "-p", "--diff3", *labels, *files, check=False).stdout
-    try:
-        merged = pymerge.merge(
-            base, ours, theirs, diff3, modules=_ModuleReader(git).names, path=path
-        )
-    except (ValueError, RecursionError) as error:  # never worse than git: its conflict
-        return "", [], [f"the structured merge failed: {error}"], False
-    if not merged.resolved:
-        return "", [], merged.kept, False
-    return pymerge.as_style(merged.text, 7, diff3=False), merged.resolved, merged.kept, merged.clean
-
-
-class _ModuleReader:
-    """The top-level names of a module of the repository as upstream's side (HEAD) has it;
-    None when it is not a module file of the repository (or a package)."""
-
-    def __init__(self, git: Git) -> None:
-        self.git = git
-
-    def names(self, module: str, importer: str) -> Optional[set[str]]:
-        for candidate in _module_paths(module, importer):
-            shown = self.git.run("cat-file", "blob", f"HEAD:{candidate}", check=False)
-            if not shown.ok:
-                continue
-            if candidate.endswith("__init__.py"):
-                return None  # a package: its submodules are names too; not checked
-            try:
-                return pysyntax.module_names(ast.parse(shown.stdout))
-            except (SyntaxError, ValueError):
-                return None
-        return None
-
-
-def _module_paths(module: str, importer: str) -> list[str]:
-    level = len(module) - len(module.lstrip("."))
-    parts = [part for part in module.lstrip(".").split(".") if part]
-    if level:
-        folder = Path(importer).parent
-        for _ in range(level - 1):
-            folder = folder.parent
-        parts = [*(p for p in folder.parts if p not in (".", "")), *parts]
-    if not parts:
-        return []
-    stem = "/".join(parts)
-    return [f"{stem}.py", f"{stem}/__init__.py"]

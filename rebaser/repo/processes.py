@@ -39,6 +39,21 @@ def run_own_group(
     return subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr)
 
 
+def helper(command: Sequence[str], *, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """Start a helper that answers on its stdout what it is asked on its stdin, silent
+    (stderr discarded: its caller says what failed). A session of its own: Ctrl-C reaches
+    rebaser only, which ends it. If rebaser is killed, its stdin ends, and it stops after
+    the answer under way (no preexec_fn: the lane's threads are running when it starts)."""
+    return subprocess.Popen(
+        command,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 def _kill_group(process: subprocess.Popen) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)

@@ -1,0 +1,214 @@
+"""The structured merge of one conflicted file (carry/pymerge.py on the hunks of `git
+merge-file --diff3`), and of a patch's files on two cores: one by one in this process and,
+where there are enough of them, one by one in a helper process beside it.
+
+The structured merge of a file is Python work that holds the interpreter's lock: on the
+real fork, the stop that meets a patch with 18 conflicting Python files spent 1.3 s on
+them with one core busy and the other idle. The helper is a Python started for the call
+(40 ms), with this process's import path; it asks git nothing this process would not
+(the module names a merge checks are read from the same repository). Each file is taken
+by whichever of the two is free, so the answers are those of one process, in the same
+order. A file the helper cannot answer (it failed to start, died, or raised) is merged
+here, as it would have been without it.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import pickle
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from rebaser.carry import pymerge, pysyntax
+from rebaser.repo import processes
+from rebaser.repo.git import Git
+
+# Fewer files than this are merged here: the helper's start would not pay.
+WORTH_A_HELPER = 3
+
+Job = tuple[Any, ...]  # the arguments of merge_file after its Git: path, the three texts, label
+Outcome = tuple[str, list[str], list[str], bool]  # text, resolved, kept, every hunk resolved
+
+# The helper's program: this process's import path first, then the loop below.
+_BOOT = (
+    "import pickle, sys; sys.path[:] = pickle.load(sys.stdin.buffer); "
+    "from rebaser.carry.filemerges import serve; serve()"
+)
+
+
+def merged(git: Git, jobs: Sequence[Job]) -> list[Outcome]:
+    """merge_file(git, *job) for each job, in order; where enough, a helper takes its
+    share."""
+    if len(jobs) < WORTH_A_HELPER or _cores() < 2:
+        return [merge_file(git, *job) for job in jobs]
+    results: list[Optional[Outcome]] = [None] * len(jobs)
+    next_job = _Counter(len(jobs))
+    helper = _Helper.start(git)
+    beside = None
+    if helper is not None:
+        beside = threading.Thread(
+            target=helper.take_turns, args=(jobs, results, next_job), name="forkkit-merges"
+        )
+        beside.start()
+    try:
+        while (index := next_job.take()) is not None:
+            results[index] = merge_file(git, *jobs[index])
+        if beside is not None:
+            beside.join()  # the helper's last file
+    finally:
+        if helper is not None and beside is not None:
+            helper.close()  # at once where this process failed or was interrupted
+            beside.join()
+    return [
+        merge_file(git, *jobs[n]) if result is None else result for n, result in enumerate(results)
+    ]
+
+
+def merge_file(
+    git: Git, path: str, base: Optional[str], ours: Optional[str], theirs: Optional[str], label: str
+) -> Outcome:
+    """(the file's new text, resolved, kept, whether every hunk resolved)."""
+    if base is None or ours is None or theirs is None:
+        return "", [], ["the file is not UTF-8"], False
+    with tempfile.TemporaryDirectory(prefix="forkkit-merge-") as folder:
+        files = []
+        for name, text in (("ours", ours), ("base", base), ("theirs", theirs)):
+            (Path(folder) / name).write_text(text, encoding="utf-8")
+            files.append(str(Path(folder) / name))
+        labels = ["-L", "HEAD", "-L", "base", "-L", label]
+        diff3 = Git(folder).run("merge-file", "-p", "--diff3", *labels, *files, check=False).stdout
+    try:
+        merged = pymerge.merge(
+            base, ours, theirs, diff3, modules=_ModuleReader(git).names, path=path
+        )
+    except (ValueError, RecursionError) as error:  # never worse than git: its conflict
+        return "", [], [f"the structured merge failed: {error}"], False
+    if not merged.resolved:
+        return "", [], merged.kept, False
+    return pymerge.as_style(merged.text, 7, diff3=False), merged.resolved, merged.kept, merged.clean
+
+
+class _ModuleReader:
+    """The top-level names of a module of the repository as upstream's side (HEAD) has it;
+    None when it is not a module file of the repository (or a package)."""
+
+    def __init__(self, git: Git) -> None:
+        self.git = git
+
+    def names(self, module: str, importer: str) -> Optional[set[str]]:
+        for candidate in _module_paths(module, importer):
+            shown = self.git.run("cat-file", "blob", f"HEAD:{candidate}", check=False)
+            if not shown.ok:
+                continue
+            if candidate.endswith("__init__.py"):
+                return None  # a package: its submodules are names too; not checked
+            try:
+                return pysyntax.module_names(ast.parse(shown.stdout))
+            except (SyntaxError, ValueError):
+                return None
+        return None
+
+
+def _module_paths(module: str, importer: str) -> list[str]:
+    level = len(module) - len(module.lstrip("."))
+    parts = [part for part in module.lstrip(".").split(".") if part]
+    if level:
+        folder = Path(importer).parent
+        for _ in range(level - 1):
+            folder = folder.parent
+        parts = [*(p for p in folder.parts if p not in (".", "")), *parts]
+    if not parts:
+        return []
+    stem = "/".join(parts)
+    return [f"{stem}.py", f"{stem}/__init__.py"]
+
+
+def serve() -> None:
+    """The helper's loop: a job from stdin, its answer to stdout, until stdin ends."""
+    asked, answers = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        try:
+            (path, env), job = pickle.load(asked)
+        except EOFError:
+            return
+        try:
+            answer: tuple[str, Any] = ("merged", merge_file(Git(path, env), *job))
+        except Exception as error:  # this process merges it again, and meets it there
+            answer = ("failed", repr(error))
+        pickle.dump(answer, answers)
+        answers.flush()
+
+
+class _Counter:
+    """The next job nobody has taken; None once all are."""
+
+    def __init__(self, count: int) -> None:
+        self._next, self._count = 0, count
+        self._lock = threading.Lock()
+
+    def take(self) -> Optional[int]:
+        with self._lock:
+            if self._next >= self._count:
+                return None
+            self._next += 1
+            return self._next - 1
+
+
+class _Helper:
+    def __init__(self, git: Git, process: Any) -> None:
+        self.git, self.process = git, process
+
+    @classmethod
+    def start(cls, git: Git) -> Optional["_Helper"]:
+        if not sys.executable:
+            return None
+        try:
+            process = processes.helper([sys.executable, "-I", "-c", _BOOT], env=os.environ)
+        except OSError:
+            return None
+        helper = cls(git, process)
+        try:
+            pickle.dump(sys.path, process.stdin)
+            process.stdin.flush()
+        except OSError:
+            helper.close()
+            return None
+        return helper
+
+    def take_turns(self, jobs: Sequence[Job], results: list, next_job: _Counter) -> None:
+        """Jobs for the helper while there are any; one it cannot answer stays undone."""
+        while (index := next_job.take()) is not None:
+            answer = self._ask(jobs[index])
+            if answer is None:
+                return
+            results[index] = answer[0]
+
+    def _ask(self, job: Job) -> Optional[tuple[Any]]:
+        try:
+            pickle.dump(((str(self.git.path), self.git.env), job), self.process.stdin)
+            self.process.stdin.flush()
+            kind, value = pickle.load(self.process.stdout)
+        except Exception:  # it died, or was closed: this process merges the file
+            return None
+        return (value,) if kind == "merged" else None
+
+    def close(self) -> None:
+        """End it (in the middle of a merge where this process stops early)."""
+        self.process.kill()
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self.process.wait()
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

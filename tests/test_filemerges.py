@@ -1,0 +1,172 @@
+"""A patch's conflicted files merged on two cores (carry/filemerges.py): what the helper
+process answers is what this process would have, and a helper that fails or an interrupted
+merge leaves nothing running and nothing different."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from rebaser.carry import filemerges, structured
+from rebaser.repo.git import Git
+
+IDENTITY = ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+MERGE_FILE = filemerges.merge_file
+BASE = "import os\n\n\ndef {name}():\n    return {value}\n"
+
+
+def run_git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """git with a fixed date: two repositories built alike hold the same commits."""
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+        "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+    }
+    return subprocess.run(
+        ["git", *IDENTITY, *args], cwd=repo, capture_output=True, text=True, env=env
+    )
+
+
+def commit_all(repo: Path, files: dict[str, str], message: str) -> None:
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-q", "-m", message)
+
+
+def conflicted(repo: Path) -> Path:
+    """A cherry-pick left in conflict in five Python files: in four both sides add an
+    import (resolved), in one both change the same line (kept)."""
+    repo.mkdir()
+    run_git(repo, "init", "-q")
+    names = ["a", "b", "c", "d", "e"]
+    commit_all(repo, {f"{n}.py": BASE.format(name=n, value=1) for n in names}, "base")
+    run_git(repo, "checkout", "-q", "-b", "patch")
+    fork = {
+        f"{n}.py": BASE.format(name=n, value=1).replace("import os", "import os\nimport re")
+        for n in names[:4]
+    }
+    fork["e.py"] = BASE.format(name="e", value=2)
+    commit_all(repo, fork, "the patch")
+    run_git(repo, "checkout", "-q", "main")
+    up = {
+        f"{n}.py": BASE.format(name=n, value=1).replace("import os", "import os\nimport sys")
+        for n in names[:4]
+    }
+    up["e.py"] = BASE.format(name="e", value=3)
+    commit_all(repo, up, "upstream")
+    assert run_git(repo, "cherry-pick", "--no-commit", "patch").returncode != 0
+    assert len(run_git(repo, "ls-files", "-u").stdout.splitlines()) == 15
+    return repo
+
+
+def state(repo: Path) -> tuple:
+    """The files and what the index holds of them."""
+    files = {p.name: p.read_text() for p in sorted(repo.glob("*.py"))}
+    return files, run_git(repo, "ls-files", "-s").stdout
+
+
+@pytest.fixture
+def two_cores(monkeypatch):
+    """Two cores, whatever the machine, and a merge cache of this test's own."""
+    monkeypatch.setattr(filemerges, "_cores", lambda: 2)
+    monkeypatch.setattr(structured, "_cache", {})
+
+
+class Answers(list):
+    """The files the helper merged, and an event set at its first answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = threading.Event()
+
+
+@pytest.fixture
+def answered(monkeypatch) -> Answers:
+    found = Answers()
+    ask = filemerges._Helper._ask
+
+    def counted(self, job):
+        answer = ask(self, job)
+        if answer is not None:
+            found.append(job[0])
+            found.first.set()
+        return answer
+
+    monkeypatch.setattr(filemerges._Helper, "_ask", counted)
+    return found
+
+
+def merged_alone(tmp_path: Path, monkeypatch) -> tuple:
+    """The results and the state of a merge in this process alone."""
+    repo = conflicted(tmp_path / "alone")
+    with monkeypatch.context() as alone:
+        alone.setattr(filemerges, "WORTH_A_HELPER", 10**6)
+        alone.setattr(filemerges, "merge_file", MERGE_FILE)
+        alone.setattr(structured, "_cache", {})
+        results = structured.resolve_conflicts(Git(repo))
+    return results, state(repo)
+
+
+def test_the_helper_answers_what_this_process_would(tmp_path, monkeypatch, two_cores, answered):
+    alone = merged_alone(tmp_path, monkeypatch)
+    assert [r.path for r in alone[0] if r.clean] == ["a.py", "b.py", "c.py", "d.py"]
+    assert [r.path for r in alone[0] if r.kept] == ["e.py"]
+
+    def after_the_helper(*args):  # else, on a loaded machine, this process could merge all
+        answered.first.wait(60)  # five files before the helper has started
+        return MERGE_FILE(*args)
+
+    monkeypatch.setattr(filemerges, "merge_file", after_the_helper)
+    repo = conflicted(tmp_path / "two")
+    results = structured.resolve_conflicts(Git(repo))
+    assert answered, "the helper merged none of the five files"
+    assert len(answered) < 5, "this process merged none"
+    assert (results, state(repo)) == alone
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        "import sys; sys.exit(3)",
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+        "import os, pickle, sys; pickle.load(sys.stdin.buffer); pickle.load(sys.stdin.buffer); "
+        "os._exit(1)",  # takes a file, and dies
+    ],
+    ids=["exits", "killed", "dies-in-a-merge"],
+)
+def test_a_helper_that_cannot_answer_changes_nothing(
+    tmp_path, monkeypatch, two_cores, answered, program
+):
+    alone = merged_alone(tmp_path, monkeypatch)
+    monkeypatch.setattr(filemerges, "_BOOT", program)
+    repo = conflicted(tmp_path / "two")
+    assert (structured.resolve_conflicts(Git(repo)), state(repo)) == alone
+    assert answered == []
+
+
+def test_an_interrupted_merge_leaves_no_helper_running(tmp_path, monkeypatch, two_cores):
+    repo = conflicted(tmp_path / "repo")
+    started = []
+    start = filemerges._Helper.start.__func__
+
+    def kept(cls, git):
+        helper = start(cls, git)
+        started.append(helper)
+        return helper
+
+    def interrupted(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(filemerges._Helper, "start", classmethod(kept))
+    monkeypatch.setattr(filemerges, "merge_file", interrupted)  # this process's, not the helper's
+    with pytest.raises(KeyboardInterrupt):
+        structured.resolve_conflicts(Git(repo))
+    assert started and started[0] is not None
+    assert started[0].process.poll() is not None, "the helper still runs"
+    assert not [t for t in threading.enumerate() if t.name == "forkkit-merges"]
+    assert len(run_git(repo, "ls-files", "-u").stdout.splitlines()) == 15, "nothing written"
