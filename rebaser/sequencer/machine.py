@@ -191,8 +191,7 @@ def resume(repo_hint: Optional[Path], progress: Progress, plan: Plan = standard_
     """`rebaser continue`: take the user's fix for the stopped step (or, after an
     interruption, redo the step that was under way) and go on."""
     with _locked_state(repo_hint, "continue") as state:
-        series = _series_of(state)
-        steps = plan(series)
+        series, steps = _planned(state, plan)
         worktree = recovery.worktree_of(state)
         if state.stopped is None:
             if backup := recovery.restore_last_step(state, worktree):
@@ -233,6 +232,30 @@ def retry(
         return _Run(state, series, steps, progress, "retry").drive()
 
 
+def _planned(state: ApplyState, plan: Plan) -> tuple[Series, list[Step]]:
+    """The series of the apply in progress and its steps. The patches up to the one it
+    stopped at must be those it carried: another there would be taken for it. Those after
+    it may change, as `git rebase --edit-todo` allows."""
+    series = _series_of(state)
+    steps = plan(series)
+    names = [step.name for step in steps]
+    carried = dict(enumerate(row.name for row in state.steps)) if state.retry_step is None else {}
+    if state.stopped is not None and state.stopped.phase == StopPhase.APPLY:
+        carried[state.next_step] = state.stopped.patch
+    for number, name in sorted(carried.items()):
+        if number >= len(names) or names[number] != name:
+            now = names[number] if number < len(names) else "nothing"
+            where = f"stopped at {state.stopped.patch}" if state.stopped else "started"
+            raise RebaserError(
+                f"the series changed since the apply {where}: where it had {name}, the "
+                f"series file now lists {now}",
+                where=state.series_file,
+                next_step="put the lines up to that patch back as they were (later ones may "
+                "change), then run the command again; or `rebaser abort`",
+            )
+    return series, steps
+
+
 def _series_of(state: ApplyState) -> Series:
     """The series the apply in progress was started with, where it was then."""
     file = Path(state.series_file)
@@ -251,8 +274,7 @@ def skip(repo_hint: Optional[Path], progress: Progress, plan: Plan = standard_pl
     """`rebaser skip`: leave the stopped patch off the branch and go on. Whatever was done
     for it since the stop is kept in a backup ref; the report still counts it as missing."""
     with _locked_state(repo_hint, "skip") as state:
-        series = _series_of(state)
-        steps = plan(series)
+        series, steps = _planned(state, plan)
         step = steps[state.next_step] if state.stopped else None
         if state.stopped is None or state.stopped.phase != StopPhase.APPLY or step.patch is None:
             raise RebaserError(

@@ -1,0 +1,80 @@
+"""What a user changes at a stop that the stop did not expect (the series file, the branch's
+history, the worktree's `.git` file, the state file, the worktree itself during a retry):
+each found by a hostile review of the CLI (docs/safety.md, "Reviewed as a hostile user (third
+pass, at the stops)"), each refused with what to do, or done without losing anything."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from synthetic import git
+from test_apply_synthetic import CONFLICT_FIXED
+from test_keep_going import apply_onto_v2, series_with_a_knock_on, statuses
+from test_retry import BRANCH, kept_going
+
+from rebaser.errors import ExitCode
+
+
+def stopped_at_0002(rebaser, tmp_path, upstream) -> tuple[Path, Path]:
+    """Four patches onto v2, stopped at 0002 (0003 and 0004 to come): series, worktree."""
+    series = series_with_a_knock_on(tmp_path, upstream)
+    result, report = apply_onto_v2(rebaser, tmp_path, series, upstream)
+    assert result.code == ExitCode.NOT_APPLIED and report["stop"]["patch"].startswith("0002")
+    return series, Path(report["worktree"])
+
+
+def fixed(worktree: Path) -> None:
+    (worktree / "pkg/calc.py").write_text(CONFLICT_FIXED)
+    git(worktree, "add", "pkg/calc.py")
+
+
+def without_line(series: Path, prefix: str) -> None:
+    lines = series.read_text().splitlines(keepends=True)
+    series.write_text("".join(line for line in lines if not line.startswith(prefix)))
+
+
+@pytest.mark.parametrize("command", ["continue", "skip"])
+@pytest.mark.parametrize("removed", ["0002", "0001"], ids=["the-stopped-patch", "an-earlier-one"])
+def test_a_series_edited_at_a_stop_before_the_next_patch_is_refused(
+    rebaser, tmp_path, upstream, command, removed
+):
+    """With the stopped patch's line taken out of the series, `continue` committed the fix
+    as the next patch (0003's identity on 0002's change, 0003's own change on no commit,
+    exit 0) and `skip` left off 0003, never tried; with the series shorter than the stop,
+    both crashed (IndexError, exit 6). The patches up to the stopped one must be those the
+    apply started with; the later ones may change."""
+    series, worktree = stopped_at_0002(rebaser, tmp_path, upstream)
+    fixed(worktree)
+    head = git(worktree, "rev-parse", "HEAD")
+    kept = series.read_text()
+    without_line(series, removed)
+    refused = rebaser(command, "--repo", upstream.path)
+    assert refused.code == ExitCode.USAGE, refused.out + refused.err
+    assert "0002-change-2.patch" in refused.err and "series" in refused.err, refused.err
+    assert git(worktree, "rev-parse", "HEAD") == head
+    assert git(worktree, "diff", "--cached", "--name-only") == "pkg/calc.py"  # the fix stays
+    series.write_text(kept)
+    again = rebaser(command, "--repo", upstream.path, "--json", tmp_path / "again.json")
+    assert again.code == ExitCode.NOT_APPLIED, again.out + again.err  # 0003 conflicts now
+    rows = json.loads((tmp_path / "again.json").read_text())["steps"]
+    assert [(row["name"][:4], row["status"]) for row in rows[1:]] == [
+        ("0001", "clean"),
+        ("0002", "manual" if command == "continue" else "skipped"),
+        ("0003", "failed"),
+    ]
+
+
+def test_a_later_patch_taken_out_at_a_stop_is_left_out(rebaser, tmp_path, upstream):
+    """As `git rebase --edit-todo`: what is still to come may change at a stop."""
+    series, worktree = stopped_at_0002(rebaser, tmp_path, upstream)
+    fixed(worktree)
+    without_line(series, "0004")
+    resumed = rebaser("continue", "--repo", upstream.path)
+    assert resumed.code == ExitCode.NOT_APPLIED, resumed.out + resumed.err  # 0003 conflicts
+    skipped = rebaser("skip", "--repo", upstream.path, "--json", tmp_path / "s.json")
+    assert skipped.code == ExitCode.NOT_APPLIED, skipped.out + skipped.err
+    rows = json.loads((tmp_path / "s.json").read_text())["steps"]
+    assert [row["name"][:4] for row in rows] == ["over", "0001", "0002", "0003"]
