@@ -78,3 +78,32 @@ def test_a_later_patch_taken_out_at_a_stop_is_left_out(rebaser, tmp_path, upstre
     assert skipped.code == ExitCode.NOT_APPLIED, skipped.out + skipped.err
     rows = json.loads((tmp_path / "s.json").read_text())["steps"]
     assert [row["name"][:4] for row in rows] == ["over", "0001", "0002", "0003"]
+
+
+@pytest.mark.parametrize("how", ["reset-too-far", "amend"])
+def test_continue_refuses_a_branch_that_lost_the_stops_commits(rebaser, tmp_path, upstream, how):
+    """`git reset --hard HEAD~1` one commit too far, or `git commit --amend` of the last
+    patch by habit: `continue` amended upstream's or 0001's commit with 0002's identity and
+    reported 0002 applied by hand (its change on no commit, or inside 0001's)."""
+    series, worktree = stopped_at_0002(rebaser, tmp_path, upstream)
+    stopped_at = git(worktree, "rev-parse", "HEAD")
+    if how == "reset-too-far":
+        git(worktree, "reset", "-q", "--hard", "HEAD~1")
+    else:
+        fixed(worktree)
+        git(worktree, "commit", "-q", "--amend", "--no-edit")
+    moved = git(worktree, "rev-parse", "HEAD")
+    refused = rebaser("continue", "--repo", upstream.path)
+    assert refused.code == ExitCode.USAGE, refused.out + refused.err
+    assert stopped_at[:12] in refused.err, refused.err
+    assert git(worktree, "rev-parse", "HEAD") == moved
+    git(worktree, "reset", "-q", "--soft", stopped_at)  # as the message says
+    if how == "reset-too-far":
+        git(worktree, "reset", "-q", "--hard", stopped_at)
+        fixed(worktree)
+    resumed = rebaser("continue", "--repo", upstream.path, "--json", tmp_path / "c.json")
+    assert resumed.code == ExitCode.NOT_APPLIED, resumed.out + resumed.err  # 0003 conflicts
+    rows = json.loads((tmp_path / "c.json").read_text())["steps"]
+    assert [row["status"] for row in rows[:3]] == ["laid", "clean", "manual"]
+    subjects = git(worktree, "log", "--format=%s", "-3").splitlines()
+    assert subjects[:2] == ["fork: double mul", "fork: document add"], subjects

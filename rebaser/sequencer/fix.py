@@ -31,6 +31,7 @@ def take_fix(
     worktree's status lines when the caller has just read them (a `git status` of 3,300
     files is not asked twice)."""
     _refuse_unfinished(worktree, name, status)
+    _refuse_lost_commits(worktree, name, stopped_at)
     staged = worktree.out("diff", "--cached", "--name-only").split()
     if staged:
         first = series.patches[0]
@@ -49,6 +50,22 @@ def take_fix(
     subject = worktree.out("log", "-1", "--format=%s")
     files = patch.touched_paths if patch else []
     return StepRow(name, StepStatus.MANUAL, f"fixed by hand: {subject}", files)
+
+
+def _refuse_lost_commits(worktree: Git, name: str, stopped_at: str) -> None:
+    """The fix goes on top of where the branch stood at the stop: a HEAD that is not
+    (`git reset` one commit too far, `git commit --amend` of the patch before) would get
+    the step's identity on another commit, and lose what the branch held."""
+    if worktree.run("merge-base", "--is-ancestor", stopped_at, "HEAD", check=False).ok:
+        return
+    raise RebaserError(
+        f"the branch no longer holds the commit the apply stopped at ({stopped_at[:12]}): "
+        f"HEAD moved off it (a reset too far, or an amend?), so {name} cannot be taken "
+        "from it",
+        where=str(worktree.path),
+        next_step=f"`git reset --soft {stopped_at[:12]}` puts HEAD back and keeps your "
+        "changes staged; then `rebaser continue` (or `rebaser skip`, `rebaser abort`)",
+    )
 
 
 def record_resolution(worktree: Git, patch: Patch, series: Series) -> str:
