@@ -107,3 +107,45 @@ def test_continue_refuses_a_branch_that_lost_the_stops_commits(rebaser, tmp_path
     assert [row["status"] for row in rows[:3]] == ["laid", "clean", "manual"]
     subjects = git(worktree, "log", "--format=%s", "-3").splitlines()
     assert subjects[:2] == ["fork: double mul", "fork: document add"], subjects
+
+
+def test_abort_of_a_retry_refuses_a_worktree_switched_to_another_branch(
+    rebaser, tmp_path, upstream
+):
+    """abort of a retry reset whatever branch the worktree was on to where the retry
+    stopped: the user's own `main` lost its commits (kept only in a backup ref)."""
+    series, tree = kept_going(rebaser, tmp_path, upstream)
+    retried = rebaser("retry", "0002", "--series", series, "--repo", tree)
+    assert retried.code == ExitCode.NOT_APPLIED, retried.out + retried.err
+    git(tree, "reset", "-q", "--hard")
+    git(tree, "switch", "-q", "-c", "mine", "v1")
+    mine = git(tree, "rev-parse", "mine")
+    refused = rebaser("abort", "--repo", upstream.path)
+    assert refused.code == ExitCode.USAGE, refused.out + refused.err
+    assert f"git switch {BRANCH}" in refused.err, refused.err
+    assert git(tree, "rev-parse", "mine") == mine
+    git(tree, "switch", "-q", BRANCH)
+    aborted = rebaser("abort", "--repo", upstream.path)
+    assert aborted.code == ExitCode.OK, aborted.out + aborted.err
+    assert git(tree, "rev-parse", "mine") == mine
+
+
+def test_abort_of_a_retry_whose_worktree_was_deleted_ends_it(rebaser, tmp_path, upstream):
+    """The worktree folder deleted during a retry: `abort` failed on the missing folder and
+    `apply --force` refused the apply in progress: only deleting state.json got out."""
+    series, tree = kept_going(rebaser, tmp_path, upstream)
+    tip = git(tree, "rev-parse", BRANCH)
+    retried = rebaser("retry", "0002", "--series", series, "--repo", tree)
+    assert retried.code == ExitCode.NOT_APPLIED, retried.out + retried.err
+    shutil.rmtree(tree)
+    aborted = rebaser("abort", "--repo", upstream.path)
+    assert aborted.code == ExitCode.OK, aborted.out + aborted.err
+    assert "missing" in aborted.out, aborted.out
+    assert git(upstream.path, "rev-parse", BRANCH) == tip  # as the apply left it
+    assert rebaser("status", "--repo", upstream.path).out.startswith("no apply in progress")
+    again = rebaser(
+        "apply", "--series", series, "--repo", upstream.path, "--base", "v2", "--test", "none",
+        "--keep-going", "--force", "--json", tmp_path / "again.json",
+    )  # fmt: skip
+    assert again.code == ExitCode.NOT_APPLIED, again.out + again.err
+    assert statuses(json.loads((tmp_path / "again.json").read_text()))[2] == "dropped"

@@ -158,10 +158,12 @@ def _worktree(repo: Git, branch: str) -> Git:
 
 def abandon(state: ApplyState) -> str:
     """`abort` of a retry: the work on the patch goes to a backup ref, the branch and its
-    worktree stay as the apply before left them."""
-    worktree = Git(state.worktree)
-    stopped_at = state.stopped_head or state.head or worktree.out("rev-parse", "HEAD")
+    worktree stay as the apply before left them (its worktree deleted: the branch)."""
     patch = state.stopped.patch if state.stopped else "the patch"
+    if not Path(state.worktree).is_dir():
+        return _abandon_without_worktree(state, patch)
+    worktree = recovery.worktree_of(state)  # refuses a branch the user switched to
+    stopped_at = state.stopped_head or state.head or worktree.out("rev-parse", "HEAD")
     kept = None
     head = worktree.out("rev-parse", "HEAD")
     dirty = bool(worktree.status_porcelain())
@@ -174,3 +176,23 @@ def abandon(state: ApplyState) -> str:
     state.clear()
     said = f"retry of {patch} abandoned: branch {state.branch} is as the apply left it"
     return said + (f"; the work on it is kept at {kept}" if kept else "")
+
+
+def _abandon_without_worktree(state: ApplyState, patch: str) -> str:
+    """The worktree was deleted: the branch goes back to where the retry stopped (a commit
+    made since is kept in a backup ref), git forgets the folder, the state goes."""
+    repo = state.repo_git
+    ref = f"refs/heads/{state.branch}"
+    stopped_at, tip = state.stopped_head or state.head, repo.rev_parse(ref)
+    kept = None
+    if stopped_at and tip and tip != stopped_at:
+        kept = refs.backup(state.branch, "retry")
+        repo.run("update-ref", kept, tip)
+        repo.run("update-ref", ref, stopped_at, tip)
+    repo.run("worktree", "prune")
+    state.clear()
+    said = (
+        f"retry of {patch} abandoned: its worktree {state.worktree} is missing (deleted?); "
+        f"branch {state.branch} is as the apply left it"
+    )
+    return said + (f"; the commit made on it since is kept at {kept}" if kept else "")
