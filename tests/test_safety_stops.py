@@ -149,3 +149,21 @@ def test_abort_of_a_retry_whose_worktree_was_deleted_ends_it(rebaser, tmp_path, 
     )  # fmt: skip
     assert again.code == ExitCode.NOT_APPLIED, again.out + again.err
     assert statuses(json.loads((tmp_path / "again.json").read_text()))[2] == "dropped"
+
+
+def test_a_worktree_that_lost_its_git_file_is_named_with_the_repair(rebaser, tmp_path, upstream):
+    """With the worktree's `.git` file deleted, git finds the repository's own git dir
+    above it: rebaser said the worktree was on a detached HEAD and advised `git switch`,
+    which fails there, and `abort` refused. `git worktree repair` is the way back."""
+    series, worktree = stopped_at_0002(rebaser, tmp_path, upstream)
+    (worktree / ".git").unlink()
+    status = rebaser("status", "--repo", upstream.path)
+    assert "git worktree repair" in status.out and "detached" not in status.out, status.out
+    for command in ("continue", "skip", "abort"):
+        refused = rebaser(command, "--repo", upstream.path)
+        assert refused.code == ExitCode.USAGE, refused.out + refused.err
+        assert f"`git worktree repair` in {upstream.path}" in refused.err, refused.err
+    assert worktree.is_dir() and (worktree / "pkg/calc.py").is_file()  # nothing removed
+    git(upstream.path, "worktree", "repair")
+    aborted = rebaser("abort", "--repo", upstream.path)
+    assert aborted.code == ExitCode.OK, aborted.out + aborted.err

@@ -302,6 +302,17 @@ def current_branch(git: Git) -> Optional[str]:
     return result.stdout.strip() if result.ok else None
 
 
+def check_is_worktree(path: Path, repo: Path) -> None:
+    """Refuse a worktree folder whose `.git` file is gone: git would take the repository
+    above it for it (an apply's worktree lives inside the repository's git dir)."""
+    if not (path / ".git").exists():
+        raise RebaserError(
+            f"the worktree {path} has lost its .git file: git no longer sees it as a worktree",
+            next_step=f"run `git worktree repair` in {repo} to put it back, then run the "
+            "command again",
+        )
+
+
 def check_on_branch(git: Git, branch: str) -> None:
     """Refuse to commit in or remove a worktree the user switched to another branch."""
     current = current_branch(git)

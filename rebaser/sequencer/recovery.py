@@ -32,6 +32,7 @@ def worktree_of(state: ApplyState) -> Git:
             next_step="`rebaser abort` drops the apply (its commits are kept under "
             f"{refs.BACKUPS}/), then apply again",
         )
+    workspace.check_is_worktree(path, Path(state.repo))
     git = Git(path)
     _leave_interrupted(git)
     workspace.check_on_branch(git, state.branch)
@@ -52,6 +53,10 @@ def describe(state: ApplyState) -> list[str]:
     if not Path(state.worktree).is_dir():
         lines.append(f"the worktree {state.worktree} is missing (deleted?)")
         lines.append("next: `rebaser abort` drops the apply (its commits are kept in a ref)")
+        return lines
+    if not (Path(state.worktree) / ".git").exists():
+        lines.append(f"the worktree {state.worktree} has lost its .git file")
+        lines.append(f"next: `git worktree repair` in {state.repo} puts it back")
         return lines
     current = workspace.current_branch(Git(state.worktree))
     if current != state.branch:
@@ -133,6 +138,7 @@ def drop(repo: Git, branch: str, worktree: Path) -> str:
     under a backup ref; what is said about it."""
     saved = None
     if worktree.is_dir():
+        workspace.check_is_worktree(worktree, repo.path)
         git = Git(worktree)
         _leave_interrupted(git)
         workspace.check_on_branch(git, branch)
