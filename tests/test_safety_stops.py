@@ -167,3 +167,29 @@ def test_a_worktree_that_lost_its_git_file_is_named_with_the_repair(rebaser, tmp
     git(upstream.path, "worktree", "repair")
     aborted = rebaser("abort", "--repo", upstream.path)
     assert aborted.code == ExitCode.OK, aborted.out + aborted.err
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("worktree", 5), ("next_step", "x"), ("next_step", 99), ("series_file", None), ("steps", 3)],
+)
+def test_a_state_file_with_a_wrong_field_is_named_and_abort_ends_it(
+    rebaser, tmp_path, upstream, field, value
+):
+    """A state.json whose fields have the wrong type (edited by hand, or by another tool)
+    made every command crash with exit 6, abort included."""
+    _, worktree = stopped_at_0002(rebaser, tmp_path, upstream)
+    path = Path(git(upstream.path, "rev-parse", "--absolute-git-dir")) / "forkkit/state.json"
+    data = json.loads(path.read_text())
+    data[field] = value
+    path.write_text(json.dumps(data))
+    status = rebaser("status", "--repo", upstream.path)  # a step past the end reads well
+    assert status.code in (ExitCode.OK, ExitCode.USAGE), status.out + status.err
+    assert "rebaser abort" in status.out + status.err
+    for command in ("continue", "skip"):
+        result = rebaser(command, "--repo", upstream.path)
+        assert result.code == ExitCode.USAGE, (command, result.out + result.err)
+        assert "rebaser abort" in result.err, result.err
+    aborted = rebaser("abort", "--repo", upstream.path)
+    assert aborted.code == ExitCode.OK, aborted.out + aborted.err
+    assert not path.exists()

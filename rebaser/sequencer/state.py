@@ -12,9 +12,10 @@ import hashlib
 import json
 import re
 import time
+import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from rebaser.errors import RebaserError, machine_refused
 from rebaser.repo.git import Git, find_repo
@@ -113,12 +114,35 @@ def load(repo: Git) -> Optional[ApplyState]:
         raise BrokenState(
             repo, path, f"it was written by another rebaser version ({data.get('version')})"
         )
+    if wrong := _wrong_field(data):
+        raise BrokenState(repo, path, f"{wrong} (not a state this rebaser writes)")
     try:
         stopped = data.pop("stopped", None)
         steps = [StepRow(**row) for row in data.pop("steps", [])]
         return ApplyState(**data, steps=steps, stopped=Stop.from_json(stopped) if stopped else None)
     except (TypeError, ValueError) as exc:
         raise BrokenState(repo, path, f"{exc} (not a state this rebaser writes)") from None
+
+
+def _wrong_field(data: dict[str, Any]) -> Optional[str]:
+    """The first field whose value is not of the type the state has there (JSON: a stop
+    and the steps' rows are objects); unknown fields are left to the constructor."""
+    hints = typing.get_type_hints(ApplyState)
+    for name, value in data.items():
+        if name in hints and not _is_a(value, hints[name]):
+            return f"its {name} is {json.dumps(value)}"
+    return None
+
+
+def _is_a(value: Any, kind: Any) -> bool:
+    if typing.get_origin(kind) is typing.Union:
+        return any(_is_a(value, option) for option in typing.get_args(kind))
+    if typing.get_origin(kind) is list:
+        element = typing.get_args(kind)[0]
+        return isinstance(value, list) and all(_is_a(item, element) for item in value)
+    if kind in (Stop, StepRow):
+        return isinstance(value, dict)
+    return type(value) is kind  # an int is no bool, a bool no int
 
 
 class BrokenState(RebaserError):
