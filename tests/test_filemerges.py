@@ -170,3 +170,15 @@ def test_an_interrupted_merge_leaves_no_helper_running(tmp_path, monkeypatch, tw
     assert started[0].process.poll() is not None, "the helper still runs"
     assert not [t for t in threading.enumerate() if t.name == "forkkit-merges"]
     assert len(run_git(repo, "ls-files", "-u").stdout.splitlines()) == 15, "nothing written"
+
+
+def test_no_helper_where_the_caller_says_the_other_core_is_busy(tmp_path, monkeypatch, two_cores):
+    """A lane that goes on past stops has its judge's and triage's threads beside it."""
+    alone = merged_alone(tmp_path, monkeypatch)
+
+    def refused(cls, git):
+        raise AssertionError("a helper was started")
+
+    monkeypatch.setattr(filemerges._Helper, "start", classmethod(refused))
+    repo = conflicted(tmp_path / "busy")
+    assert (structured.resolve_conflicts(Git(repo), helper=False), state(repo)) == alone

@@ -40,10 +40,10 @@ _BOOT = (
 )
 
 
-def merged(git: Git, jobs: Sequence[Job]) -> list[Outcome]:
+def merged(git: Git, jobs: Sequence[Job], *, helper: bool = True) -> list[Outcome]:
     """merge_file(git, *job) for each job, in order; where enough, a helper takes its
-    share."""
-    if len(jobs) < WORTH_A_HELPER or _cores() < 2:
+    share (`helper` False: the other core is busy already)."""
+    if not helper or len(jobs) < WORTH_A_HELPER or _cores() < 2:
         return [merge_file(git, *job) for job in jobs]
     results: list[Optional[Outcome]] = [None] * len(jobs)
     next_job = _Counter(len(jobs))

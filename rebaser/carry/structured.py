@@ -39,9 +39,12 @@ class FileResult:
         return bool(self.resolved) and not self.kept
 
 
-def resolve_conflicts(git: Git, *, label: str = "patch", sparse: bool = False) -> list[FileResult]:
+def resolve_conflicts(
+    git: Git, *, label: str = "patch", sparse: bool = False, helper: bool = True
+) -> list[FileResult]:
     """Resolve what can be resolved of the conflicted Python files in `git`'s worktree
-    (`sparse`: a worktree whose other files are not written, as the scratch repository)."""
+    (`sparse`: a worktree whose other files are not written, as the scratch repository;
+    `helper`: whether a helper process may merge some of them, filemerges.merged)."""
     stages = _stages(git)
     if not stages:
         return []
@@ -49,7 +52,7 @@ def resolve_conflicts(git: Git, *, label: str = "patch", sparse: bool = False) -
     keys = [(path, *versions, label) for path, versions in sorted(stages.items())]
     missing = [key for key in keys if key not in _cache]
     jobs = [(path, *(blobs[sha] for sha in shas), label) for path, *shas, label in missing]
-    _cache.update(zip(missing, filemerges.merged(git, jobs)))
+    _cache.update(zip(missing, filemerges.merged(git, jobs, helper=helper)))
     results, clean = [], []
     for key in keys:
         path = key[0]

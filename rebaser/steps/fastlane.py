@@ -154,7 +154,9 @@ def _sequence(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkkit-judge") as rows:
         while (stopped := _stopped_at(lane)) is not None and stopped[0] in position:
             number = position[stopped[0]]
-            results, needed = _by_syntax(lane, patches[number], left_off)
+            # Going on past stops, the judge's and the triage's threads keep the other
+            # core busy: no helper for the merge then (carry/filemerges.py).
+            results, needed = _by_syntax(lane, patches[number], left_off, judge is None)
             if results and not lane.unmerged_paths():
                 merged[number] = results
                 env = {**committer_env(), "GIT_EDITOR": "true"}
@@ -174,7 +176,7 @@ def _sequence(
 
 
 def _by_syntax(
-    lane: Git, patch: Patch, missing: Callable[[], list[Patch]]
+    lane: Git, patch: Patch, missing: Callable[[], list[Patch]], helper: bool
 ) -> tuple[Optional[list[structured.FileResult]], Optional[Patch]]:
     """What the structured merge did to a pick git stopped at in conflict; None where it is
     not tried: an empty pick, or a patch that needs a missing one (a knock-on, which the
@@ -184,7 +186,7 @@ def _by_syntax(
     left = missing()
     if left and (needed := needed_patch(patch, left, _reader(lane))) is not None:
         return None, needed
-    return structured.resolve_conflicts(lane, label=patch.name, sparse=True), None
+    return structured.resolve_conflicts(lane, label=patch.name, sparse=True, helper=helper), None
 
 
 def _left_off(row: Optional[StepRow]) -> bool:
