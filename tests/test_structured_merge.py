@@ -87,7 +87,9 @@ def test_both_sides_add_imports(carried, lane):
     assert row["status"] == "structured merge"
     assert "both sides add imports to the module" in row["detail"]
     assert merged(tree) == "import os\nimport re\nimport json\nimport sys\n\nVALUE = 1\n"
-    assert git(tree, "log", "-1", "--format=%s") == "fork: the change"
+    # the patch's message alone: the lane's `rebase --continue` kept git's commit template
+    body = git(tree, "log", "-1", "--format=%B")
+    assert body.startswith("fork: the change\n") and "#" not in body, body
 
 
 def test_both_sides_add_members_to_a_class(carried):

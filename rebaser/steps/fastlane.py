@@ -27,6 +27,7 @@ recorded step (`rebaser continue` then redoes the lane, `abort` drops it).
 from __future__ import annotations
 
 import hashlib
+import shlex
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -159,8 +160,7 @@ def _sequence(
             results, needed = _by_syntax(lane, patches[number], left_off, judge is None)
             if results and not lane.unmerged_paths():
                 merged[number] = results
-                env = {**committer_env(), "GIT_EDITOR": "true"}
-                lane.run(*_SEQUENCER, "rebase", "--continue", check=False, env=env)
+                _continue_with_message(lane, stopped[0])
                 continue
             notes = structured.notes(results or [], applied=False)
             verdict = judge(patches[number], lane, stopped[1], notes) if judge else None
@@ -173,6 +173,18 @@ def _sequence(
             verdicts[number] = rows.submit(verdict)
             lane.run(*_SEQUENCER, "rebase", "--skip", check=False, env=committer_env())
     return merged, {number: verdict.result() for number, verdict in verdicts.items()}, handed
+
+
+def _continue_with_message(lane: Git, commit: str) -> None:
+    """`rebase --continue` after a structured merge, the pick committed with `commit`'s
+    message byte for byte: git's message file holds its commit template too (comment
+    lines), which `commit.cleanup=verbatim` (repo/git.py) would keep. The "editor" puts
+    the message back over that file."""
+    raw = lane.output_bytes("cat-file", "commit", commit)
+    message = lane.path / ".git" / "forkkit-message"
+    message.write_bytes(raw.partition(b"\n\n")[2])
+    env = {**committer_env(), "GIT_EDITOR": f"cp {shlex.quote(str(message))}"}
+    lane.run(*_SEQUENCER, "rebase", "--continue", check=False, env=env)
 
 
 def _by_syntax(
