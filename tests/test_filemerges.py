@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
 import pytest
 
 from rebaser.carry import filemerges, structured
+from rebaser.repo import tempdirs
 from rebaser.repo.git import Git
 
 IDENTITY = ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
@@ -182,3 +184,17 @@ def test_no_helper_where_the_caller_says_the_other_core_is_busy(tmp_path, monkey
     monkeypatch.setattr(filemerges._Helper, "start", classmethod(refused))
     repo = conflicted(tmp_path / "busy")
     assert (structured.resolve_conflicts(Git(repo), helper=False), state(repo)) == alone
+
+
+def test_a_merge_killed_midway_leaves_its_folder_to_the_next(tmp_path, monkeypatch):
+    """A helper is killed in the middle of a merge where this process stops early (Ctrl-C):
+    its folder for `git merge-file` stayed for good (a TemporaryDirectory); now it is one
+    of rebaser's owned folders, which the next of its kind removes."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(structured, "_cache", {})
+    left = tmp_path / "forkkit-merge-left"
+    left.mkdir()
+    (left / tempdirs.OWNER).write_text("")  # its lock died with its process
+    repo = conflicted(tmp_path / "repo")
+    structured.resolve_conflicts(Git(repo), helper=False)
+    assert not list(tmp_path.glob("forkkit-merge-*"))

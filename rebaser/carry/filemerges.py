@@ -18,13 +18,12 @@ import ast
 import os
 import pickle
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from rebaser.carry import pymerge, pysyntax
-from rebaser.repo import processes
+from rebaser.repo import processes, tempdirs
 from rebaser.repo.git import Git
 
 # Fewer files than this are merged here: the helper's start would not pay.
@@ -74,7 +73,8 @@ def merge_file(
     """(the file's new text, resolved, kept, whether every hunk resolved)."""
     if base is None or ours is None or theirs is None:
         return "", [], ["the file is not UTF-8"], False
-    with tempfile.TemporaryDirectory(prefix="forkkit-merge-") as folder:
+    # A helper killed in a merge leaves its folder: the next merge's sweep removes it.
+    with tempdirs.owned("forkkit-merge-") as folder:
         files = []
         for name, text in (("ours", ours), ("base", base), ("theirs", theirs)):
             (Path(folder) / name).write_text(text, encoding="utf-8")
