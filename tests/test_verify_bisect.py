@@ -3,12 +3,31 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from synthetic import CALC, Change, build_series, edit, git, history
 from test_apply_synthetic import OVERLAY_TESTS, conflicting_upstream, two_patch_series
+from test_keep_going import series_with_a_knock_on
 
 from rebaser.errors import ExitCode
+
+
+def test_the_markdown_is_utf8_whatever_the_locale(tmp_path, upstream):
+    """Under a locale whose encoding is not UTF-8, `--markdown` crashed on rebaser's own em
+    dash (exit 6) after the work, and left the file empty."""
+    series = series_with_a_knock_on(tmp_path, upstream)  # 0002 collides with v2: "— collides"
+    out_md = tmp_path / "m.md"
+    env = {**os.environ, "LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
+    done = subprocess.run(
+        [sys.executable, "-m", "rebaser", "verify", "--series", str(series), "--repo",
+         str(upstream.path), "--bases", "v2", "--test", "none", "--markdown", str(out_md)],
+        env=env, capture_output=True, text=True, errors="replace",
+    )  # fmt: skip
+    assert done.returncode == ExitCode.NOT_APPLIED, done.stdout + done.stderr
+    assert "\u2014" in out_md.read_bytes().decode("utf-8")
 
 
 def test_verify_matrix_over_tags_with_json_and_markdown(rebaser, tmp_path, upstream):

@@ -148,7 +148,7 @@ def write_text(path: Path, text: str) -> None:
     """A Markdown summary or another text file a command was asked for; folders made."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        path.write_text(text, encoding="utf-8")  # Markdown: UTF-8 whatever the locale
     except OSError as exc:  # checked before the work (check_writable): the disk filled since
         raise machine_refused(
             f"cannot write {path} (the work itself is done, above)",
