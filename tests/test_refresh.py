@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -298,3 +300,85 @@ def test_refresh_moves_a_release_base_to_the_release_the_branch_is_on(
     assert "@base pypi:megatron-core==9.9.1" in series.read_text().splitlines()
     again = rebaser("refresh", "--series", series, "--repo", worktree, "--check")
     assert again.code == ExitCode.OK, again.out
+
+
+# -- found by a hostile review (docs/safety.md, "Reviewed as a hostile user (fourth pass)") --
+
+
+def applied_on_v1(rebaser, tmp_path, upstream) -> tuple[Path, Path]:
+    """The two-patch series applied onto v1: the series file, the worktree."""
+    series = two_patch_series(tmp_path, upstream)
+    report = tmp_path / "applied.json"
+    assert apply(rebaser, series, upstream, "v1", "--json", report).code == ExitCode.OK
+    return series, Path(json.loads(report.read_text())["worktree"])
+
+
+def test_what_refresh_replaces_or_removes_is_kept_in_a_ref(rebaser, tmp_path, upstream):
+    """A patch written by hand and listed after the apply, and an uncommitted edit of a
+    patch file: refresh removed the one (it existed nowhere else) and overwrote the other,
+    with no word of it."""
+    series, tree = applied_on_v1(rebaser, tmp_path, upstream)
+    folder = series.parent
+    mine = (folder / "0002-change-2.patch").read_bytes().replace(b"change 2", b"mine")
+    (folder / "0003-mine.patch").write_bytes(mine)
+    series.write_text(series.read_text() + "0003-mine.patch\n")
+    edited = (folder / "0001-change-1.patch").read_bytes() + b"my note\n"
+    (folder / "0001-change-1.patch").write_bytes(edited)
+    result = rebaser("refresh", "--series", series, "--repo", tree)
+    assert result.code == ExitCode.OK, result.out + result.err
+    assert not (folder / "0003-mine.patch").exists()  # not on the branch: removed, as before
+    ref = re.search(r"are kept at (\S+)", result.out)[1]
+    for name, old in (("0003-mine.patch", mine), ("0001-change-1.patch", edited)):
+        kept = subprocess.run(
+            ["git", "cat-file", "blob", f"{ref}:{folder.name}/{name}"],
+            cwd=tree, capture_output=True, check=True,
+        ).stdout  # fmt: skip
+        assert kept == old, name
+    again = rebaser("refresh", "--series", series, "--repo", tree)
+    assert "are kept at" not in again.out  # nothing replaced: no backup
+
+
+def test_refresh_refuses_a_merge_on_the_branch(rebaser, tmp_path, upstream):
+    """A merge of upstream into the branch became a bogus patch (a copy of another one, with
+    its trailer) instead of a refusal."""
+    series, tree = applied_on_v1(rebaser, tmp_path, upstream)
+    before = snapshot(series.parent)
+    upstream.commit({"pkg/other.py": "X = 1\n"}, "upstream moves on", tag="v3")
+    git(tree, "merge", "-q", "--no-edit", "v3")
+    result = rebaser("refresh", "--series", series, "--repo", tree)
+    assert result.code == ExitCode.USAGE, result.out + result.err
+    assert "merge commit" in result.err, result.err
+    assert "git rebase" in result.err, result.err
+    assert snapshot(series.parent) == before
+
+
+def test_a_commit_without_a_trailer_keeps_its_patch_file(rebaser, tmp_path, upstream):
+    """A commit made by hand (no trailer) went to a new numbered patch on every refresh
+    (0003, then 0004, ...): `refresh --check` never passed."""
+    series, tree = applied_on_v1(rebaser, tmp_path, upstream)
+    (tree / "pkg/new.py").write_text("NEW = 1\n")
+    git(tree, "add", "pkg/new.py")
+    git(tree, "commit", "-q", "-m", "demo: add new.py")
+    first = rebaser("refresh", "--series", series, "--repo", tree)
+    assert "new       patches/0003-add-new-py.patch" in first.out, first.out
+    check = rebaser("refresh", "--series", series, "--repo", tree, "--check")
+    assert check.code == ExitCode.OK, check.out
+    assert series.read_text().splitlines()[-1] == "0003-add-new-py.patch"
+
+
+def test_refresh_keeps_the_series_files_comments_where_they_were(rebaser, tmp_path, upstream):
+    """Rewriting the series file dropped a patch line's own comment and moved the comment
+    lines between patches below them all."""
+    series, tree = applied_on_v1(rebaser, tmp_path, upstream)
+    text = series.read_text()
+    text = text.replace("0001-change-1.patch\n", "# part A\n0001-change-1.patch   # team A\n\n")
+    text = text.replace("0002-change-2.patch\n", "# part B\n0002-change-2.patch\n")
+    series.write_text(text)
+    (tree / "pkg/new.py").write_text("NEW = 1\n")
+    git(tree, "add", "pkg/new.py")
+    git(tree, "commit", "-q", "-m", "demo: add new.py")
+    assert rebaser("refresh", "--series", series, "--repo", tree).code == ExitCode.OK
+    assert series.read_text().endswith(
+        "# part A\n0001-change-1.patch   # team A\n\n# part B\n0002-change-2.patch\n"
+        "0003-add-new-py.patch\n"
+    ), series.read_text()

@@ -24,8 +24,8 @@ from rebaser.commands.output import Output, write_text
 from rebaser.commands.rangediff import RangeDiff, range_diff, to_markdown
 from rebaser.config import series_file
 from rebaser.errors import ExitCode, RebaserError
-from rebaser.repo import refs
-from rebaser.repo.git import Git, find_repo
+from rebaser.repo import refs, tempdirs
+from rebaser.repo.git import Git, commit_tree, find_repo
 from rebaser.repo.lock import repository_lock
 from rebaser.sequencer import state as state_store
 from rebaser.series.export import export_patch, patch_file_name
@@ -41,6 +41,11 @@ def run(args: argparse.Namespace) -> ExitCode:
     changed = [c for c in refreshed.files if c.status.split()[0] not in ("unchanged", "kept")]
     verb = "would change" if args.check else "changed"
     out.say(f"refresh: {len(changed)} of {len(refreshed.files)} files {verb}")
+    if refreshed.kept_at:
+        out.say(
+            f"the files it replaced or removed are kept at {refreshed.kept_at} "
+            f"(`git show {refreshed.kept_at}:<path>`)"
+        )
     diff = refreshed.range_diff
     if diff.note:
         out.say(diff.note)
@@ -58,6 +63,7 @@ class ExportedFile:
 
     path: str
     status: str  # unchanged | updated | new | removed | kept (...): left off the branch
+    on_disk: Optional[Path] = None  # the file (or folder) an update or removal replaces
 
 
 @dataclass(frozen=True)
@@ -77,12 +83,23 @@ def branch_commits(git: Git, branch: str) -> tuple[str, list[BranchCommit]]:
             next_step="refresh a branch made by `rebaser apply`",
         )
     log = git.out(
-        "log", "--reverse", "--first-parent", "--format=%H%x00%B%x01", f"{start}..{branch}"
+        "log", "--reverse", "--first-parent", "--format=%H %P%x00%B%x01", f"{start}..{branch}"
     )
-    commits = []
+    commits, merges = [], []
     for entry in filter(None, (part.strip("\n") for part in log.split("\x01"))):
-        sha, _, message = entry.partition("\0")
+        shas, _, message = entry.partition("\0")
+        sha, *parents = shas.split()
         commits.append(BranchCommit(sha, message.split("\n", 1)[0], identity(message)))
+        if len(parents) > 1:
+            merges.append(commits[-1])
+    if merges:  # a patch is one commit's change: format-patch would export another commit
+        named = ", ".join(f"{c.sha[:12]} ({c.subject})" for c in merges[:3])
+        raise RebaserError(
+            f"branch {branch} holds a merge commit after its series start: {named}; a series "
+            "is one patch a commit",
+            next_step="rebase the branch instead of merging (`git rebase` onto what you "
+            "merged), or apply the series onto the new base; then refresh",
+        )
     return start, commits
 
 
@@ -90,6 +107,7 @@ def branch_commits(git: Git, branch: str) -> tuple[str, list[BranchCommit]]:
 class Refreshed:
     files: list[ExportedFile]
     range_diff: RangeDiff  # the old series (the files before) against the branch's commits
+    kept_at: Optional[str] = None  # the backup ref of the files it replaced or removed
 
 
 def refresh(
@@ -115,7 +133,45 @@ def refresh(
         return _export(series, git, branch, write=False)
     with repository_lock(git, "refresh"):
         _refuse_a_stopped_apply(git, branch)
-        return _export(series, git, branch, write=True)
+        planned = _export(series, git, branch, write=False)
+        kept_at = _keep_what_it_replaces(git, branch, series, planned.files)
+        done = _export(series, git, branch, write=True)
+        done.kept_at = kept_at
+        return done
+
+
+def _keep_what_it_replaces(
+    git: Git, branch: str, series: Series, files: list[ExportedFile]
+) -> Optional[str]:
+    """The bytes of every file refresh is about to overwrite or remove, in a commit under
+    refs/forkkit/backups/ (a patch file edited or added by hand since the apply may exist
+    nowhere else); its ref, or None when nothing is replaced."""
+    replaced = [
+        path
+        for change in files
+        if change.status in ("updated", "removed") and change.on_disk is not None
+        for path in ([change.on_disk] if change.on_disk.is_file() else _files_in(change.on_disk))
+    ]
+    if not replaced:
+        return None
+    top = series.file.parent.parent
+    named = [os.path.relpath(path, top) for path in replaced]
+    named = [n if not n.startswith("..") else str(p).lstrip("/") for n, p in zip(named, replaced)]
+    paths = "".join(f"{path}\n" for path in replaced).encode()
+    shas = git.run("hash-object", "-w", "--stdin-paths", stdin=paths).stdout
+    with tempdirs.owned("forkkit-index-") as folder:
+        env = {"GIT_INDEX_FILE": str(folder / "index")}
+        listing = "".join(f"100644 {sha}\t{name}\n" for sha, name in zip(shas.split(), named))
+        git.run("update-index", "--add", "--index-info", env=env, stdin=listing.encode())
+        tree = git.out("write-tree", env=env)
+    commit = commit_tree(git, tree, [], "forkkit: series files replaced by refresh\n")
+    ref = refs.backup(branch, "refresh")
+    git.run("update-ref", ref, commit)
+    return ref
+
+
+def _files_in(folder: Path) -> list[Path]:
+    return sorted(path for path in folder.rglob("*") if path.is_file() and not path.is_symlink())
 
 
 def _refuse_a_stopped_apply(git: Git, branch: str) -> None:
@@ -139,7 +195,7 @@ def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
     _refuse_another_series(series, git, branch, overlay_sha, commits, kept)
     texts = [export_patch(git, commit.sha) for commit in commits]  # a refusal writes nothing
     changes = _refresh_overlay(series, git, overlay_sha, branch, write=write)
-    entries = _patch_entries(series, commits)  # paths from the series' folder
+    entries = _patch_entries(series, commits, texts)  # paths from the series' folder
     changed = range_diff(
         git, series, [(c.sha, Path(entry).name) for c, entry in zip(commits, entries)], overlay_sha
     )
@@ -149,10 +205,14 @@ def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
     for name, status in kept.items():
         changes.append(ExportedFile(f"{folder}/{name}", f"kept ({status} on the branch)"))
     for stale in [p for p in series.patches if p.entry not in entries and p.name not in kept]:
-        changes.append(ExportedFile(f"{folder}/{stale.entry}", "removed"))
+        file = series.patches_dir / stale.entry
+        changes.append(ExportedFile(f"{folder}/{stale.entry}", "removed", file))
         records = series.patches_dir / resolutions.FOLDER / stale.name  # replayed for it only
         if records.is_dir() or records.is_symlink():
-            changes.append(ExportedFile(f"{folder}/{resolutions.FOLDER}/{stale.name}/", "removed"))
+            label = f"{folder}/{resolutions.FOLDER}/{stale.name}/"
+            changes.append(
+                ExportedFile(label, "removed", None if records.is_symlink() else records)
+            )
         if write:  # the records first: a refresh that fails there lists them again
             _remove_folder(records)
             (series.patches_dir / stale.entry).unlink()
@@ -261,7 +321,7 @@ def _write(
     status = "updated" if path.exists() or path.is_symlink() else "new"
     if write:
         _replace(path, data)
-    return ExportedFile(label, status)
+    return ExportedFile(label, status, path if path.is_file() and not path.is_symlink() else None)
 
 
 def _replace(path: Path, data: bytes) -> None:
@@ -280,10 +340,12 @@ def _replace(path: Path, data: bytes) -> None:
         fresh.unlink(missing_ok=True)
 
 
-def _patch_entries(series: Series, commits: list[BranchCommit]) -> list[str]:
+def _patch_entries(series: Series, commits: list[BranchCommit], texts: list[str]) -> list[str]:
     """The file each commit goes to (its path from the series' folder): the listed patch its
-    identity names, or a patch file beside the series that it names; new commits, and those
-    whose trailer names anything else (a path, the series file), get NNNN-<subject>.patch."""
+    identity names, or a patch file beside the series that it names; a commit without one
+    (or whose patch an earlier commit took) goes to the listed patch that already holds its
+    text (an earlier refresh wrote it there); others, and those whose trailer names
+    anything else (a path, the series file), get NNNN-<subject>.patch."""
     listed = {patch.name: patch.entry for patch in series.patches}
     if not any(commit.identity for commit in commits):
         # A branch from before identities: the series' names in order, as it was applied.
@@ -293,9 +355,19 @@ def _patch_entries(series: Series, commits: list[BranchCommit]) -> list[str]:
     for commit in commits:
         entry = listed.get(commit.identity or "") or _plain_patch_name(commit.identity)
         entries.append(entry if entry not in entries else None)
+    for number, text in enumerate(texts):
+        if entries[number] is None:
+            entries[number] = next(
+                (e for e in listed.values() if e not in entries and _holds(series, e, text)), None
+            )
     taken = [entry for entry in entries if entry] + list(listed.values())
     new = iter(_new_names([c for c, e in zip(commits, entries) if e is None], taken=taken))
     return [entry or next(new) for entry in entries]
+
+
+def _holds(series: Series, entry: str, text: str) -> bool:
+    path = series.patches_dir / entry
+    return path.is_file() and path.read_bytes() == text.encode("utf-8")
 
 
 def _plain_patch_name(identity: Optional[str]) -> Optional[str]:
@@ -329,21 +401,29 @@ def _new_names(commits: list[BranchCommit], *, taken: list[str]) -> list[str]:
 
 
 def _series_text(series: Series, entries: list[str], base: Optional[str]) -> str:
-    """The series file with its patch lines replaced (and its `@base`, when `base`),
-    comments and other directives kept."""
-    kept, inserted = [], False
+    """The series file with its patch lines listing `entries` in place: the k-th patch line
+    lists the k-th entry, with the comment the line that listed that patch had (patches
+    beyond the old lines follow the last one); its `@base` replaced when `base`; comments,
+    blank lines and other directives where they were."""
     old = {patch.entry for patch in series.patches}
-    for line in series.file.read_text(encoding="utf-8").splitlines():
-        listed = line.split("#", 1)[0].strip()
-        if base and listed.split()[:1] == ["@base"]:
+    lines = series.file.read_text(encoding="utf-8").splitlines()
+    slots, comments = [], {}
+    for number, line in enumerate(lines):
+        listed = line.split("#", 1)[0]
+        if listed.strip() and not listed.strip().startswith("@"):
+            if (entry := os.path.normpath(listed.strip())) in old:
+                slots.append(number)
+                comments[entry] = line[len(listed.rstrip()) :]  # "   # why" (or "")
+    rest = iter(entries)
+    kept = []
+    for number, line in enumerate(lines):
+        if base and line.split("#", 1)[0].split()[:1] == ["@base"]:
             kept.append(f"@base {base}")
-            continue
-        if listed and not listed.startswith("@") and os.path.normpath(listed) in old:
-            if not inserted:
-                kept.extend(entries)
-                inserted = True
-            continue
-        kept.append(line)
-    if not inserted:
+        elif number not in slots:
+            kept.append(line)
+        else:
+            taken = [next(rest, None)] + (list(rest) if number == slots[-1] else [])
+            kept.extend(entry + comments.get(entry, "") for entry in taken if entry)
+    if not slots:
         kept.extend(entries)
     return "\n".join(kept) + "\n"
