@@ -327,7 +327,7 @@ def test_what_refresh_replaces_or_removes_is_kept_in_a_ref(rebaser, tmp_path, up
     result = rebaser("refresh", "--series", series, "--repo", tree)
     assert result.code == ExitCode.OK, result.out + result.err
     assert not (folder / "0003-mine.patch").exists()  # not on the branch: removed, as before
-    ref = re.search(r"are kept at (\S+)", result.out)[1]
+    ref = re.search(r"as they were before are kept at (\S+)", result.out)[1]
     for name, old in (("0003-mine.patch", mine), ("0001-change-1.patch", edited)):
         kept = subprocess.run(
             ["git", "cat-file", "blob", f"{ref}:{folder.name}/{name}"],
@@ -335,7 +335,7 @@ def test_what_refresh_replaces_or_removes_is_kept_in_a_ref(rebaser, tmp_path, up
         ).stdout  # fmt: skip
         assert kept == old, name
     again = rebaser("refresh", "--series", series, "--repo", tree)
-    assert "are kept at" not in again.out  # nothing replaced: no backup
+    assert "as they were before" not in again.out  # nothing replaced: no backup
 
 
 def test_refresh_refuses_a_merge_on_the_branch(rebaser, tmp_path, upstream):

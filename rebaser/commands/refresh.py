@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> ExitCode:
     out.say(f"refresh: {len(changed)} of {len(refreshed.files)} files {verb}")
     if refreshed.kept_at:
         out.say(
-            f"the files it replaced or removed are kept at {refreshed.kept_at} "
+            f"the series files as they were before are kept at {refreshed.kept_at} "
             f"(`git show {refreshed.kept_at}:<path>`)"
         )
     diff = refreshed.range_diff
