@@ -46,11 +46,11 @@ def merged(git: Git, jobs: Sequence[Job], *, helper: bool = True) -> list[Outcom
         return [merge_file(git, *job) for job in jobs]
     results: list[Optional[Outcome]] = [None] * len(jobs)
     next_job = _Counter(len(jobs))
-    helper = _Helper.start(git)
+    started = _Helper.start(git)
     beside = None
-    if helper is not None:
+    if started is not None:
         beside = threading.Thread(
-            target=helper.take_turns, args=(jobs, results, next_job), name="forkkit-merges"
+            target=started.take_turns, args=(jobs, results, next_job), name="forkkit-merges"
         )
         beside.start()
     try:
@@ -59,8 +59,8 @@ def merged(git: Git, jobs: Sequence[Job], *, helper: bool = True) -> list[Outcom
         if beside is not None:
             beside.join()  # the helper's last file
     finally:
-        if helper is not None and beside is not None:
-            helper.close()  # at once where this process failed or was interrupted
+        if started is not None and beside is not None:
+            started.close()  # at once where this process failed or was interrupted
             beside.join()
     return [
         merge_file(git, *jobs[n]) if result is None else result for n, result in enumerate(results)
