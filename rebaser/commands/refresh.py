@@ -16,8 +16,9 @@ import shutil
 import stat
 import tempfile
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from rebaser.carry import resolutions
 from rebaser.commands.output import Output, write_text
@@ -130,14 +131,14 @@ def refresh(
             "lists them), or pass --repo for the repository that has it",
         )
     if not write:
-        return _export(series, git, branch, write=False)
+        return _export(series, git, branch)[0]
     with repository_lock(git, "refresh"):
         _refuse_a_stopped_apply(git, branch)
-        planned = _export(series, git, branch, write=False)
-        kept_at = _keep_what_it_replaces(git, branch, series, planned.files)
-        done = _export(series, git, branch, write=True)
-        done.kept_at = kept_at
-        return done
+        refreshed, writes = _export(series, git, branch)
+        refreshed.kept_at = _keep_what_it_replaces(git, branch, series, refreshed.files)
+        for write_one in writes:  # in order: a removed patch's records before its file
+            write_one()
+        return refreshed
 
 
 def _keep_what_it_replaces(
@@ -189,18 +190,24 @@ def _refuse_a_stopped_apply(git: Git, branch: str) -> None:
         )
 
 
-def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
+Writes = list[Callable[[], None]]
+
+
+def _export(series: Series, git: Git, branch: str) -> tuple[Refreshed, Writes]:
+    """What refresh changes, and the writes that change it, in order (nothing written yet:
+    `--check` runs none, a refresh keeps what they replace first)."""
+    writes: Writes = []
     overlay_sha, commits = branch_commits(git, branch)
     kept = refs.read_left_off(git, branch)  # the apply left them off; they still need work
     _refuse_another_series(series, git, branch, overlay_sha, commits, kept)
     texts = [export_patch(git, commit.sha) for commit in commits]  # a refusal writes nothing
-    changes = _refresh_overlay(series, git, overlay_sha, branch, write=write)
+    changes = _refresh_overlay(series, git, overlay_sha, branch, writes)
     entries = _patch_entries(series, commits, texts)  # paths from the series' folder
     changed = range_diff(
         git, series, [(c.sha, Path(entry).name) for c, entry in zip(commits, entries)], overlay_sha
     )
     for entry, text in zip(entries, texts):
-        changes.append(_write(series.patches_dir / entry, text, write=write))
+        changes.append(_write(series.patches_dir / entry, text, writes))
     folder = series.patches_dir.name  # the series' own folder, not always patches/
     for name, status in kept.items():
         changes.append(ExportedFile(f"{folder}/{name}", f"kept ({status} on the branch)"))
@@ -213,14 +220,13 @@ def _export(series: Series, git: Git, branch: str, *, write: bool) -> Refreshed:
             changes.append(
                 ExportedFile(label, "removed", None if records.is_symlink() else records)
             )
-        if write:  # the records first: a refresh that fails there lists them again
-            _remove_folder(records)
-            (series.patches_dir / stale.entry).unlink()
+        # the records first: a refresh that fails there lists them again
+        writes += [partial(_remove_folder, records), file.unlink]
     entries = _with_left_off(series, entries, kept)
     base = _moved_base(series, git, overlay_sha)
     if [p.entry for p in series.patches] != entries or base:
-        changes.append(_write(series.file, _series_text(series, entries, base), write=write))
-    return Refreshed(changes, changed)
+        changes.append(_write(series.file, _series_text(series, entries, base), writes))
+    return Refreshed(changes, changed), writes
 
 
 def _moved_base(series: Series, git: Git, overlay_sha: str) -> Optional[str]:
@@ -290,7 +296,7 @@ def _remove_folder(path: Path) -> None:
 
 
 def _refresh_overlay(
-    series: Series, git: Git, overlay_sha: Optional[str], branch: str, *, write: bool
+    series: Series, git: Git, overlay_sha: Optional[str], branch: str, writes: Writes
 ) -> list[ExportedFile]:
     if series.overlay_dir is None or overlay_sha is None:
         return []
@@ -304,23 +310,21 @@ def _refresh_overlay(
         if not git.run("cat-file", "-e", f"{branch}:{path}", check=False).ok:
             continue  # removed on the branch
         data = git.output_bytes("cat-file", "blob", f"{branch}:{path}")  # bytes as committed
-        changes.append(
-            _write(series.overlay_dir / path, data, write=write, label=f"overlay/{path}")
-        )
+        changes.append(_write(series.overlay_dir / path, data, writes, label=f"overlay/{path}"))
     return changes
 
 
 def _write(
-    path: Path, data: str | bytes, *, write: bool, label: Optional[str] = None
+    path: Path, data: str | bytes, writes: Writes, label: Optional[str] = None
 ) -> ExportedFile:
-    """Write `data` (text as UTF-8), unless the file holds exactly that already."""
+    """The write of `data` (text as UTF-8) to `path`, added to `writes` unless the file
+    holds exactly that already."""
     label = label or f"{path.parent.name}/{path.name}"
     data = data.encode("utf-8") if isinstance(data, str) else data
     if path.is_file() and path.read_bytes() == data:
         return ExportedFile(label, "unchanged")
     status = "updated" if path.exists() or path.is_symlink() else "new"
-    if write:
-        _replace(path, data)
+    writes.append(partial(_replace, path, data))
     return ExportedFile(label, status, path if path.is_file() and not path.is_symlink() else None)
 
 
