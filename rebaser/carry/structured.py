@@ -23,7 +23,7 @@ from typing import Optional
 from rebaser.carry import filemerges
 from rebaser.repo.git import Git
 
-_cache: dict[tuple[str, ...], tuple[str, list[str], list[str], bool]] = {}
+_cache: dict[tuple[str, ...], filemerges.Outcome] = {}
 
 
 @dataclass(frozen=True)
