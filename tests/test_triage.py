@@ -867,3 +867,53 @@ def test_the_names_upstream_added_are_counted_as_listed():
     triage = SimpleNamespace(_range=[], _remembered=lambda kind, key, ask: None)
     said = triage_module.Triage._same_identifiers(triage, row, fresh, at_target)
     assert said == "superseded: upstream adds the same names: function a and 4 more (5 of 5)"
+
+
+@pytest.mark.parametrize("memo_kept", [False, True], ids=["no-memo", "memo"])
+def test_the_names_on_the_base_are_those_a_grep_of_the_whole_base_finds(tmp_path, memo_kept):
+    """The base is searched only in the files upstream changed (a name in a file upstream
+    left as it was is on the base: the same blob): the names found there are those a grep
+    of the whole base finds, whatever upstream did to their files (kept, edited, deleted,
+    renamed, a name with glob characters), asked once or answered from the memo."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    base_files = {
+        "kept.py": "def alpha_name(): pass\n",
+        "edited.py": "def beta_name(): pass\n",
+        "gone.py": "def delta_name(): pass\n",
+        "old_place.py": "class EpsilonName: pass\n" + "# filler\n" * 20,
+        "odd [x].py": "ETA_NAME = 1\n",
+        "both.py": "THETA_NAME = 1\n",
+    }
+    target_files = {
+        "kept.py": base_files["kept.py"],
+        "edited.py": "def beta_name(): pass\ndef gamma_name(): pass\n",
+        "new.py": "def delta_name(): pass\ndef zeta_name(): pass\nTHETA_NAME = 2\n",
+        "new_place.py": base_files["old_place.py"],
+        "odd [x].py": "ETA_NAME = 2\n",
+        "both.py": base_files["both.py"],
+    }
+    shas = []
+    for files in (base_files, target_files):
+        for path in repo.glob("*.py"):
+            path.unlink()
+        for name, text in files.items():
+            (repo / name).write_text(text)
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "a tree")
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    repo_git = Git(repo)
+    memo_for = functools.partial(memo, repo_git) if memo_kept else None
+    upstream = triage_module.Upstream(repo_git, shas[0], shas[1], memo_for)
+    names = ["alpha_name", "beta_name", "gamma_name", "delta_name", "EpsilonName", "zeta_name",
+             "ETA_NAME", "THETA_NAME", "absent_name"]  # fmt: skip
+    whole = upstream.defined(shas[0], names)
+    assert whole is not None and set(whole) == {
+        "alpha_name", "beta_name", "delta_name", "EpsilonName", "ETA_NAME", "THETA_NAME"
+    }  # fmt: skip
+    for _ in range(2):  # the second time from the memo, where there is one
+        triage = triage_module.Triage(upstream, None, memo_for)
+        found = triage._defined(shas[1], names)
+        assert set(triage._at_base(found)) == set(whole) & set(found)
+    assert sorted(set(found) - set(whole)) == ["gamma_name", "zeta_name"]

@@ -32,7 +32,7 @@ from rebaser.series.patches import Patch
 
 _MERGE = ("-c", "merge.renames=true", "-c", "merge.directoryRenames=true")
 _DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)")
-_MANY_PATHS = 200_000  # characters of file names: well under a command line's limit
+MANY_PATHS = 200_000  # characters of file names: well under a command line's limit
 _HUNK_FUNCTION = re.compile(r"^@@ [^@]* @@\s*(?:async\s+)?(?:def|class)\s+(\w+)")
 
 
@@ -212,7 +212,7 @@ class Bisector:
         files, and the pickaxe diffed them all (0.4 to 0.6 s a question on Megatron-LM).
         None when they cannot be named on a command line (the pickaxe reads all)."""
         listed = self.git.run("diff", "--name-only", "-z", f"{sha}^1", sha).stdout
-        if len(listed) > _MANY_PATHS or "\ufffd" in listed:
+        if len(listed) > MANY_PATHS or "\ufffd" in listed:
             return None  # too many, or a name that is not UTF-8 (no pathspec spells it)
         changed = [path for path in listed.split("\0") if path]
         if not changed:  # no file to search (an empty pathspec would search them all)

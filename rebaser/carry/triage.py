@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Optional, Sequence
 
 
-from rebaser.carry.collision import Bisector, touching
+from rebaser.carry.collision import MANY_PATHS, Bisector, touching
 from rebaser.carry.difflines import file_lines, present_lines
 from rebaser.carry.in_upstream import Memo
 from rebaser.repo.git import Git
@@ -162,16 +162,19 @@ class Upstream:
         self.related: bool = status == 0
         self.log = RangeHistory(repo, base, target)  # shared with the bisections
 
-    def defined(self, rev: str, names: Sequence[str]) -> Optional[dict[str, list[str]]]:
-        """For each name, the files of `rev` where it appears as a word; None when git
-        cannot tell (its grep failed: no answer, not "none of them"). One regular
-        expression: git grep tries several -e patterns one by one on every line (minutes
-        on Megatron-LM for 200 names), an alternation in one pass (a second)."""
-        if not names:
+    def defined(
+        self, rev: str, names: Sequence[str], paths: Optional[Collection[str]] = None
+    ) -> Optional[dict[str, list[str]]]:
+        """For each name, the files of `rev` (of `paths` only, if given) where it appears as
+        a word; None when git cannot tell (its grep failed: no answer, not "none of them").
+        One regular expression: git grep tries several -e patterns one by one on every line
+        (minutes on Megatron-LM for 200 names), an alternation in one pass (a second)."""
+        if not names or (paths is not None and not paths):  # no pathspec would be all files
             return {}
         pattern = "(" + "|".join(re.escape(name) for name in sorted(set(names))) + ")"
         grep = self.repo.run(
-            "grep", "-o", "-w", "-E", "-I", "-z", "--no-color", "-e", pattern, rev, "--",
+            "--literal-pathspecs", "grep", "-o", "-w", "-E", "-I", "-z", "--no-color",
+            "-e", pattern, rev, "--", *sorted(paths or ()),
             check=False,
         )  # fmt: skip
         if grep.status not in (0, 1):  # 1: no match
@@ -188,6 +191,17 @@ class Upstream:
             found.setdefault(word, {})[where.removeprefix(f"{rev}:")] = None
             where = after
         return {word: list(paths) for word, paths in found.items()}
+
+    def changed(self) -> Optional[list[str]]:
+        """The files upstream added, deleted or changed from the base to the target (a
+        rename is a deletion and an addition); None when git cannot tell, or when they
+        cannot be named on a command line (too many, or a name that is not UTF-8)."""
+        listed = self.repo.run(
+            "diff", "--name-only", "--no-renames", "-z", self.base, self.target, check=False
+        )
+        if not listed.ok or len(listed.stdout) > MANY_PATHS or "\ufffd" in listed.stdout:
+            return None
+        return [path for path in listed.stdout.split("\0") if path]
 
     def adding(self, name: str, paths: Sequence[str]) -> Optional[tuple[str, str]]:
         """The first-parent upstream commit that added `name` to one of `paths`."""
@@ -362,20 +376,43 @@ class Triage:
         asked = [n for names in new.values() for n in names]
         asked += [n for patch in later if patch.name not in new for n in identifiers(patch)]
         found = self._defined(self.upstream.target, asked)
-        at_base = self._defined(self.upstream.base, list(found))
+        at_base = self._at_base(found)
         return new, at_base, {name: paths for name, paths in found.items() if name not in at_base}
 
-    def _defined(self, rev: str, names: Sequence[str]) -> dict[str, list[str]]:
+    def _at_base(self, found: dict[str, list[str]]) -> set[str]:
+        """Which of the names found on the target the base has too. One in a file upstream
+        left as it was is there (the same blob); the others are looked for in the base's
+        version of the files upstream changed only (on the real fork, a grep of the whole
+        base for them all read 66 MB, for names three in five of which such a file holds)."""
+        changed = remembered(
+            self.memo_for,
+            "changed",
+            [self.upstream.base, self.upstream.target],
+            self.upstream.changed,
+            keep=lambda listed: listed is not None,  # git failed: asked again next time
+        )
+        if changed is None:
+            return set(self._defined(self.upstream.base, list(found)))
+        upstreams = set(changed)
+        there = {name for name, paths in found.items() if not upstreams.issuperset(paths)}
+        rest = sorted(set(found) - there)
+        return there | set(self._defined(self.upstream.base, rest, changed))
+
+    def _defined(
+        self, rev: str, names: Sequence[str], paths: Optional[list[str]] = None
+    ) -> dict[str, list[str]]:
         """Upstream.defined, asked only for the names no earlier command asked about at
-        `rev` (a grep of Megatron-LM for a fork's 350 names takes about a second; each stop
-        adds a patch's few); where git cannot tell, none found this time."""
+        `rev` in `paths` (None: all files; a grep of Megatron-LM for a fork's 350 names
+        takes about a second; each stop adds a patch's few); where git cannot tell, none
+        found this time."""
         if self.memo_for is None:
-            return self.upstream.defined(rev, names) or {}
-        entry = self.memo_for("defined", rev)
+            return self.upstream.defined(rev, names, paths) or {}
+        where = [] if paths is None else [hashlib.sha1("\0".join(paths).encode()).hexdigest()]
+        entry = self.memo_for("defined", rev, *where)
         known = entry.load() or {}
         asked, found = set(known.get("asked", [])), dict(known.get("found", {}))
         if fresh := sorted(set(names) - asked):
-            answer = self.upstream.defined(rev, fresh)
+            answer = self.upstream.defined(rev, fresh, paths)
             if answer is not None:  # a failed grep is asked again next time
                 found.update(answer)
                 entry.save({"asked": sorted(asked | set(fresh)), "found": found})
