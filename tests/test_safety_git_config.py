@@ -177,6 +177,8 @@ HOSTILE = """\
 \tworkers = 4
 [grep]
 \tpatternType = perl
+\tlineNumber = true            # a line number in every match
+\tcolumn = true
 [pretty]
 \tfull = format:LEAK %s
 [tag]

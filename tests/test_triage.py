@@ -869,12 +869,9 @@ def test_the_names_upstream_added_are_counted_as_listed():
     assert said == "superseded: upstream adds the same names: function a and 4 more (5 of 5)"
 
 
-@pytest.mark.parametrize("memo_kept", [False, True], ids=["no-memo", "memo"])
-def test_the_names_on_the_base_are_those_a_grep_of_the_whole_base_finds(tmp_path, memo_kept):
-    """The base is searched only in the files upstream changed (a name in a file upstream
-    left as it was is on the base: the same blob): the names found there are those a grep
-    of the whole base finds, whatever upstream did to their files (kept, edited, deleted,
-    renamed, a name with glob characters), asked once or answered from the memo."""
+def _names_base_and_target(tmp_path: Path) -> tuple[Git, list[str], list[str]]:
+    """A repository of two commits, a base and a target, whose files hold names upstream
+    kept, edited, deleted, renamed or added; the commits and the names to ask."""
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
@@ -903,17 +900,82 @@ def test_the_names_on_the_base_are_those_a_grep_of_the_whole_base_finds(tmp_path
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "-m", "a tree")
         shas.append(git(repo, "rev-parse", "HEAD"))
-    repo_git = Git(repo)
-    memo_for = functools.partial(memo, repo_git) if memo_kept else None
-    upstream = triage_module.Upstream(repo_git, shas[0], shas[1], memo_for)
     names = ["alpha_name", "beta_name", "gamma_name", "delta_name", "EpsilonName", "zeta_name",
              "ETA_NAME", "THETA_NAME", "absent_name"]  # fmt: skip
+    return Git(repo), shas, names
+
+
+ON_THE_BASE = {"alpha_name", "beta_name", "delta_name", "EpsilonName", "ETA_NAME", "THETA_NAME"}
+
+
+@pytest.mark.parametrize("memo_kept", [False, True], ids=["no-memo", "memo"])
+def test_the_names_on_the_base_are_those_a_grep_of_the_whole_base_finds(tmp_path, memo_kept):
+    """The base is searched only in the files upstream changed (a name in a file upstream
+    left as it was is on the base: the same blob): the names found there are those a grep
+    of the whole base finds, whatever upstream did to their files (kept, edited, deleted,
+    renamed, a name with glob characters), asked once or answered from the memo."""
+    repo, shas, names = _names_base_and_target(tmp_path)
+    memo_for = functools.partial(memo, repo) if memo_kept else None
+    upstream = triage_module.Upstream(repo, shas[0], shas[1], memo_for)
     whole = upstream.defined(shas[0], names)
-    assert whole is not None and set(whole) == {
-        "alpha_name", "beta_name", "delta_name", "EpsilonName", "ETA_NAME", "THETA_NAME"
-    }  # fmt: skip
+    assert whole is not None and set(whole) == ON_THE_BASE
     for _ in range(2):  # the second time from the memo, where there is one
         triage = triage_module.Triage(upstream, None, memo_for)
         found = triage._defined(shas[1], names)
         assert set(triage._at_base(found)) == set(whole) & set(found)
     assert sorted(set(found) - set(whole)) == ["gamma_name", "zeta_name"]
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["config grep.lineNumber", "config grep.column", "GIT_ICASE_PATHSPECS", "GIT_GLOB_PATHSPECS"],
+)
+def test_the_names_upstream_added_are_the_same_whatever_grep_settings_say(
+    tmp_path, monkeypatch, setting
+):
+    """A review: with `grep.lineNumber` (or `grep.column`) in the user's config every match
+    came as `rev:file\0<line>\0name`, read as a name in no file, so no name was ever one
+    upstream added (a superseded patch was kept); with GIT_ICASE_PATHSPECS or
+    GIT_GLOB_PATHSPECS in the environment git refused `--literal-pathspecs`, the base's
+    grep failed, and every name counted as upstream's (a patch could be dropped)."""
+    repo, shas, names = _names_base_and_target(tmp_path)
+    if setting.startswith("config "):
+        config = tmp_path / "gitconfig"
+        section, key = setting.removeprefix("config ").split(".")
+        config.write_text(f"[{section}]\n\t{key} = true\n")
+        monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    else:
+        monkeypatch.setenv(setting, "1")
+    upstream = triage_module.Upstream(repo, shas[0], shas[1])
+    triage = triage_module.Triage(upstream, None)
+    found = triage._defined(shas[1], names)
+    assert set(found) == ON_THE_BASE | {"gamma_name", "zeta_name"}
+    assert found["zeta_name"] == ["new.py"]
+    assert set(triage._at_base(found)) == ON_THE_BASE
+
+
+def test_a_path_too_long_for_one_argument_is_not_put_on_a_command_line(tmp_path):
+    """A review: a changed file whose path is longer than one argument may be (128 KiB on
+    Linux: git stores such a path, no file system checks it out) went on the base grep's
+    command line, and `Argument list too long` crashed the triage. The base is then
+    searched whole."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    long = "/".join(["d" * 200] * 700) + "/x.py"
+    shas = []
+    for text in ("def alpha_name(): pass\n", "def alpha_name(): pass\ndef beta_name(): pass\n"):
+        stream = (
+            "commit refs/heads/main\ncommitter x <x@y> 0 +0000\ndata 1\nc\n"
+            + (f"from {shas[-1]}\n" if shas else "")
+            + f"M 100644 inline {long}\ndata {len(text)}\n{text}\n"
+        )
+        subprocess.run(
+            ["git", "fast-import", "--quiet"], cwd=repo, input=stream.encode(), check=True
+        )
+        shas.append(git(repo, "rev-parse", "main"))
+    upstream = triage_module.Upstream(Git(repo), shas[0], shas[1])
+    triage = triage_module.Triage(upstream, None)
+    found = triage._defined(shas[1], ["alpha_name", "beta_name"])
+    assert set(found) == {"alpha_name", "beta_name"}
+    assert triage._at_base(found) == {"alpha_name"}

@@ -25,14 +25,13 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from rebaser.repo.commits import Commits
-from rebaser.repo.git import Git
+from rebaser.repo.git import Git, nameable
 from rebaser.repo.history import RangeHistory
 from rebaser.repo.merge_tree import TreeMerges
 from rebaser.series.patches import Patch
 
 _MERGE = ("-c", "merge.renames=true", "-c", "merge.directoryRenames=true")
 _DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)")
-MANY_PATHS = 200_000  # characters of file names: well under a command line's limit
 _HUNK_FUNCTION = re.compile(r"^@@ [^@]* @@\s*(?:async\s+)?(?:def|class)\s+(\w+)")
 
 
@@ -211,10 +210,9 @@ class Bisector:
         can it have added a def of one): a merge of another branch changes hundreds of
         files, and the pickaxe diffed them all (0.4 to 0.6 s a question on Megatron-LM).
         None when they cannot be named on a command line (the pickaxe reads all)."""
-        listed = self.git.run("diff", "--name-only", "-z", f"{sha}^1", sha).stdout
-        if len(listed) > MANY_PATHS or "\ufffd" in listed:
-            return None  # too many, or a name that is not UTF-8 (no pathspec spells it)
-        changed = [path for path in listed.split("\0") if path]
+        changed = nameable(self.git.run("diff", "--name-only", "-z", f"{sha}^1", sha).stdout)
+        if changed is None:
+            return None
         if not changed:  # no file to search (an empty pathspec would search them all)
             return []
         found = self.git.run(

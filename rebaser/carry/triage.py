@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Optional, Sequence
 
 
-from rebaser.carry.collision import MANY_PATHS, Bisector, touching
+from rebaser.carry.collision import Bisector, touching
 from rebaser.carry.difflines import file_lines, present_lines
 from rebaser.carry.in_upstream import Memo
-from rebaser.repo.git import Git
+from rebaser.repo.git import Git, nameable
 from rebaser.repo.history import RangeHistory
 from rebaser.series.patches import Patch
 
@@ -194,14 +194,12 @@ class Upstream:
 
     def changed(self) -> Optional[list[str]]:
         """The files upstream added, deleted or changed from the base to the target (a
-        rename is a deletion and an addition); None when git cannot tell, or when they
-        cannot be named on a command line (too many, or a name that is not UTF-8)."""
+        rename is a deletion and an addition); None when git cannot tell, or when a
+        command line cannot name them (repo/git.py's nameable)."""
         listed = self.repo.run(
             "diff", "--name-only", "--no-renames", "-z", self.base, self.target, check=False
         )
-        if not listed.ok or len(listed.stdout) > MANY_PATHS or "\ufffd" in listed.stdout:
-            return None
-        return [path for path in listed.stdout.split("\0") if path]
+        return nameable(listed.stdout) if listed.ok else None
 
     def adding(self, name: str, paths: Sequence[str]) -> Optional[tuple[str, str]]:
         """The first-parent upstream commit that added `name` to one of `paths`."""

@@ -134,6 +134,9 @@ NEUTRAL_SETTINGS: dict[str, str] = {
     "diff.submodule": "short",
     "diff.colorMoved": "no",
     "status.renames": "false",
+    # `git grep` prints a match as `rev:file\0name`, no line or column between
+    "grep.lineNumber": "false",
+    "grep.column": "false",
     "log.mailmap": "false",
     "color.ui": "false",
     **{f"color.{kind}": "false" for kind in ("diff", "status", "branch", "decorate", "advice")},
@@ -184,8 +187,31 @@ _BEHAVIOUR_VARIABLES = frozenset(
         "GIT_NOTES_REF",
         "GIT_NOTES_DISPLAY_REF",
         "GIT_ATTR_SOURCE",
+        # how a pathspec reads (and git refuses --literal-pathspecs beside the first two)
+        "GIT_GLOB_PATHSPECS",
+        "GIT_ICASE_PATHSPECS",
+        "GIT_NOGLOB_PATHSPECS",
+        "GIT_LITERAL_PATHSPECS",
     }
 )
+
+
+# A command line holds a few MiB of arguments, each under 128 KiB (Linux's MAX_ARG_STRLEN):
+# file names listed past these go unnamed (the caller asks git about all files instead).
+_MANY_PATHS = 200_000  # characters of file names in all
+_LONGEST_PATH = 100_000  # bytes of one
+
+
+def nameable(listed: str) -> Optional[list[str]]:
+    """The paths of a NUL-separated listing (`git diff --name-only -z`), when a command
+    line can name them all: not too many characters, no path too long for one argument,
+    every path UTF-8 (git's bytes that are not come as U+FFFD: no argument spells them)."""
+    if len(listed) > _MANY_PATHS or "\ufffd" in listed:
+        return None
+    paths = [path for path in listed.split("\0") if path]
+    if any(len(path.encode()) > _LONGEST_PATH for path in paths):
+        return None
+    return paths
 
 
 _LOCATION_VARIABLES = frozenset(
