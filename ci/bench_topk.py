@@ -319,7 +319,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--shape", action="append", default=[], metavar="TEXT",
-        help="only the shapes whose label (e.g. '16x1048576 relu') contains TEXT (repeatable)",
+        help="only the shapes whose label (e.g. '16x1048576 relu float32') contains TEXT "
+        "(repeatable)",
     )
     parser.add_argument(
         "--only", action="append", default=[], metavar="TEXT",
@@ -346,7 +347,7 @@ def main() -> None:
     for shape in SHAPES:
         if args.relu_only and (shape[0], shape[4]) != (4096, "relu"):
             continue
-        label = f"{shape[0]}x{shape[1]} {shape[4]}"
+        label = f"{shape[0]}x{shape[1]} {shape[4]} {str(shape[3]).removeprefix('torch.')}"
         if args.shape and not any(part in label for part in args.shape):
             continue
         rows_out += bench_shape(
