@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from synthetic import git
 
 from rebaser.cli import main
@@ -313,3 +314,107 @@ def test_a_test_file_that_no_longer_imports_says_why_and_its_tests_are_regressio
     assert "ModuleNotFoundError: No module named 'pkg.other'" in collection["reason"], collection
     assert collection["verdict"] == "its tests, passed on the fork's branch, are not collected"
     assert notes["tests.test_mine::test_mine"]["verdict"] == "regression"
+
+
+def _fork_of_commits(upstream, tmp_path: Path, commits: list[tuple[dict[str, str], str]]) -> Path:
+    """v1 (units, other), a fork of `commits` on it, and v2, where upstream fixed lengths in
+    to_meters; the series imported."""
+    upstream.commit({"pkg/units.py": UNITS, "pkg/other.py": OTHER}, "units", tag="base")
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+    for files, subject in commits:
+        upstream.commit(files, subject)
+    git(upstream.path, "checkout", "-q", "main")
+    fixed = edit(
+        UNITS, "def to_meters(mm):\n    return mm\n", "def to_meters(mm):\n    return mm / 1000\n"
+    )
+    upstream.commit({"pkg/units.py": fixed}, "units: to_meters divides", tag="v2")
+    series = tmp_path / "series"
+    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
+    assert main(["import", *arguments, str(series)]) == 0
+    return series / "series"
+
+
+def _fork_notes(rebaser, series: Path, upstream, tmp_path: Path) -> dict[str, dict]:
+    report = tmp_path / "r.json"
+    result = applied(rebaser, series, upstream, report)
+    assert result.code == ExitCode.TESTS_FAILED, result.out + result.err
+    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+    return {note["test"]: note for note in fork["tests"]}
+
+
+@pytest.mark.parametrize("first_changes_code", [False, True], ids=["tests-only", "with-code"])
+def test_a_test_a_later_patch_adds_is_pinned_to_the_patch_that_breaks_it(
+    rebaser, tmp_path, upstream, first_changes_code
+):
+    """A review: 0001 adds the fork's test file with one test, 0004 (tests only) adds
+    test_length to it. Every probe where the file was there without test_length counted it
+    as failing: the bisection blamed 0001, or (0001 changing only tests, its file laid
+    alone) no patch. test_length fails from 0002 on."""
+    unchanged_only = (
+        "from pkg.units import length\n\n\ndef test_unchanged():\n    assert length(0) == 0\n"
+    )
+    first = {"tests/test_units.py": unchanged_only}
+    if first_changes_code:
+        first["pkg/other.py"] = OTHER + "\n\ndef extra():\n    return 0\n"
+    at_call = edit(UNITS, "return to_meters(mm)\n", "return to_meters(mm) / 1000\n")
+    series = _fork_of_commits(
+        upstream,
+        tmp_path,
+        [
+            (first, "tests: unchanged"),
+            ({"pkg/units.py": at_call}, "units: length in meters"),
+            ({"README.fork": "fork\n"}, "docs: fork"),
+            ({"tests/test_units.py": UNITS_TEST}, "tests: length"),
+        ],
+    )
+    notes = _fork_notes(rebaser, series, upstream, tmp_path)
+    note = notes["tests.test_units::test_length"]
+    assert note["verdict"] == "regression" and note["blame"] == "0002-length-in-meters.patch", note
+
+
+@pytest.mark.parametrize("support", ["tests/conftest.py", "tests/__init__.py"])
+def test_a_patch_adding_a_test_and_its_support_files_is_not_blamed_for_upstreams_break(
+    rebaser, tmp_path, upstream, support
+):
+    """A review: a patch adding only tests and their conftest.py (or the tests' package's
+    __init__.py) counted as changing code: it was blamed for a test the new base alone
+    breaks. Those files are the tests' own, as test files are."""
+    small = "from pkg.units import to_meters\n\n\ndef test_small():\n    assert to_meters(1000) == 1000\n"
+    extra = {"tests/test_small.py": small, support: "\n"}
+    series = fork_and_new_base(upstream, tmp_path, extra=extra)
+    notes = _fork_notes(rebaser, series, upstream, tmp_path)
+    small_note = next(note for test, note in notes.items() if test.endswith("::test_small"))
+    assert small_note["blame"] is None, small_note
+    assert "fails on the new base before any patch" in small_note["reason"], small_note
+
+
+def test_a_regression_the_bisection_never_sees_fail_is_not_blamed(rebaser, tmp_path, upstream):
+    """A review: a test that fails in the worktree only (here: it asks whether its tree is a
+    git checkout; the bisection's trees are not) was blamed on the branch's last patch,
+    though no probe saw it fail: the bisection took its failing at the tip for granted."""
+    checkout = (
+        "from pathlib import Path\n\n\ndef test_not_a_checkout():\n"
+        "    assert not (Path(__file__).resolve().parents[1] / '.git').exists()\n"
+    )
+    series = fork_and_new_base(upstream, tmp_path, extra={"tests/test_tree.py": checkout})
+    notes = _fork_notes(rebaser, series, upstream, tmp_path)
+    note = notes["tests.test_tree::test_not_a_checkout"]
+    assert note["verdict"] == "regression" and note["blame"] is None, note
+    assert "not bisected: it passes in the bisection's tree at the branch's tip" in note["reason"]
+    assert notes["tests.test_units::test_length"]["blame"] == "0002-length-in-meters.patch"
+
+
+def test_a_test_failing_only_beside_the_others_is_not_called_flaky(rebaser, tmp_path, upstream):
+    """A review: test_b reads module state test_a (another file, run first) sets; on the new
+    base it fails every time the selection runs. Run again alone, it passed: "flaky", and the
+    suite passed. Run again as it ran the first time, it fails again: a regression."""
+    extra = {
+        "tests/test_fork_a.py": "import pkg.units as u\n\n\ndef test_a():\n    u.CACHE = u.length(5000)\n",
+        "tests/test_fork_b.py": (
+            "import pkg.units as u\n\n\ndef test_b():\n    assert getattr(u, 'CACHE', 5) == 5\n"
+        ),
+    }
+    series = fork_and_new_base(upstream, tmp_path, extra=extra)
+    notes = _fork_notes(rebaser, series, upstream, tmp_path)
+    note = notes["tests.test_fork_b::test_b"]
+    assert note["verdict"] == "regression", note

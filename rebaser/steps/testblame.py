@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable, Optional, Sequence
 
 from rebaser.repo import workspace
@@ -156,11 +156,12 @@ def _again(
     """Run the regressions once more on the patched tree: one that passes now is flaky,
     named so and not blamed."""
     regressions = suite.regressions
-    rerun = _files_of(regressions, files)
-    if not rerun:  # no paths at all would make pytest collect the whole tree
+    if not _files_of(regressions, files):  # no test file to run again
         return
-    progress(f"running {len(regressions)} failing tests again (a flaky one passes now)")
-    again = run_pytest(tree, rerun, "fork (again)", python=python, gpu=gpu)
+    # The whole selection, as it ran: a test that fails only after another file's tests (a
+    # state they leave) passes alone every time, and is no flaky test.
+    progress(f"running the tests again ({len(regressions)} failed: a flaky one passes now)")
+    again = run_pytest(tree, files, "fork (again)", python=python, gpu=gpu)
     for note in regressions:
         if again.outcomes.get(note.test) == "passed":
             note.verdict = "flaky: passed when run again"
@@ -188,7 +189,15 @@ def _bisect(
             if _file_of(note.test, files) is None:
                 note.reason += "; not bisected: its test file could not be told"
                 continue
-            first = first_failing(len(commits), lambda at: probes.fails(at, note.test))
+            gone = note.outcome == "missing"
+            if not probes.fails(len(commits) - 1, note.test, gone=gone):
+                note.reason += (
+                    "; not bisected: it passes in the bisection's tree at the branch's tip"
+                    " (alone, outside a checkout: it fails only in the worktree, or only"
+                    " beside the other tests)"
+                )
+                continue
+            first = first_failing(len(commits), lambda at: probes.fails(at, note.test, gone=gone))
             laid = ""
             if first is not None and _only_tests(found.paths.get(commits[first][0], [])):
                 # A patch that changes no code cannot break a test; before it, the test
@@ -196,7 +205,9 @@ def _bisect(
                 # from where the test fails.
                 adder = first
                 if probes.fails(adder - 1, note.test, laid_from=adder):
-                    first = first_failing(adder, lambda at: probes.fails(at, note.test, adder))
+                    first = first_failing(
+                        adder, lambda at: probes.fails(at, note.test, laid_from=adder)
+                    )
                     laid = (
                         f" (its file laid alone: {number_of(commits[adder][0])} only changes tests)"
                     )
@@ -240,10 +251,14 @@ class _Probes:
         self.seen: dict[int, tuple[dict[str, str], set[str]]] = {}
         self.laid: dict[tuple[int, str, int], dict[str, str]] = {}
 
-    def fails(self, at: int, test: str, laid_from: Optional[int] = None) -> bool:
-        """Whether `test` fails, errors or is gone at commit `at` (not when its file is not
-        there yet: a test cannot fail before its patch adds it). `laid_from`: with its file
-        as that later commit has it laid on the tree first."""
+    def fails(
+        self, at: int, test: str, laid_from: Optional[int] = None, gone: bool = False
+    ) -> bool:
+        """Whether `test` fails or errors at commit `at`, or its file no longer collects
+        (not when its file is not there yet, nor the test in it: a test cannot fail
+        before a patch adds it; `gone`: a test missing at the branch's tip, which fails
+        by not being there). `laid_from`: with its file as that later commit has it laid
+        on the tree first."""
         if laid_from is not None:
             return self._fails_laid(at, test, laid_from)
         if at not in self.seen:
@@ -255,7 +270,7 @@ class _Probes:
         outcomes, there = self.seen[at]
         if _file_of(test, self.files) not in there:
             return False
-        return outcomes.get(test, "missing") in (*NOT_PASSED, "missing")
+        return _failing(outcomes, test, gone)
 
     def _fails_laid(self, at: int, test: str, laid_from: int) -> bool:
         file = _file_of(test, self.files)
@@ -277,12 +292,37 @@ class _Probes:
                 else:
                     target.write_bytes(before)
             self.laid[key] = run.outcomes
-        return self.laid[key].get(test, "missing") in (*NOT_PASSED, "missing")
+        return _failing(self.laid[key], test, gone=True)  # the laid file holds it
+
+
+def _failing(outcomes: dict[str, str], test: str, gone: bool) -> bool:
+    """Whether `test` fails by a run's outcomes: it failed or errored, its file did not
+    collect (an error named `::<its module>`), the run gave nothing at all (pytest itself
+    died), or it is missing and `gone` says that is how it fails."""
+    if test in outcomes:
+        return outcomes[test] in NOT_PASSED
+    module = test.split("::", 1)[0]
+    collected = [
+        outcome
+        for key, outcome in outcomes.items()
+        if key.startswith("::") and (module == key[2:] or module.startswith(key[2:] + "."))
+    ]
+    return not outcomes or any(outcome in NOT_PASSED for outcome in collected) or gone
 
 
 def _only_tests(paths: list[str]) -> bool:
-    """Whether a patch's files are all test files (it changes no code a test runs)."""
-    return bool(paths) and all(is_test_file(path) for path in paths)
+    """Whether a patch's files are all the tests' own (it changes no code a test runs)."""
+    return bool(paths) and all(_tests_own(path) for path in paths)
+
+
+def _tests_own(path: str) -> bool:
+    """A test file, or one only tests read: a conftest.py, a tests folder's __init__.py."""
+    file = PurePosixPath(path)
+    if file.name == "conftest.py":
+        return True
+    if file.name == "__init__.py":
+        return any(part in ("tests", "test") for part in file.parts[:-1])
+    return is_test_file(path)
 
 
 def _files_of(notes: list[TestNote], files: list[str]) -> list[str]:
