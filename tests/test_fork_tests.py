@@ -418,3 +418,34 @@ def test_a_test_failing_only_beside_the_others_is_not_called_flaky(rebaser, tmp_
     notes = _fork_notes(rebaser, series, upstream, tmp_path)
     note = notes["tests.test_fork_b::test_b"]
     assert note["verdict"] == "regression", note
+
+
+def test_a_test_upstream_renamed_is_no_regression(rebaser, tmp_path, upstream):
+    """A review: upstream renamed one of its own tests between the fork's base and the new
+    base; its test file, selected for the file the fork changes, lacked the old name after
+    the carry: a regression (exit 1), though the new base lacks it too."""
+    upstream_test = (
+        "from pkg.units import to_meters\n\n\ndef test_zero():\n    assert to_meters(0) == 0\n"
+    )
+    upstream.commit(
+        {"pkg/units.py": UNITS, "pkg/other.py": OTHER, "tests/test_upstream.py": upstream_test},
+        "units",
+        tag="base",
+    )
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+    upstream.commit({"pkg/units.py": UNITS + "\n\ndef meters(mm):\n    return mm\n"}, "meters")
+    upstream.commit({"pkg/other.py": OTHER + "\n\ndef more():\n    return 2\n"}, "more")
+    git(upstream.path, "checkout", "-q", "main")
+    renamed = upstream_test.replace("test_zero", "test_of_zero")
+    upstream.commit({"tests/test_upstream.py": renamed}, "tests: clearer name", tag="v2")
+    series = tmp_path / "series"
+    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
+    assert main(["import", *arguments, str(series)]) == 0
+    report = tmp_path / "r.json"
+    result = applied(rebaser, series / "series", upstream, report)
+    assert result.code == ExitCode.OK, result.out + result.err
+    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+    assert fork["status"] == "passed" and fork["failures"] == [], fork
+    (note,) = [note for note in fork["tests"] if note["test"].endswith("::test_zero")]
+    assert note["verdict"] == "removed by upstream: not on the new base either", note
+    assert "0 regressions" in fork["note"], fork["note"]

@@ -16,6 +16,7 @@ is laid alone on the commits before it.
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
@@ -121,6 +122,8 @@ def fork_suite(
         before = _joined(before, on_base)
         against = f"{FORK_BRANCH} (the new base for files it lacks)"
     suite = compare_with_base(carried, before, against)
+    if suite.regressions and found.commits:
+        _removed_upstream(suite, chosen.upstream, repo, found.commits[0][1], python, gpu, progress)
     if suite.regressions:
         _again(suite, tree, chosen.files, python, gpu, progress)
     if suite.regressions:
@@ -165,9 +168,53 @@ def _again(
     for note in regressions:
         if again.outcomes.get(note.test) == "passed":
             note.verdict = "flaky: passed when run again"
+    _recounted(suite)
+
+
+def _removed_upstream(
+    suite: SuiteResult,
+    upstream_files: list[str],
+    repo: Git,
+    new_base: str,
+    python: str,
+    gpu: bool,
+    progress: Progress,
+) -> None:
+    """Upstream's tests gone after the carry that the new base lacks too (upstream removed
+    or renamed them): no regression of the carry. `new_base`: the branch's first commit
+    (the overlay on the new base)."""
+    gone = [
+        note
+        for note in suite.regressions
+        if note.outcome == "missing" and _file_of(note.test, upstream_files) is not None
+    ]
+    if not gone:
+        return
+    files = _files_of(gone, upstream_files)
+    progress(f"looking for {len(gone)} tests of upstream's gone after the carry on the new base")
+    with workspace.exported(repo, new_base, "base") as base_tree:
+        there = [path for path in files if (base_tree / path).is_file()]
+        on_base = (  # no files at all would make pytest collect the whole tree
+            run_pytest(base_tree, there, "fork (the new base)", python=python, gpu=gpu)
+            if there
+            else None
+        )
+    outcomes = on_base.outcomes if on_base else {}
+    for note in gone:
+        absent = _file_of(note.test, upstream_files) not in there or (
+            note.test not in outcomes and not _failing(outcomes, note.test, gone=False)
+        )  # not in its file there, which collected (a run that gave nothing tells nothing)
+        if absent:
+            note.verdict = "removed by upstream: not on the new base either"
+    _recounted(suite)
+
+
+def _recounted(suite: SuiteResult) -> None:
+    """The suite's failures, status and count of regressions after verdicts changed."""
     suite.failures = [f"regression: {note.test} ({note.outcome})" for note in suite.regressions]
-    if not suite.regressions:  # the flaky ones passed, the second time
+    if not suite.regressions:
         suite.status = "passed"
+    suite.note = re.sub(r"\b\d+ regressions\b", f"{len(suite.regressions)} regressions", suite.note)
 
 
 def _bisect(
