@@ -449,3 +449,42 @@ def test_a_test_upstream_renamed_is_no_regression(rebaser, tmp_path, upstream):
     (note,) = [note for note in fork["tests"] if note["test"].endswith("::test_zero")]
     assert note["verdict"] == "removed by upstream: not on the new base either", note
     assert "0 regressions" in fork["note"], fork["note"]
+
+
+def test_a_fork_test_file_upstream_moved_fails_the_run(rebaser, tmp_path, upstream):
+    """A review: the fork adds test_length to upstream's tests/test_units.py, which the new
+    base moves to tests/unit/ (the patch follows the rename). The @fork-test file was listed
+    as missing and counted for nothing, test_length failed at its new place as "not on the
+    fork's branch", and the run passed (exit 0). A fork test file the patched tree lacks is
+    gone, as a test that is gone: the run fails and names it."""
+    upstream_test = (
+        "from pkg.units import to_meters\n\n\ndef test_zero():\n    assert to_meters(0) == 0\n"
+    )
+    upstream.commit(
+        {"pkg/units.py": UNITS, "pkg/other.py": OTHER, "tests/test_units.py": upstream_test},
+        "units",
+        tag="base",
+    )
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+    with_length = upstream_test + "\n\ndef test_length():\n    from pkg.units import length\n"
+    with_length += "    assert length(5000) == 5\n"
+    upstream.commit({"tests/test_units.py": with_length}, "tests: lengths")
+    at_call = edit(UNITS, "return to_meters(mm)\n", "return to_meters(mm) / 1000\n")
+    upstream.commit({"pkg/units.py": at_call}, "units: length in meters")
+    git(upstream.path, "checkout", "-q", "main")
+    (upstream.path / "tests" / "unit").mkdir()
+    git(upstream.path, "mv", "tests/test_units.py", "tests/unit/test_units.py")
+    git(upstream.path, "commit", "-qm", "tests: into unit/")
+    fixed = edit(
+        UNITS, "def to_meters(mm):\n    return mm\n", "def to_meters(mm):\n    return mm / 1000\n"
+    )
+    upstream.commit({"pkg/units.py": fixed}, "units: to_meters divides", tag="v2")
+    series = tmp_path / "series"
+    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
+    assert main(["import", *arguments, str(series)]) == 0
+    report = tmp_path / "r.json"
+    result = applied(rebaser, series / "series", upstream, report)
+    assert result.code == ExitCode.TESTS_FAILED, result.out + result.err
+    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+    assert fork["status"] == "failed"
+    assert "regression: tests/test_units.py (missing)" in fork["failures"], fork["failures"]

@@ -30,6 +30,7 @@ from rebaser.steps.records import StepRow
 from rebaser.steps.step import SeriesContext
 from rebaser.steps.testrun import (
     NOT_PASSED,
+    REGRESSION,
     SuiteResult,
     TestNote,
     compare_with_base,
@@ -390,10 +391,15 @@ def _file_of(test: str, files: list[str]) -> Optional[str]:
 def _described(suite: SuiteResult, chosen: Selection) -> SuiteResult:
     """The selection in the suite's note; GPU files and missing fork tests listed."""
     suite.tests += not_run("fork", chosen.gpu_files, "a GPU test file (run with --test gpu)").tests
+    # A fork test file the patched tree lacks is gone (moved or removed upstream, or left
+    # off with its patch): its tests are, as a test that is gone.
     suite.tests += [
-        TestNote(path, "missing", "a @fork-test file not in the patched tree", "missing")
+        TestNote(path, "missing", "a @fork-test file not in the patched tree", REGRESSION)
         for path in chosen.missing
     ]
+    if chosen.missing:
+        _recounted(suite)
+        suite.status = "failed"
     parts = [f"{len(chosen.fork)} fork test files", f"{len(chosen.upstream)} upstream ones"]
     if chosen.too_general:
         parts.append("none for " + ", ".join(chosen.too_general) + " (too many import it)")
