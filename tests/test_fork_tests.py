@@ -488,3 +488,33 @@ def test_a_fork_test_file_upstream_moved_fails_the_run(rebaser, tmp_path, upstre
     fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
     assert fork["status"] == "failed"
     assert "regression: tests/test_units.py (missing)" in fork["failures"], fork["failures"]
+
+
+def test_a_test_that_ends_pytest_is_named_and_the_other_files_still_count(
+    rebaser, tmp_path, upstream
+):
+    """A review: a test that ends the interpreter (os._exit, a crash) on the new base left
+    no results at all: "pytest exited 3 before writing results", no test named, the real
+    regression never blamed. Each file then runs alone: the others' results count, and the
+    file pytest dies in is named, its tests gone, pinned to the patch from which it dies."""
+    dying = (
+        "import os\n\nfrom pkg.units import length\n\n\ndef test_length():\n"
+        "    if length(5000) != 5:\n        os._exit(3)\n"
+    )
+    other = "from pkg.other import other\n\n\ndef test_other():\n    assert other() == 1\n"
+    at_call = edit(UNITS, "return to_meters(mm)\n", "return to_meters(mm) / 1000\n")
+    series = _fork_of_commits(
+        upstream,
+        tmp_path,
+        [
+            ({"tests/test_units.py": dying, "tests/test_other.py": other}, "tests: mine"),
+            ({"pkg/units.py": at_call}, "units: length in meters"),
+            ({"README.fork": "fork\n"}, "docs: fork"),
+        ],
+    )
+    notes = _fork_notes(rebaser, series, upstream, tmp_path)
+    died = notes["::tests.test_units"]
+    assert died["outcome"] == "error" and "pytest died in this file" in died["reason"], died
+    gone = notes["tests.test_units::test_length"]
+    assert gone["verdict"] == "regression" and gone["blame"] == "0002-length-in-meters.patch"
+    assert "tests.test_other::test_other" not in notes  # it passed, and counts as passed

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Optional, Sequence
 
@@ -34,6 +34,7 @@ from rebaser.steps.testrun import (
     SuiteResult,
     TestNote,
     compare_with_base,
+    joined,
     must_pass,
     not_run,
     run_pytest,
@@ -120,7 +121,7 @@ def fork_suite(
         progress(f"running {len(lacking)} test files the fork's branch lacks on the new base")
         with workspace.exported(repo, found.commits[0][1], "base") as base_tree:
             on_base = run_pytest(base_tree, lacking, "fork (the new base)", python=python, gpu=gpu)
-        before = _joined(before, on_base)
+        before = on_base if before is None else joined(before, on_base)
         against = f"{FORK_BRANCH} (the new base for files it lacks)"
     suite = compare_with_base(carried, before, against)
     if suite.regressions and found.commits:
@@ -130,21 +131,6 @@ def fork_suite(
     if suite.regressions:
         _bisect(suite, repo, found, chosen.files, python, gpu, progress)
     return _described(suite, chosen)
-
-
-def _joined(first: Optional[SuiteResult], second: SuiteResult) -> SuiteResult:
-    """Two runs' results as one (of different files)."""
-    if first is None:
-        return second
-    return replace(
-        first,
-        passed=first.passed + second.passed,
-        failed=first.failed + second.failed,
-        errors=first.errors + second.errors,
-        skipped=first.skipped + second.skipped,
-        failures=first.failures + second.failures,
-        outcomes={**second.outcomes, **first.outcomes},
-    )
 
 
 def _lay_overlay(series: Series, tree: Path) -> None:

@@ -251,19 +251,64 @@ def run_pytest(
         seconds = time.monotonic() - started
         if not junit.exists():
             tail = (completed.stdout + completed.stderr).strip().splitlines()[-_FAILURE_LINES:]
-            return SuiteResult(
+            died = SuiteResult(
                 name,
                 "failed",
                 seconds=seconds,
                 note=f"pytest exited {completed.returncode} before writing results",
                 failures=tail,
             )
-        result = _read_junit(junit, name, seconds, gpu)
+        else:
+            died = None
+            result = _read_junit(junit, name, seconds, gpu)
+    if died is not None:
+        if len(paths) < 2:
+            return died
+        options = dict(python=python, timeout=timeout, extra_args=extra_args, gpu=gpu)
+        return _file_by_file(tree, paths, name, died.note, options)
     if completed.returncode == 5 or result.passed + result.failed + result.errors == 0:
         result.status, result.note = "failed", "no tests ran"
     elif completed.returncode not in (0, 1):
         result.status, result.note = "failed", f"pytest exited {completed.returncode}"
     return result
+
+
+def _file_by_file(
+    tree: Path, paths: Sequence[str], name: str, why: str, options: dict
+) -> SuiteResult:
+    """pytest died before writing results (a test ended the interpreter, or crashed it):
+    each file run alone gives the others' results, and names the file it dies in, as one
+    error of that module (its tests are then gone, as those of a file that no longer
+    collects)."""
+    result = SuiteResult(name, "passed", note=f"{why}: each file run alone")
+    for path in paths:
+        alone = run_pytest(tree, [path], name, **options)
+        if not alone.outcomes:  # it dies in this file
+            test = "::" + path.removesuffix(".py").replace("/", ".")
+            reason = f"pytest died in this file ({alone.note})"
+            result.outcomes[test] = "error"
+            result.read[test] = TestNote(test, "error", reason)
+            result.errors += 1
+            result.failures.append(f"error: {test}: {reason}")
+            continue
+        result = joined(result, alone)
+    if result.failed or result.errors:
+        result.status = "failed"
+    return result
+
+
+def joined(first: SuiteResult, second: SuiteResult) -> SuiteResult:
+    """Two runs' results as one (of different files): `first`'s name, status and note."""
+    return replace(
+        first,
+        passed=first.passed + second.passed,
+        failed=first.failed + second.failed,
+        errors=first.errors + second.errors,
+        skipped=first.skipped + second.skipped,
+        failures=first.failures + second.failures,
+        outcomes={**second.outcomes, **first.outcomes},
+        read={**second.read, **first.read},
+    )
 
 
 def must_pass(suite: SuiteResult) -> SuiteResult:
