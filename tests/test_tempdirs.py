@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -45,3 +46,39 @@ def test_a_held_folder_stays_an_orphan_goes_another_users_stays(tmp_path):
     finally:
         holder.communicate("")
     assert not held.exists()  # released by its holder
+
+
+def test_a_probe_tree_a_kill_left_is_swept_by_the_next(tmp_path, monkeypatch):
+    """A review: `kill -9` during the test blame's bisection left its probe tree (a copy of
+    the whole tree) in the temporary folder for good. It is an owned folder now: the next
+    probe tree sweeps it."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q"], ["-c", "user.name=x", "-c", "user.email=x@y", "commit",
+                                  "-q", "--allow-empty", "-m", "root"]):  # fmt: skip
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    hold = (
+        "import sys\nfrom rebaser.repo.git import Git\nfrom rebaser.repo.probe import probe_tree\n"
+        "with probe_tree(Git(sys.argv[1]), 'blame') as probe:\n"
+        "    print(probe.path.parent, flush=True)\n    sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(repo)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(temporary)},
+    )
+    left = holder.stdout.readline().strip()
+    holder.kill()
+    holder.wait()
+    assert os.path.isdir(left)
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    from rebaser.repo.git import Git
+    from rebaser.repo.probe import probe_tree
+
+    with probe_tree(Git(repo), "blame") as probe:
+        assert probe.path.parent.parent == temporary
+        assert not os.path.exists(left)

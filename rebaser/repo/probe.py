@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Iterator, Optional
 
+from rebaser.repo import tempdirs
 from rebaser.repo.git import Git
 
 
@@ -54,9 +54,7 @@ class ProbeTree:
 
 @contextlib.contextmanager
 def probe_tree(repo: Git, purpose: str) -> Iterator[ProbeTree]:
-    """A ProbeTree in a temporary folder, removed after the block."""
-    folder = Path(tempfile.mkdtemp(prefix=f"forkkit-{purpose}-"))
-    try:
+    """A ProbeTree in a temporary folder this process holds, removed after the block (one a
+    kill left, the next probe tree removes: repo/tempdirs.py)."""
+    with tempdirs.owned(f"forkkit-{purpose}-") as folder:
         yield ProbeTree(repo, folder)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
