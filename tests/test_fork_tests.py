@@ -518,3 +518,39 @@ def test_a_test_that_ends_pytest_is_named_and_the_other_files_still_count(
     gone = notes["tests.test_units::test_length"]
     assert gone["verdict"] == "regression" and gone["blame"] == "0002-length-in-meters.patch"
     assert "tests.test_other::test_other" not in notes  # it passed, and counts as passed
+
+
+def test_a_test_writing_to_its_working_folder_writes_in_the_tree(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    """A review: pytest ran in the patched tree with rebaser's environment, whose PWD named
+    the user's checkout: a test writing to $PWD (as shell-minded helpers do) wrote there."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    monkeypatch.setenv("PWD", str(checkout))
+    writer = (
+        "import os\nfrom pathlib import Path\n\n\ndef test_writes():\n"
+        "    (Path(os.environ['PWD']) / 'written-by-a-test').write_text('x')\n"
+    )
+    series = fork_and_new_base(upstream, tmp_path, extra={"tests/test_writer.py": writer})
+    _fork_notes(rebaser, series, upstream, tmp_path)
+    assert not (checkout / "written-by-a-test").exists()
+
+
+def test_a_suite_whose_tests_fail_on_both_branches_ran(rebaser, tmp_path, upstream):
+    """A review: the fork's only test fails on its own branch too (no regression); the suite
+    read "not run", and the apply "tests not run", though the test ran. "Not run" is for
+    tests that could not run here (a GPU's, skipped ones)."""
+    broken = "def test_broken():\n    assert False\n"
+    series = _fork_of_commits(
+        upstream,
+        tmp_path,
+        [({"tests/test_broken.py": broken}, "tests: broken"), ({"README.fork": "x\n"}, "docs")],
+    )
+    report = tmp_path / "r.json"
+    result = applied(rebaser, series, upstream, report)
+    assert result.code == ExitCode.OK, result.out + result.err
+    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+    assert fork["status"] == "passed", fork
+    assert fork["tests"][0]["verdict"] == "also failed on the fork's branch", fork["tests"]
+    assert "tests not run" not in result.out

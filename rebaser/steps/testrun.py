@@ -220,6 +220,7 @@ def run_pytest(
             filter(None, [str(tree), env.get("PYTHONPATH"), str(plugin_dir)])
         )
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # keep the worktree clean
+        env["PWD"] = str(tree)  # where pytest runs (rebaser's PWD names the user's checkout)
         junit = Path(tmp) / "junit.xml"
         command = [
             python,
@@ -322,9 +323,15 @@ def must_pass(suite: SuiteResult) -> SuiteResult:
 
 
 def _status(suite: SuiteResult, failing: bool) -> str:
-    """Failed, or passed; "not run" when no test passed (all needed a GPU or were skipped):
-    such tests are never counted as passed."""
-    return "failed" if failing else "passed" if suite.passed else "not run"
+    """Failed, or passed; "not run" when no test could run here (all needed a GPU or were
+    skipped): such tests are never counted as passed. A test that ran and failed on both
+    sides of a comparison (no regression) ran."""
+    if failing:
+        return "failed"
+    ran = suite.passed or any(
+        note.outcome in NOT_PASSED and not note.gpu_only for note in suite.tests
+    )
+    return "passed" if ran else "not run"
 
 
 def not_run(name: str, paths: Sequence[str], reason: str) -> SuiteResult:
