@@ -554,3 +554,21 @@ def test_a_suite_whose_tests_fail_on_both_branches_ran(rebaser, tmp_path, upstre
     assert fork["status"] == "passed", fork
     assert fork["tests"][0]["verdict"] == "also failed on the fork's branch", fork["tests"]
     assert "tests not run" not in result.out
+
+
+def test_a_blamed_tests_parameter_id_with_colons_is_named_whole(rebaser, tmp_path, upstream):
+    """A review: a parametrized test whose id holds `::` was named in the blamed patch's
+    reason by what followed its last `::` (`mm]`)."""
+    param = (
+        "import pytest\n\nfrom pkg.units import length\n\n\n"
+        "@pytest.mark.parametrize('mm', [5000], ids=['in::mm'])\n"
+        "def test_param(mm):\n    assert length(mm) == 5\n"
+    )
+    series = fork_and_new_base(upstream, tmp_path, extra={"tests/test_param.py": param})
+    report = tmp_path / "r.json"
+    result = applied(rebaser, series, upstream, report)
+    assert result.code == ExitCode.TESTS_FAILED, result.out + result.err
+    rows = {row["name"]: row for row in json.loads(report.read_text())["steps"]}
+    reason = rows["0002-length-in-meters.patch"]["reason"]
+    tests = reason.split(" fail from 0002 on")[0]
+    assert sorted(tests.split(", ")) == ["test_length", "test_param[in::mm]"], reason

@@ -406,7 +406,7 @@ def mark_for_review(rows: list[StepRow], suites: list[SuiteResult], series: Seri
         notes = by_patch.get(row.name)
         if not notes or row.name not in patches:
             continue
-        tests = ", ".join(note.test.rsplit("::", 1)[-1] for note in notes)
+        tests = ", ".join(note.test.split("::", 1)[-1] for note in notes)  # an id may hold ::
         reason = f"{tests} fail{'s' if len(notes) == 1 else ''} from {patches[row.name].number} on"
         upstream = notes[0].upstream
         if upstream:
