@@ -572,3 +572,26 @@ def test_a_blamed_tests_parameter_id_with_colons_is_named_whole(rebaser, tmp_pat
     reason = rows["0002-length-in-meters.patch"]["reason"]
     tests = reason.split(" fail from 0002 on")[0]
     assert sorted(tests.split(", ")) == ["test_length", "test_param[in::mm]"], reason
+
+
+def test_a_failure_that_only_names_gpus_is_no_gpu_need(rebaser, tmp_path, upstream):
+    """A review: a plain CPU failure whose assertion shows a `gpus` argument was listed as
+    "needs a GPU: not run". Messages that say a GPU is missing still are."""
+    tests = (
+        "def shard(gpus):\n    return gpus * 2\n\n\n"
+        "def test_plain_bug():\n    assert shard(gpus=2) == 5\n\n\n"
+        "def test_needs_one():\n    raise RuntimeError('No GPU found on this machine')\n"
+    )
+    series = _fork_of_commits(
+        upstream,
+        tmp_path,
+        [({"tests/test_shards.py": tests}, "tests: shards"), ({"README.fork": "x\n"}, "docs")],
+    )
+    report = tmp_path / "r.json"
+    result = applied(rebaser, series, upstream, report)
+    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+    by_test = {note["test"]: note for note in fork["tests"]}
+    plain = by_test["tests.test_shards::test_plain_bug"]
+    assert not plain["gpu_only"] and plain["verdict"] == "also failed on the fork's branch"
+    needs = by_test["tests.test_shards::test_needs_one"]
+    assert needs["gpu_only"] and needs["verdict"] == "needs a GPU: not run", needs

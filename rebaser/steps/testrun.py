@@ -50,7 +50,13 @@ _FAILURE_LINES = 6
 _REASON_CHARACTERS = 200
 # What a test that cannot run without a GPU says, in its skip reason, its error or the line
 # that raised (Megatron's set-up helper divides by torch.cuda.device_count()).
-_GPU_RE = re.compile(r"\bcuda\b|torch\.cuda|\bgpus?\b|\bnccl\b|cudnn|nvidia", re.IGNORECASE)
+# What a test that needs a GPU says on a machine without one. A GPU named alone is no
+# need: a plain failure may show a `gpus` argument.
+_GPU_RE = re.compile(
+    r"\bcuda\b|torch\.cuda|\bnccl\b|cudnn|nvidia|\bno gpus?\b|\bgpus? (?:is |are )?not "
+    r"(?:available|found)|\b(?:requires?|needs?) (?:a |an )?gpus?\b",
+    re.IGNORECASE,
+)
 NEEDS_GPU = "needs a GPU: not run"
 REGRESSION = "regression"
 NOT_PASSED = ("failed", "error")
