@@ -9,7 +9,7 @@ loops (the first pass and the retry, each for raw and for transformed keys) load
 store 64-bit candidates with no shared memory, one predicated store a score; a loop's count
 over its stores (an unrolled loop's body holds several steps) is its instructions per score.
 
-    python ci/topk_sass.py [--bits 32|16] [--geometry RUNS,SLOTS,VECTOR,PACK]
+    python ci/topk_sass.py [--bits 32|16] [--geometry RUNS,SLOTS,VECTOR,PACK[,REGISTERS]]
 """
 
 from __future__ import annotations
@@ -103,7 +103,9 @@ def opcode(text: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bits", type=int, choices=(32, 16), default=32)
-    parser.add_argument("--geometry", help="runs,slots,vector,pack (default: GEOMETRY_OF's)")
+    parser.add_argument(
+        "--geometry", help="runs,slots,vector,pack[,registers] (default: GEOMETRY_OF's)"
+    )
     args = parser.parse_args()
     geometry = T.GEOMETRY_OF[args.bits]
     if args.geometry:
