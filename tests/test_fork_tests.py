@@ -65,14 +65,16 @@ def fork_and_new_base(upstream, tmp_path: Path, extra: dict[str, str] | None = N
     upstream.commit({"pkg/other.py": OTHER + "\n\ndef more():\n    return 3\n"}, "other: three")
     git(upstream.path, "checkout", "-q", "main")
     upstream.commit({"README": "upstream\n"}, "docs: readme")
+    _upstream_fixes_lengths(upstream)
+    return _imported(upstream, tmp_path)
+
+
+def _upstream_fixes_lengths(upstream) -> None:
+    """v2: upstream divides in to_meters (the fork's "length in meters" divides again)."""
     fixed = edit(
         UNITS, "def to_meters(mm):\n    return mm\n", "def to_meters(mm):\n    return mm / 1000\n"
     )
     upstream.commit({"pkg/units.py": fixed}, "units: to_meters divides", tag="v2")
-    series = tmp_path / "series"
-    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
-    assert main(["import", *arguments, str(series)]) == 0
-    return series / "series"
 
 
 def applied(rebaser, series: Path, upstream, report: Path):
@@ -324,22 +326,39 @@ def _fork_of_commits(upstream, tmp_path: Path, commits: list[tuple[dict[str, str
     for files, subject in commits:
         upstream.commit(files, subject)
     git(upstream.path, "checkout", "-q", "main")
-    fixed = edit(
-        UNITS, "def to_meters(mm):\n    return mm\n", "def to_meters(mm):\n    return mm / 1000\n"
-    )
-    upstream.commit({"pkg/units.py": fixed}, "units: to_meters divides", tag="v2")
+    _upstream_fixes_lengths(upstream)
+    return _imported(upstream, tmp_path)
+
+
+UPSTREAM_TEST = (
+    "from pkg.units import to_meters\n\n\ndef test_zero():\n    assert to_meters(0) == 0\n"
+)
+
+
+def _base_with_upstream_test(upstream, path: str) -> None:
+    """v1 (units, other, upstream's UPSTREAM_TEST at `path`), the fork's branch checked out."""
+    files = {"pkg/units.py": UNITS, "pkg/other.py": OTHER, path: UPSTREAM_TEST}
+    upstream.commit(files, "units", tag="base")
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+
+
+def _imported(upstream, tmp_path: Path) -> Path:
+    """base..fork imported: the series file."""
     series = tmp_path / "series"
     arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
     assert main(["import", *arguments, str(series)]) == 0
     return series / "series"
 
 
+def _fork_suite(report: Path) -> dict:
+    return {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+
+
 def _fork_notes(rebaser, series: Path, upstream, tmp_path: Path) -> dict[str, dict]:
     report = tmp_path / "r.json"
     result = applied(rebaser, series, upstream, report)
     assert result.code == ExitCode.TESTS_FAILED, result.out + result.err
-    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
-    return {note["test"]: note for note in fork["tests"]}
+    return {note["test"]: note for note in _fork_suite(report)["tests"]}
 
 
 @pytest.mark.parametrize("first_changes_code", [False, True], ids=["tests-only", "with-code"])
@@ -424,27 +443,16 @@ def test_a_test_upstream_renamed_is_no_regression(rebaser, tmp_path, upstream):
     """A review: upstream renamed one of its own tests between the fork's base and the new
     base; its test file, selected for the file the fork changes, lacked the old name after
     the carry: a regression (exit 1), though the new base lacks it too."""
-    upstream_test = (
-        "from pkg.units import to_meters\n\n\ndef test_zero():\n    assert to_meters(0) == 0\n"
-    )
-    upstream.commit(
-        {"pkg/units.py": UNITS, "pkg/other.py": OTHER, "tests/test_upstream.py": upstream_test},
-        "units",
-        tag="base",
-    )
-    git(upstream.path, "checkout", "-q", "-b", "fork")
+    _base_with_upstream_test(upstream, "tests/test_upstream.py")
     upstream.commit({"pkg/units.py": UNITS + "\n\ndef meters(mm):\n    return mm\n"}, "meters")
     upstream.commit({"pkg/other.py": OTHER + "\n\ndef more():\n    return 2\n"}, "more")
     git(upstream.path, "checkout", "-q", "main")
-    renamed = upstream_test.replace("test_zero", "test_of_zero")
+    renamed = UPSTREAM_TEST.replace("test_zero", "test_of_zero")
     upstream.commit({"tests/test_upstream.py": renamed}, "tests: clearer name", tag="v2")
-    series = tmp_path / "series"
-    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
-    assert main(["import", *arguments, str(series)]) == 0
     report = tmp_path / "r.json"
-    result = applied(rebaser, series / "series", upstream, report)
+    result = applied(rebaser, _imported(upstream, tmp_path), upstream, report)
     assert result.code == ExitCode.OK, result.out + result.err
-    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+    fork = _fork_suite(report)
     assert fork["status"] == "passed" and fork["failures"] == [], fork
     (note,) = [note for note in fork["tests"] if note["test"].endswith("::test_zero")]
     assert note["verdict"] == "removed by upstream: not on the new base either", note
@@ -457,16 +465,8 @@ def test_a_fork_test_file_upstream_moved_fails_the_run(rebaser, tmp_path, upstre
     as missing and counted for nothing, test_length failed at its new place as "not on the
     fork's branch", and the run passed (exit 0). A fork test file the patched tree lacks is
     gone, as a test that is gone: the run fails and names it."""
-    upstream_test = (
-        "from pkg.units import to_meters\n\n\ndef test_zero():\n    assert to_meters(0) == 0\n"
-    )
-    upstream.commit(
-        {"pkg/units.py": UNITS, "pkg/other.py": OTHER, "tests/test_units.py": upstream_test},
-        "units",
-        tag="base",
-    )
-    git(upstream.path, "checkout", "-q", "-b", "fork")
-    with_length = upstream_test + "\n\ndef test_length():\n    from pkg.units import length\n"
+    _base_with_upstream_test(upstream, "tests/test_units.py")
+    with_length = UPSTREAM_TEST + "\n\ndef test_length():\n    from pkg.units import length\n"
     with_length += "    assert length(5000) == 5\n"
     upstream.commit({"tests/test_units.py": with_length}, "tests: lengths")
     at_call = edit(UNITS, "return to_meters(mm)\n", "return to_meters(mm) / 1000\n")
@@ -475,17 +475,11 @@ def test_a_fork_test_file_upstream_moved_fails_the_run(rebaser, tmp_path, upstre
     (upstream.path / "tests" / "unit").mkdir()
     git(upstream.path, "mv", "tests/test_units.py", "tests/unit/test_units.py")
     git(upstream.path, "commit", "-qm", "tests: into unit/")
-    fixed = edit(
-        UNITS, "def to_meters(mm):\n    return mm\n", "def to_meters(mm):\n    return mm / 1000\n"
-    )
-    upstream.commit({"pkg/units.py": fixed}, "units: to_meters divides", tag="v2")
-    series = tmp_path / "series"
-    arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
-    assert main(["import", *arguments, str(series)]) == 0
+    _upstream_fixes_lengths(upstream)
     report = tmp_path / "r.json"
-    result = applied(rebaser, series / "series", upstream, report)
+    result = applied(rebaser, _imported(upstream, tmp_path), upstream, report)
     assert result.code == ExitCode.TESTS_FAILED, result.out + result.err
-    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+    fork = _fork_suite(report)
     assert fork["status"] == "failed"
     assert "regression: tests/test_units.py (missing)" in fork["failures"], fork["failures"]
 
@@ -537,20 +531,26 @@ def test_a_test_writing_to_its_working_folder_writes_in_the_tree(
     assert not (checkout / "written-by-a-test").exists()
 
 
+def _one_test_file_carried(rebaser, upstream, tmp_path: Path, test_file: str):
+    """A fork of one test file (tests/test_mine.py) and a docs commit carried onto v2 with its
+    tests, no regression expected: the fork suite of the report, and the run."""
+    series = _fork_of_commits(
+        upstream,
+        tmp_path,
+        [({"tests/test_mine.py": test_file}, "tests: mine"), ({"README.fork": "x\n"}, "docs")],
+    )
+    report = tmp_path / "r.json"
+    result = applied(rebaser, series, upstream, report)
+    assert result.code == ExitCode.OK, result.out + result.err
+    return _fork_suite(report), result
+
+
 def test_a_suite_whose_tests_fail_on_both_branches_ran(rebaser, tmp_path, upstream):
     """A review: the fork's only test fails on its own branch too (no regression); the suite
     read "not run", and the apply "tests not run", though the test ran. "Not run" is for
     tests that could not run here (a GPU's, skipped ones)."""
     broken = "def test_broken():\n    assert False\n"
-    series = _fork_of_commits(
-        upstream,
-        tmp_path,
-        [({"tests/test_broken.py": broken}, "tests: broken"), ({"README.fork": "x\n"}, "docs")],
-    )
-    report = tmp_path / "r.json"
-    result = applied(rebaser, series, upstream, report)
-    assert result.code == ExitCode.OK, result.out + result.err
-    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+    fork, result = _one_test_file_carried(rebaser, upstream, tmp_path, broken)
     assert fork["status"] == "passed", fork
     assert fork["tests"][0]["verdict"] == "also failed on the fork's branch", fork["tests"]
     assert "tests not run" not in result.out
@@ -582,16 +582,9 @@ def test_a_failure_that_only_names_gpus_is_no_gpu_need(rebaser, tmp_path, upstre
         "def test_plain_bug():\n    assert shard(gpus=2) == 5\n\n\n"
         "def test_needs_one():\n    raise RuntimeError('No GPU found on this machine')\n"
     )
-    series = _fork_of_commits(
-        upstream,
-        tmp_path,
-        [({"tests/test_shards.py": tests}, "tests: shards"), ({"README.fork": "x\n"}, "docs")],
-    )
-    report = tmp_path / "r.json"
-    result = applied(rebaser, series, upstream, report)
-    fork = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}["fork"]
+    fork, _ = _one_test_file_carried(rebaser, upstream, tmp_path, tests)
     by_test = {note["test"]: note for note in fork["tests"]}
-    plain = by_test["tests.test_shards::test_plain_bug"]
+    plain = by_test["tests.test_mine::test_plain_bug"]
     assert not plain["gpu_only"] and plain["verdict"] == "also failed on the fork's branch"
-    needs = by_test["tests.test_shards::test_needs_one"]
+    needs = by_test["tests.test_mine::test_needs_one"]
     assert needs["gpu_only"] and needs["verdict"] == "needs a GPU: not run", needs
