@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -60,3 +61,21 @@ def wheels_dir() -> Optional[Path]:
 def index_url() -> str:
     """$DSA_FORKKIT_PYPI_URL: an index with PyPI's JSON API (a mirror, a test's server)."""
     return os.environ.get("DSA_FORKKIT_PYPI_URL", DEFAULT_INDEX).rstrip("/")
+
+
+def test_timeout() -> float:
+    """$DSA_FORKKIT_TEST_TIMEOUT: the seconds one pytest run may take (an hour by default):
+    a test that hangs costs each run (the carried tree, the fork's branch, each probe) that."""
+    given = os.environ.get("DSA_FORKKIT_TEST_TIMEOUT")
+    if given is None:
+        return 3600.0
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise RebaserError(
+            f"DSA_FORKKIT_TEST_TIMEOUT={given!r} is no number of seconds above 0",
+            next_step="set it to the seconds one pytest run may take (e.g. 600), or unset it",
+        )
+    return seconds

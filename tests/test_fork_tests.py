@@ -588,3 +588,39 @@ def test_a_failure_that_only_names_gpus_is_no_gpu_need(rebaser, tmp_path, upstre
     assert not plain["gpu_only"] and plain["verdict"] == "also failed on the fork's branch"
     needs = by_test["tests.test_mine::test_needs_one"]
     assert needs["gpu_only"] and needs["verdict"] == "needs a GPU: not run", needs
+
+
+def test_a_test_that_hangs_is_cut_off_at_the_timeout_set_and_named(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    """A review: a test that hangs cost each pytest run a fixed hour, and the run named no
+    test. DSA_FORKKIT_TEST_TIMEOUT sets the limit of each run; a run cut off runs again file
+    by file, as one that dies: the hanging file is named, the others count."""
+    monkeypatch.setenv("DSA_FORKKIT_TEST_TIMEOUT", "8")
+    hanging = (
+        "import time\n\nfrom pkg.units import length\n\n\ndef test_length():\n"
+        "    if length(5000) != 5:\n        time.sleep(600)\n"
+    )
+    other = "from pkg.other import other\n\n\ndef test_other():\n    assert other() == 1\n"
+    at_call = edit(UNITS, "return to_meters(mm)\n", "return to_meters(mm) / 1000\n")
+    series = _fork_of_commits(
+        upstream,
+        tmp_path,
+        [
+            ({"tests/test_units.py": hanging, "tests/test_other.py": other}, "tests: mine"),
+            ({"pkg/units.py": at_call}, "units: length in meters"),
+        ],
+    )
+    notes = _fork_notes(rebaser, series, upstream, tmp_path)
+    hung = notes["::tests.test_units"]
+    assert "pytest timed out in this file" in hung["reason"], hung
+    gone = notes["tests.test_units::test_length"]
+    assert gone["verdict"] == "regression" and gone["blame"] == "0002-length-in-meters.patch"
+
+
+def test_a_test_timeout_that_is_no_number_is_refused(rebaser, tmp_path, upstream, monkeypatch):
+    monkeypatch.setenv("DSA_FORKKIT_TEST_TIMEOUT", "an hour")
+    series = fork_and_new_base(upstream, tmp_path)
+    result = applied(rebaser, series, upstream, tmp_path / "r.json")
+    assert result.code == ExitCode.USAGE, result.out + result.err
+    assert "DSA_FORKKIT_TEST_TIMEOUT" in result.err and "an hour" in result.err, result.err

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from rebaser.config import TEST_MODES
+from rebaser.config import TEST_MODES, test_timeout
 from rebaser.repo import tempdirs, workspace
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo.git import Git
@@ -117,6 +117,7 @@ def check_interpreter(python: str, mode: str, requires: Sequence[str]) -> None:
         raise RebaserError(f"--test must be one of {', '.join(TEST_MODES)}; got {mode!r}")
     if mode == "none":
         return
+    test_timeout()  # a limit that is no number: said now, not after the apply
     modules = list(dict.fromkeys(["pytest", *requires]))
     probe = f"import sys; import {', '.join(modules)}"
     needs_gpu = mode == "gpu" and "torch" in modules
@@ -211,12 +212,14 @@ def run_pytest(
     name: str,
     *,
     python: str = sys.executable,
-    timeout: float = 3600,
+    timeout: Optional[float] = None,
     extra_args: Sequence[str] = (),
     gpu: bool = False,
 ) -> SuiteResult:
     """Run pytest on `paths` (relative to `tree`) with the tree first on PYTHONPATH. `gpu`:
-    whether a GPU is there (without one, a test that asks for CUDA is not run, not failed)."""
+    whether a GPU is there (without one, a test that asks for CUDA is not run, not failed);
+    `timeout`: seconds (None: $DSA_FORKKIT_TEST_TIMEOUT's)."""
+    timeout = test_timeout() if timeout is None else timeout
     with tempdirs.owned("forkkit-pytest-") as tmp:  # a kill leaves it: the next run sweeps
         plugin_dir = Path(tmp) / "plugin"
         plugin_dir.mkdir()
@@ -254,9 +257,13 @@ def run_pytest(
         try:
             completed = run_own_group(command, cwd=tree, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
-            return SuiteResult(name, "failed", note=f"timed out after {timeout:.0f} s")
+            completed = None
         seconds = time.monotonic() - started
-        if not junit.exists():
+        if completed is None:
+            died = SuiteResult(
+                name, "failed", seconds=seconds, note=f"timed out after {timeout:g} s"
+            )
+        elif not junit.exists():
             tail = (completed.stdout + completed.stderr).strip().splitlines()[-_FAILURE_LINES:]
             died = SuiteResult(
                 name,
@@ -283,16 +290,17 @@ def run_pytest(
 def _file_by_file(
     tree: Path, paths: Sequence[str], name: str, why: str, options: dict
 ) -> SuiteResult:
-    """pytest died before writing results (a test ended the interpreter, or crashed it):
-    each file run alone gives the others' results, and names the file it dies in, as one
-    error of that module (its tests are then gone, as those of a file that no longer
-    collects)."""
+    """pytest died before writing results (a test ended the interpreter, crashed it, or
+    hung past the timeout): each file run alone gives the others' results, and names the
+    file it dies in, as one error of that module (its tests are then gone, as those of a
+    file that no longer collects)."""
     result = SuiteResult(name, "passed", note=f"{why}: each file run alone")
     for path in paths:
         alone = run_pytest(tree, [path], name, **options)
         if not alone.outcomes:  # it dies in this file
             test = "::" + path.removesuffix(".py").replace("/", ".")
-            reason = f"pytest died in this file ({alone.note})"
+            how = "timed out" if alone.note.startswith("timed out") else "died"
+            reason = f"pytest {how} in this file ({alone.note})"
             result.outcomes[test] = "error"
             result.read[test] = TestNote(test, "error", reason)
             result.errors += 1
