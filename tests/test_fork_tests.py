@@ -624,3 +624,20 @@ def test_a_test_timeout_that_is_no_number_is_refused(rebaser, tmp_path, upstream
     result = applied(rebaser, series, upstream, tmp_path / "r.json")
     assert result.code == ExitCode.USAGE, result.out + result.err
     assert "DSA_FORKKIT_TEST_TIMEOUT" in result.err and "an hour" in result.err, result.err
+
+
+def test_a_runs_output_stays_on_disk_and_only_its_end_is_read(tmp_path):
+    """A review: pytest's whole output was held in rebaser's memory (a test printing 300 MB
+    took it to 0.9 GB). It goes to a file; rebaser reads its last 64 KiB (why it failed)."""
+    import sys
+
+    from rebaser.repo.processes import run_own_group
+
+    printing = "import sys\nsys.stdout.write('x' * 1000 + '\\n'); sys.stdout.write(('y' * 999 + '\\n') * 20000); print('THE END')"
+    output = tmp_path / "output"
+    done = run_own_group(
+        [sys.executable, "-c", printing], cwd=tmp_path, env={}, timeout=600, output=output
+    )
+    assert done.returncode == 0
+    assert output.stat().st_size > 20_000_000
+    assert len(done.stdout) <= 64 * 1024 and done.stdout.endswith("THE END\n")

@@ -8,35 +8,50 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_TAIL_BYTES = 64 * 1024  # of a run's output, kept to say why it failed
 
 
 def run_own_group(
-    command: Sequence[str], *, cwd: os.PathLike, env: Mapping[str, str], timeout: float
+    command: Sequence[str],
+    *,
+    cwd: os.PathLike,
+    env: Mapping[str, str],
+    timeout: float,
+    output: Path,
 ) -> subprocess.CompletedProcess:
-    """Run `command` in a process group of its own, capturing its text output.
+    """Run `command` in a process group of its own, its output (stdout and stderr) written
+    to the file `output`; the result's stdout is the output's last 64 KiB, as text (a test
+    may print gigabytes: they stay on disk, not in rebaser's memory).
 
     On any way out but its own end (Ctrl-C, TimeoutExpired) the whole group is killed: the
     pytest run and whatever it started. If rebaser itself is killed, Linux kills the child.
     """
-    process = subprocess.Popen(
-        command,
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # Ctrl-C reaches rebaser only; it stops the group itself
-        preexec_fn=_die_with(os.getpid()),
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except BaseException:
-        _kill_group(process)
-        raise
-    return subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr)
+    with open(output, "wb") as sink:
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches rebaser only; it stops the group itself
+            preexec_fn=_die_with(os.getpid()),
+        )
+        try:
+            process.wait(timeout=timeout)
+        except BaseException:
+            _kill_group(process)
+            raise
+    return subprocess.CompletedProcess(list(command), process.returncode, _tail(output), "")
+
+
+def _tail(output: Path) -> str:
+    with open(output, "rb") as file:
+        file.seek(max(0, file.seek(0, os.SEEK_END) - _TAIL_BYTES))
+        return file.read().decode("utf-8", errors="replace")
 
 
 def helper(command: Sequence[str], *, env: Mapping[str, str]) -> subprocess.Popen[bytes]:

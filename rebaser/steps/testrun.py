@@ -255,7 +255,9 @@ def run_pytest(
         ]
         started = time.monotonic()
         try:
-            completed = run_own_group(command, cwd=tree, env=env, timeout=timeout)
+            completed = run_own_group(
+                command, cwd=tree, env=env, timeout=timeout, output=Path(tmp) / "output"
+            )
         except subprocess.TimeoutExpired:
             completed = None
         seconds = time.monotonic() - started
