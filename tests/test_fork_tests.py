@@ -437,6 +437,7 @@ def test_a_test_failing_only_beside_the_others_is_not_called_flaky(rebaser, tmp_
     notes = _fork_notes(rebaser, series, upstream, tmp_path)
     note = notes["tests.test_fork_b::test_b"]
     assert note["verdict"] == "regression", note
+    assert "passes alone, fails beside the other tests" in note["reason"], note
 
 
 def test_a_test_upstream_renamed_is_no_regression(rebaser, tmp_path, upstream):

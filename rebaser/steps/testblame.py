@@ -144,17 +144,25 @@ def _again(
     suite: SuiteResult, tree: Path, files: list[str], python: str, gpu: bool, progress: Progress
 ) -> None:
     """Run the regressions once more on the patched tree: one that passes now is flaky,
-    named so and not blamed."""
+    named so and not blamed. Their files run alone first; where one passes so, the whole
+    selection runs again, as it ran the first time: a test that fails only after another
+    file's tests (a state they leave) passes alone every time, and is no flaky test."""
     regressions = suite.regressions
-    if not _files_of(regressions, files):  # no test file to run again
+    rerun = _files_of(regressions, files)
+    if not rerun:  # no test file to run again (no paths at all: pytest collects everything)
         return
-    # The whole selection, as it ran: a test that fails only after another file's tests (a
-    # state they leave) passes alone every time, and is no flaky test.
-    progress(f"running the tests again ({len(regressions)} failed: a flaky one passes now)")
-    again = run_pytest(tree, files, "fork (again)", python=python, gpu=gpu)
-    for note in regressions:
-        if again.outcomes.get(note.test) == "passed":
-            note.verdict = "flaky: passed when run again"
+    progress(f"running {len(regressions)} failing tests again (a flaky one passes now)")
+    again = run_pytest(tree, rerun, "fork (again)", python=python, gpu=gpu)
+    passing = [note for note in regressions if again.outcomes.get(note.test) == "passed"]
+    if passing and set(rerun) != set(files):
+        progress(f"{len(passing)} passed alone: running the whole selection again")
+        whole = run_pytest(tree, files, "fork (again, whole)", python=python, gpu=gpu)
+        for note in passing:
+            if whole.outcomes.get(note.test) != "passed":
+                note.reason += "; passes alone, fails beside the other tests"
+        passing = [note for note in passing if whole.outcomes.get(note.test) == "passed"]
+    for note in passing:
+        note.verdict = "flaky: passed when run again"
     _recounted(suite)
 
 
