@@ -14,7 +14,8 @@ import pytest
 from synthetic import Change, SyntheticUpstream, build_series, git
 from test_apply_synthetic import apply
 
-from rebaser.carry import pymerge
+from rebaser.carry import filemerges, pymerge
+from rebaser.repo.git import Git
 
 
 def dedent(text: str) -> str:
@@ -93,11 +94,13 @@ def test_both_sides_add_imports(carried, lane):
 
 
 def test_both_sides_add_members_to_a_class(carried):
-    base = dedent("""
+    base = dedent(
+        """
         class Model:
             def forward(self, x):
                 return x
-        """)
+        """
+    )
     row, tree = carried(
         base,
         base + "\n    def detach(self):\n        return None\n",
@@ -110,7 +113,8 @@ def test_both_sides_add_members_to_a_class(carried):
     compile(text, "mod.py", "exec")
 
 
-DATACLASS = dedent("""
+DATACLASS = dedent(
+    """
     from dataclasses import dataclass
 
 
@@ -118,7 +122,8 @@ DATACLASS = dedent("""
     class Config:
         hidden: int = 8
         layers: int = 2
-    """)
+    """
+)
 
 
 def test_both_sides_add_dataclass_fields(carried):
@@ -174,14 +179,16 @@ def test_both_sides_add_items_inside_one_statement(carried, base, fork, tip, exp
     assert merged(tree) == expected
 
 
-SIGNATURE = dedent('''
+SIGNATURE = dedent(
+    '''
     def build(
         experts=None,
         norm=False,
     ) -> Spec:
         """Build the spec."""
         return Spec(experts, norm)
-    ''')
+    '''
+)
 SIGNATURE_TIP = SIGNATURE.replace(
     '    norm=False,\n) -> Spec:\n    """Build the spec."""',
     "    norm=False,\n    fusion=False,\n) -> Submodules:\n"
@@ -225,7 +232,8 @@ def test_a_signature_hunk_into_the_body_stays_a_conflict(carried, fork):
     assert "the structured merge kept every hunk" in row["detail"]
 
 
-FUNCTIONS = dedent("""
+FUNCTIONS = dedent(
+    """
     import os
 
 
@@ -235,7 +243,8 @@ FUNCTIONS = dedent("""
 
     def save_checkpoint(iteration, model, release=False):
         return iteration
-    """)
+    """
+)
 FUNCTIONS_TIP = FUNCTIONS.replace(
     "def save_checkpoint(iteration, model, release=False):",
     "def save_checkpoint(\n    iteration,\n    model,\n    release=False,\n    prefix: str = '',\n):",
@@ -296,7 +305,8 @@ def test_a_function_the_patch_removes_beside_one_upstream_changed_stays(carried)
     assert "the structured merge kept every hunk" in row["detail"]
 
 
-MOVED_BASE = dedent("""
+MOVED_BASE = dedent(
+    """
     def step(x):
         y = x + 1
         return y
@@ -304,14 +314,16 @@ MOVED_BASE = dedent("""
 
     def other():
         return 1
-    """)
+    """
+)
 
 
 def test_an_edit_to_a_function_upstream_moved(carried):
     row, tree = carried(
         MOVED_BASE,
         MOVED_BASE.replace("x + 1", "x + 2"),
-        {"pkg/mod.py": """
+        {
+            "pkg/mod.py": """
             def first():
                 return 0
 
@@ -323,7 +335,8 @@ def test_an_edit_to_a_function_upstream_moved(carried):
             def step(x):
                 y = x + 1
                 return y
-            """},  # upstream moves step() below other() and adds a function where step was
+            """
+        },  # upstream moves step() below other() and adds a function where step was
     )
     assert row["status"] == "structured merge", row
     assert "upstream moved step (now at line 9); the patch's change to" in row["detail"]
@@ -333,39 +346,47 @@ def test_an_edit_to_a_function_upstream_moved(carried):
 
 
 def test_an_edit_to_code_upstream_reformatted(carried):
-    base = dedent("""
+    base = dedent(
+        """
         def total(a, b):
             value = compute(a, b, option=True, other=False, third=None, fourth=1)
             return value
-        """)
+        """
+    )
     row, tree = carried(
         base,
         base.replace("return value", "return value * 2"),
-        {"pkg/mod.py": """
+        {
+            "pkg/mod.py": """
             def total(a, b):
                 value = compute(
                     a, b, option=True, other=False, third=None, fourth=1
                 )
                 return value
-            """},
+            """
+        },
     )
     assert row["status"] == "structured merge", row
     assert "upstream only reformatted value" in row["detail"]
-    assert merged(tree) == dedent("""
+    assert merged(tree) == dedent(
+        """
         def total(a, b):
             value = compute(
                 a, b, option=True, other=False, third=None, fourth=1
             )
             return value * 2
-        """)
+        """
+    )
 
 
 # -- what it refuses -----------------------------------------------------------------------
 
-PARSER = dedent("""
+PARSER = dedent(
+    """
     def add_arguments(parser):
         parser.add_argument("--layers", type=int)
-    """)
+    """
+)
 
 
 @pytest.mark.parametrize("lane", [[], ["--no-fast-lane"]], ids=["fast-lane", "per-patch"])
@@ -423,7 +444,8 @@ def test_importing_a_name_upstream_deleted_stays_a_conflict(carried):
 
 
 def test_using_a_name_upstream_deleted_from_the_file_stays_a_conflict(carried):
-    base = dedent("""
+    base = dedent(
+        """
         def _scale(x):
             return 2 * x
 
@@ -431,7 +453,8 @@ def test_using_a_name_upstream_deleted_from_the_file_stays_a_conflict(carried):
         class Model:
             def forward(self, x):
                 return x
-        """)
+        """
+    )
     without_scale = """
         class Model:
             def forward(self, x):
@@ -508,7 +531,8 @@ def test_only_the_real_hunks_stay_as_markers(tmp_path):
     assert "|||||||" not in shown and shown.count("=======") == 1
 
 
-CLASS = dedent("""
+CLASS = dedent(
+    """
     class Optimizer:
         def first(self):
             return 1
@@ -518,7 +542,8 @@ CLASS = dedent("""
 
         def last(self, state):
             save(state, flat=True)
-    """)
+    """
+)
 
 
 def test_a_hunk_in_a_method_is_merged_with_the_other_members_left_as_they_are(tmp_path):
@@ -694,7 +719,8 @@ def test_libcst_is_loaded_only_for_a_hunk_a_container_holds(tmp_path, base, ours
     assert out == [str(loads), str(loads)]
 
 
-LONG_DEF = dedent('''
+LONG_DEF = dedent(
+    '''
     class Buffer:
         @staticmethod
         def build(
@@ -707,7 +733,8 @@ LONG_DEF = dedent('''
             for step in range(size):
                 total += step
             return Buffer()
-    ''')
+    '''
+)
 LONG_DEF_OURS = LONG_DEF.replace(
     "dtype=None,  # the element type\n", "dtype=None,  # the element type\n        device=None,\n"
 )
@@ -802,3 +829,101 @@ def test_an_item_merge_keeps_whitespace_lines_inside_strings(tmp_path):
     result = merge_files(tmp_path, base, ours, theirs, as_written=True)
     assert result.clean, result.kept
     assert result.text == ours.replace('"c": 3,\n', '"c": 3,\n        "d": 4,\n')
+
+
+# -- a hostile review (seventeenth session): resolutions that were wrong -------------------
+
+
+def reviewed(tmp_path: Path, base: str, ours: str, theirs: str) -> tuple[str, list, list]:
+    """filemerges.merge_file on the three texts as written: (text, resolved, kept)."""
+    subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
+    text, resolved, kept, _ = filemerges.merge_file(
+        Git(tmp_path / "repo"), "pkg/mod.py", base, ours, theirs, "patch"
+    )
+    return text, resolved, kept
+
+
+def test_conflict_markers_inside_a_string_leave_the_file_to_git(tmp_path):
+    """A fixture string holding a diff3 sample was read as a hunk and "resolved": its value
+    changed. git counts the file's real hunks; a file that reads as more is left to git."""
+    base = (
+        'import os\nimport sys\n\nFIXTURE = """\n<<<<<<< HEAD\nx = 1\n||||||| base\nx = 1\n'
+        '=======\nx = 2\n>>>>>>> patch\n"""\n'
+    )
+    ours = base.replace("import sys\n", "import re\nimport sys\n")
+    theirs = base.replace("import sys\n", "import json\nimport sys\n")
+    _, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert not resolved and kept, (resolved, kept)
+
+
+def test_a_comment_header_above_both_sides_imports_is_kept_once(tmp_path):
+    header = (
+        "# Copyright (c) 2024 Example Corp.\n# Licensed under the Apache License, Version 2.0\n\n"
+    )
+    base = header + "import os\n"
+    text, resolved, kept = reviewed(
+        tmp_path, base, header + "import argparse\nimport os\n", header + "import abc\nimport os\n"
+    )
+    assert resolved and not kept, kept
+    assert text.count("# Copyright") == 1, text
+    assert "import argparse\n" in text and "import abc\n" in text
+
+
+def test_a_name_imported_as_an_alias_and_plainly_stays_a_conflict(tmp_path):
+    text, resolved, kept = reviewed(
+        tmp_path,
+        "from a import (\n    x,\n)\n",
+        "from a import (\n    x,\n    y as z,\n)\n",
+        "from a import (\n    x,\n    z,\n)\n",
+    )
+    assert kept and not resolved, (text, resolved)
+
+
+@pytest.mark.parametrize(
+    "base, ours, theirs",
+    [
+        (
+            "class Limits:\n    low, high = 0, 10\n",
+            "class Limits:\n    low, high = 0, 100\n",
+            "class Limits:\n    low, high = -5, 10\n",
+        ),
+        (
+            "class Limits:\n    low = high = 0\n    other = 1\n",
+            "class Limits:\n    low = high = 1\n    other = 1\n",
+            "class Limits:\n    low = high = 2\n    other = 1\n",
+        ),
+    ],
+    ids=["tuple", "chained"],
+)
+def test_both_sides_editing_one_assignment_of_several_names_stays_a_conflict(
+    tmp_path, base, ours, theirs
+):
+    """Both edits were kept, one after the other (upstream's overridden): statements
+    assigning several names were told apart by their code, not by the names they bind."""
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert kept and not resolved, text
+
+
+def test_a_comment_the_patch_adds_beside_upstreams_change_is_not_lost(tmp_path):
+    """The patch's `# noqa: F401` on a line beside one upstream adds was dropped ("the
+    patch only reformatted"): a comment is a change of the patch's."""
+    text, resolved, kept = reviewed(
+        tmp_path,
+        "import os\nimport sys\n\nVALUE = 1\n",
+        "import os\nimport re\nimport sys\n\nVALUE = 1\n",
+        "import os  # noqa: F401\nimport sys\n\nVALUE = 1\n",
+    )
+    assert kept or "# noqa: F401" in text, (text, resolved)
+
+
+def test_a_file_python_cannot_parse_stays_a_conflict(tmp_path):
+    """A file CPython's parser runs out of memory on (20,000 nested minus signs) raised
+    MemoryError out of the merge; it is git's conflict."""
+    deep = "X = " + "-" * 20000 + "1\n"
+    _, resolved, kept = reviewed(
+        tmp_path,
+        "import os\n" + deep,
+        "import os\nimport re\n" + deep,
+        "import os\nimport json\n" + deep,
+    )
+    assert not resolved and kept

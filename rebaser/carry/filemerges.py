@@ -80,12 +80,18 @@ def merge_file(
             (Path(folder) / name).write_text(text, encoding="utf-8")
             files.append(str(Path(folder) / name))
         labels = ["-L", "HEAD", "-L", "base", "-L", label]
-        diff3 = Git(folder).run("merge-file", "-p", "--diff3", *labels, *files, check=False).stdout
+        made = Git(folder).run("merge-file", "-p", "--diff3", *labels, *files, check=False)
     try:
         merged = pymerge.merge(
-            base, ours, theirs, diff3, modules=_ModuleReader(git).names, path=path
+            base,
+            ours,
+            theirs,
+            made.stdout,
+            modules=_ModuleReader(git).names,
+            path=path,
+            hunks=made.status,  # git's count of its conflicts
         )
-    except (ValueError, RecursionError) as error:  # never worse than git: its conflict
+    except (ValueError, RecursionError, MemoryError) as error:  # never worse than git's
         return "", [], [f"the structured merge failed: {error}"], False
     if not merged.resolved:
         return "", [], merged.kept, False

@@ -249,7 +249,8 @@ def _key(item: cst.CSTNode, position: int) -> tuple:
             else ("pos", position, _norm(_CODE(item.value)))
         )
     if isinstance(item, cst.ImportAlias):
-        return ("alias", _CODE(item.name), _CODE(item.asname) if item.asname else "")
+        # the name it binds (an AsName's code is " as z")
+        return ("alias", _CODE(item.name), _CODE(item.asname.name) if item.asname else "")
     if isinstance(item, cst.Param):
         return ("param", item.name.value)
     return ("item", type(item).__name__, _norm(_CODE(getattr(item, "value", item))))

@@ -107,10 +107,15 @@ def merge(
     marker_size: int = 7,
     modules: Optional[ModuleNames] = None,
     path: str = "",
+    hunks: Optional[int] = None,
 ) -> Merged:
     """Resolve what can be resolved of the hunks in `diff3` (git merge-file --diff3 of the
-    three files); the others stay, as diff3 hunks."""
+    three files); the others stay, as diff3 hunks. `hunks`: how many git counted (its exit
+    status): a file whose own lines look like markers (a fixture in a string) reads as
+    more, and is left as git made it."""
     segments = parse_diff3(diff3, marker_size)
+    if hunks is not None and sum(isinstance(s, Region) for s in segments) != hunks:
+        return Merged(diff3, [], ["the file holds lines that look like conflict markers"])
     facts = Facts(base, ours, theirs, modules, path)
     resolved, kept = [], []
     whole: Optional[_Whole] = None

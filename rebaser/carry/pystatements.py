@@ -67,9 +67,28 @@ class StatementMerge:
         problem = self._problem(items, facts)
         if problem:
             return problem
-        text = "".join(item.child.text() for item in items)
+        text = self._text(items)
         start, end = self.places["ours"].span
         return start, end, pysyntax.source_lines(text), self._reason()
+
+    def _text(self, items: list[_Item]) -> str:
+        """The merged items' lines. An item the patch adds carries the comments above it on
+        its side; where an item before it carries the same (a file's header above both
+        sides' first new import), they are not written twice."""
+        written: set[str] = set()
+        parts = []
+        for item in items:
+            child = item.child
+            first = pysyntax.first_line(child.node)
+            leading = "".join(child.lines[child.start : first])
+            added = item.side == "theirs" and item.key not in self.keyed["base"]
+            if added and leading.strip() and leading in written:
+                parts.append("".join(child.lines[first : child.end]))
+            else:
+                parts.append(child.text())
+            if leading.strip():
+                written.add(leading)
+        return "".join(parts)
 
     def _change(self, key: Key) -> dict[str, str]:
         base = self.keyed["base"].get(key)
@@ -307,8 +326,10 @@ def label(key: Key) -> str:
 def _counts(keys: Iterable[Key]) -> dict[tuple[str, str], int]:
     found: dict[tuple[str, str], int] = {}
     for key in keys:
-        if key[0] in ("name", "flag"):
-            found[key[:2]] = found.get(key[:2], 0) + 1
+        # an assignment of several names defines each of them
+        named = [("name", name) for name in key[1].split(",")] if key[0] == "names" else []
+        for counted in named or ([key[:2]] if key[0] in ("name", "flag") else []):
+            found[counted] = found.get(counted, 0) + 1
     return found
 
 
@@ -352,13 +373,14 @@ def _upstreams_item(key: Key, child: Child, base: Keyed, theirs: Keyed) -> Union
         return None
     if key in theirs and key not in base and not theirs[key].same_code(child):
         return f"both sides add {label(key)}, differently"
-    if (
-        key in base
-        and key in theirs
-        and child.same_code(base[key])
-        and not base[key].same_code(theirs[key])
-    ):
-        return _Item(key, theirs[key], "theirs")
+    if key in base and key in theirs and child.same_code(base[key]):
+        mine, before = theirs[key].text(), base[key].text()
+        if not base[key].same_code(theirs[key]):
+            return _Item(key, theirs[key], "theirs")
+        if mine != before and child.text() == before:  # a comment, a layout: the patch's
+            return _Item(key, theirs[key], "theirs")
+        if mine != before and pysyntax.comments(mine) != pysyntax.comments(child.text()):
+            return f"both sides reformat {label(key)}, and the patch comments it"
     return _Item(key, child, "ours")
 
 

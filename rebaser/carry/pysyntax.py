@@ -221,6 +221,9 @@ def key_of(node: ast.stmt) -> Key:
     target = _single_target(node)
     if target is not None:
         return ("name", target)
+    names = _assigned_names(node)
+    if names:  # `low, high = ...`, `low = high = ...`: one item, whatever its values
+        return ("names", ",".join(sorted(names)))
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         return ("import", ast.dump(node))
     flag = argparse_flag(node)
@@ -239,6 +242,26 @@ def _single_target(node: ast.stmt) -> Optional[str]:
     ):
         return node.targets[0].id
     return None
+
+
+def _assigned_names(node: ast.stmt) -> Optional[set[str]]:
+    """The names an assignment of several targets binds (tuples, chains); None where a
+    target is no name (an attribute, a subscript)."""
+    if not isinstance(node, ast.Assign):
+        return None
+    names: set[str] = set()
+    targets = list(node.targets)
+    while targets:
+        target = targets.pop()
+        if isinstance(target, ast.Starred):
+            target = target.value
+        if isinstance(target, ast.Name):
+            names.add(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            targets.extend(target.elts)
+        else:
+            return None
+    return names
 
 
 def argparse_flag(node: ast.stmt) -> Optional[str]:
