@@ -927,3 +927,43 @@ def test_a_file_python_cannot_parse_stays_a_conflict(tmp_path):
         "import os\nimport json\n" + deep,
     )
     assert not resolved and kept
+
+
+@pytest.mark.parametrize(
+    "header, field",
+    [
+        ("from typing import NamedTuple\n\n\nclass P(NamedTuple):\n", "c: int"),
+        (
+            "from dataclasses import dataclass, field\n\n\n@dataclass\nclass P:\n",
+            "c: int = field(metadata={'help': 'c'})",
+        ),
+    ],
+    ids=["namedtuple", "field-without-default"],
+)
+def test_a_field_without_a_default_after_upstreams_defaulted_one_stays_a_conflict(
+    tmp_path, header, field
+):
+    """A NamedTuple's fields were not checked for their order, and `field(metadata=...)`
+    counted as a default: both merges failed when the class was made (TypeError)."""
+    base = header + "    a: int\n"
+    text, resolved, kept = reviewed(
+        tmp_path, base, base + "    b: int = 0\n", base + f"    {field}\n"
+    )
+    assert kept and not resolved, text
+
+
+def test_a_name_upstream_defines_where_the_patch_imports_it_stays_a_conflict(tmp_path):
+    """The patch imports `dumps as helper`; upstream adds `def helper()` in another hunk.
+    Each hunk resolved alone, and upstream's def shadowed the patch's import (TypeError when
+    the patch's code called it): the whole file may not bind a name more often than either
+    side did."""
+    text, resolved, kept = reviewed(
+        tmp_path,
+        "import os\nimport sys\n\n\ndef main():\n    return os.sep\n",
+        "import os\nimport re\nimport sys\n\n\ndef main():\n    return os.sep\n\n\n"
+        "def helper():\n    return 'upstream'\n",
+        "import os\nfrom json import dumps as helper\nimport sys\n\n\ndef main():\n"
+        "    return os.sep\n\n\ndef fork_feature():\n    return helper({'a': 1})\n",
+    )
+    assert kept and not resolved, text
+    assert "helper" in kept[0], kept

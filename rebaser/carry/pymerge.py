@@ -28,6 +28,7 @@ kept one the reason it was kept.
 from __future__ import annotations
 
 import ast
+import collections
 import functools
 from dataclasses import dataclass, field
 from typing import Optional, Union
@@ -135,7 +136,7 @@ def merge(
             resolved.append(f"line {line}: {reason}")
             whole = None  # the file changed
     if resolved and not kept:
-        problem = _whole_file(_render(segments), ours)
+        problem = _whole_file(_render(segments), ours, theirs)
         if problem:
             return Merged(diff3, [], [f"every hunk resolved, but {problem}"])
     return Merged(_render(segments), resolved, kept)
@@ -170,15 +171,34 @@ def _join_next(segments: list[Segment], region: Region) -> Optional[list[Segment
     return None
 
 
-def _whole_file(text: str, ours: str) -> Optional[str]:
+def _whole_file(text: str, ours: str, theirs: str) -> Optional[str]:
     """What the fully resolved file must not do that no single hunk showed."""
     problem = pysyntax.parses(text)
     if problem:
         return f"the merged file would not compile ({problem})"
+    # Hunks resolved one by one: a def of upstream's in one and the patch's import of the
+    # same name in another would shadow each other.
+    merged, sides = _defined_at_top(text), [_defined_at_top(ours), _defined_at_top(theirs)]
+    twice = sorted(n for n, c in merged.items() if c > max(side.get(n, 0) for side in sides))
+    if twice:
+        return f"the merged file would define or import {', '.join(twice[:3])} twice"
     lost = sorted(pysyntax.unbound(text) - pysyntax.unbound(ours))
     if lost:
         return f"the merged file would use {', '.join(lost[:3])} without defining or importing it"
     return None
+
+
+def _defined_at_top(text: str) -> collections.Counter:
+    """How often the module's own statements (not those in if/try blocks) def, class or
+    import each name; nothing for a text that does not parse."""
+    try:
+        tree = pysyntax.parse(text)
+    except (SyntaxError, ValueError):
+        return collections.Counter()
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
+    return collections.Counter(
+        name for node in tree.body if isinstance(node, kinds) for name in pysyntax.bound_by(node)
+    )
 
 
 def _line_of(segments: list[Segment], region: Region) -> int:

@@ -303,15 +303,20 @@ def order_free(place: Place, kinds: set[str]) -> bool:
 
 
 def is_dataclass(place: Place) -> bool:
+    """A class whose annotated fields become parameters in their order: a dataclass (any
+    decorator named so, pydantic's too), a NamedTuple."""
     owner = place.owner
     if not isinstance(owner, ast.ClassDef):
         return False
     for decorator in owner.decorator_list:
         target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
-        if name == "dataclass":
+        if _named(target) == "dataclass":
             return True
-    return False
+    return any(_named(base) == "NamedTuple" for base in owner.bases)
+
+
+def _named(node: ast.expr) -> str:
+    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
 
 
 def field_order_problem(nodes: Sequence[ast.stmt]) -> Optional[str]:
@@ -323,11 +328,21 @@ def field_order_problem(nodes: Sequence[ast.stmt]) -> Optional[str]:
             continue
         if _classvar(node.annotation):
             continue
-        if node.value is not None:
+        if _has_default(node.value):
             defaulted = defaulted or node.target.id
         elif defaulted is not None:
             return f"dataclass field {node.target.id} without a default would follow {defaulted}"
     return None
+
+
+def _has_default(value: Optional[ast.expr]) -> bool:
+    """Whether a field's value gives it a default: `field(...)` only with default= or
+    default_factory= (`field(metadata=...)` gives none)."""
+    if value is None:
+        return False
+    if isinstance(value, ast.Call) and _named(value.func) == "field":
+        return any(k.arg in ("default", "default_factory") for k in value.keywords)
+    return True
 
 
 def _classvar(annotation: ast.expr) -> bool:
