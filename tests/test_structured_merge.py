@@ -967,3 +967,24 @@ def test_a_name_upstream_defines_where_the_patch_imports_it_stays_a_conflict(tmp
     )
     assert kept and not resolved, text
     assert "helper" in kept[0], kept
+
+
+@pytest.mark.parametrize(
+    "base, ours, theirs",
+    [
+        ("import os\n", "import os\nimport sys\n", "import os\nimport re\n# keep re last\n"),
+        (
+            "D = {\n    'a': 1,\n}\n",
+            "D = {\n    'a': 1,\n    'b': 2,  # upstream: keep in sync with B\n}\n",
+            "D = {\n    'a': 1,\n    'c': 3,  # fork: see PR 12\n}\n",
+        ),
+    ],
+    ids=["after-the-last-statement", "on-a-dict-entry"],
+)
+def test_a_comment_a_side_adds_is_never_lost(tmp_path, base, ours, theirs):
+    """A comment after the last statement of a place belongs to no item, and the item merge
+    rewrote a dict entry without its comment: both were dropped. A resolution that lacks a
+    comment a side adds in the hunk stays a conflict."""
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert kept and not resolved, text
+    assert "would lose the comment" in kept[0], kept

@@ -392,6 +392,9 @@ def _one_statement(places: dict[str, Place], sides: dict[str, Side]) -> bool:
 def _check(lines: Lines, sides: dict[str, Side], facts: Facts, whole: _Whole) -> Optional[str]:
     """What the code with this hunk resolved must not do."""
     text = "".join(lines)
+    lost = _lost_comment(text, sides)
+    if lost:
+        return f"the result would lose the comment {lost!r}"
     problem = pysyntax.parses(text)
     if problem:
         return f"the result would not compile ({problem})"
@@ -409,6 +412,25 @@ def _check(lines: Lines, sides: dict[str, Side], facts: Facts, whole: _Whole) ->
             if total > 1 and total > flags.get(flag, 0):
                 return f"the result would add argparse flag {flag} twice"
     return _imports_deleted(tree, sides, facts)
+
+
+def _lost_comment(text: str, sides: dict[str, Side]) -> Optional[str]:
+    """A comment a side adds in the hunk that the result lacks (one after the last statement
+    of a place, or on an item the merge rewrote, belongs to none of the items merged)."""
+    before = collections.Counter(_comment_parts(sides["base"]))
+    for name in ("ours", "theirs"):
+        added = collections.Counter(_comment_parts(sides[name])) - before
+        for part, count in added.items():
+            if text.count(part) < count:
+                return part
+    return None
+
+
+def _comment_parts(side: Side) -> list[str]:
+    """From each `#` to its line's end, in the side's hunk: a `#` in a string too, which is
+    then found in the result as well."""
+    lines = side.lines[side.span[0] : side.span[1]]
+    return [line[line.index("#") :].rstrip() for line in lines if "#" in line]
 
 
 def _imports_deleted(tree: ast.Module, sides: dict[str, Side], facts: Facts) -> Optional[str]:
