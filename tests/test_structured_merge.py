@@ -988,3 +988,29 @@ def test_a_comment_a_side_adds_is_never_lost(tmp_path, base, ours, theirs):
     text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
     assert kept and not resolved, text
     assert "would lose the comment" in kept[0], kept
+
+
+@pytest.mark.parametrize(
+    "ours_flag, theirs_flag",
+    [
+        ("'-v', '--verbose', action='store_true'", "'-v', '--version', action='store_true'"),
+        ("'--use-flash-attn', action='store_true'", "'--use_flash_attn', default=True"),
+    ],
+    ids=["short-flag", "one-attribute"],
+)
+def test_argparse_flags_that_clash_stay_a_conflict(tmp_path, ours_flag, theirs_flag):
+    """Both sides add `-v` (with other long flags): the parser failed to build. Both add a
+    flag for the same attribute (`--use-flash-attn`, `--use_flash_attn`): the patch's default
+    was lost. Only the first long flag of each was compared."""
+    base = (
+        "import argparse\n\n\ndef parser():\n    p = argparse.ArgumentParser()\n"
+        "    p.add_argument('--seed', type=int)\n    return p\n"
+    )
+    here = "type=int)\n"
+    text, resolved, kept = reviewed(
+        tmp_path,
+        base,
+        base.replace(here, here + f"    p.add_argument({ours_flag})\n"),
+        base.replace(here, here + f"    p.add_argument({theirs_flag})\n"),
+    )
+    assert kept and not resolved, text

@@ -546,12 +546,30 @@ def parses(text: str) -> Optional[str]:
 
 
 def flag_counts(tree: ast.Module) -> dict[str, int]:
-    """How often each argparse flag is added in a module."""
+    """How often each argparse option string is added in a module: short ones too (`-v`),
+    and each long one also as the attribute it sets (`--use-x` and `--use_x` set one)."""
     counts: dict[str, int] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Expr) and (flag := argparse_flag(node)) is not None:
-            counts[flag] = counts.get(flag, 0) + 1
+        for option in _option_strings(node):
+            counts[option] = counts.get(option, 0) + 1
     return counts
+
+
+def _option_strings(node: ast.AST) -> list[str]:
+    call = node.value if isinstance(node, ast.Expr) else None
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "add_argument"
+    ):
+        return []
+    found = []
+    for arg in call.args:
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value[:1] == "-":
+            found.append(arg.value)
+            if arg.value[:2] == "--":
+                found.append("dest " + arg.value[2:].replace("-", "_"))
+    return found
 
 
 # -- what the merge of one file works with ---------------------------------------------
