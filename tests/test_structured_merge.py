@@ -1014,3 +1014,11 @@ def test_argparse_flags_that_clash_stay_a_conflict(tmp_path, ours_flag, theirs_f
         base.replace(here, here + f"    p.add_argument({theirs_flag})\n"),
     )
     assert kept and not resolved, text
+
+
+def test_both_sides_adding_enum_members_stays_a_conflict(tmp_path):
+    """Both sides add the next value (MUL = 3, XOR = 3): merged, Op.XOR was an alias of
+    Op.MUL. An enum's members are no order-free items."""
+    base = "import enum\n\n\nclass Op(enum.Enum):\n    ADD = 1\n    SUB = 2\n"
+    text, resolved, kept = reviewed(tmp_path, base, base + "    MUL = 3\n", base + "    XOR = 3\n")
+    assert kept and not resolved, text

@@ -226,6 +226,10 @@ class StatementMerge:
     # -- what the merged list must not do ---------------------------------------------------
 
     def _problem(self, items: list[_Item], facts: Facts) -> Optional[str]:
+        if pysyntax.is_enum(self.places["ours"]) and all(
+            any(key not in self.keyed["base"] for key in self.keyed[side]) for side in WHO
+        ):  # values both chose may be one (an alias), auto() numbers by order
+            return "both sides add members to an enum"
         problem = self._defined_twice([item.key for item in items]) or self._imported_twice(items)
         if problem:
             return problem

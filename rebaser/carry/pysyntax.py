@@ -315,6 +315,14 @@ def is_dataclass(place: Place) -> bool:
     return any(_named(base) == "NamedTuple" for base in owner.bases)
 
 
+def is_enum(place: Place) -> bool:
+    """A class deriving from an enum (Enum, IntEnum, Flag, StrEnum, ...) by its base's name."""
+    owner = place.owner
+    return isinstance(owner, ast.ClassDef) and any(
+        _named(base).endswith(("Enum", "Flag")) for base in owner.bases
+    )
+
+
 def _named(node: ast.expr) -> str:
     return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
 
