@@ -485,31 +485,45 @@ def test_a_fork_test_file_upstream_moved_fails_the_run(rebaser, tmp_path, upstre
     assert "regression: tests/test_units.py (missing)" in fork["failures"], fork["failures"]
 
 
-def test_a_test_that_ends_pytest_is_named_and_the_other_files_still_count(
-    rebaser, tmp_path, upstream
-):
-    """A review: a test that ends the interpreter (os._exit, a crash) on the new base left
-    no results at all: "pytest exited 3 before writing results", no test named, the real
-    regression never blamed. Each file then runs alone: the others' results count, and the
-    file pytest dies in is named, its tests gone, pinned to the patch from which it dies."""
-    dying = (
-        "import os\n\nfrom pkg.units import length\n\n\ndef test_length():\n"
-        "    if length(5000) != 5:\n        os._exit(3)\n"
-    )
+def _beside_a_passing_file(upstream, tmp_path: Path, units_test: str) -> Path:
+    """A fork of tests/test_units.py (`units_test`) beside a test file that passes, then the
+    patch that breaks lengths on v2; the series."""
     other = "from pkg.other import other\n\n\ndef test_other():\n    assert other() == 1\n"
     at_call = edit(UNITS, "return to_meters(mm)\n", "return to_meters(mm) / 1000\n")
-    series = _fork_of_commits(
+    return _fork_of_commits(
         upstream,
         tmp_path,
         [
-            ({"tests/test_units.py": dying, "tests/test_other.py": other}, "tests: mine"),
+            ({"tests/test_units.py": units_test, "tests/test_other.py": other}, "tests: mine"),
             ({"pkg/units.py": at_call}, "units: length in meters"),
-            ({"README.fork": "fork\n"}, "docs: fork"),
         ],
     )
+
+
+@pytest.mark.parametrize(
+    "ending, said, timeout",
+    [("os._exit(3)", "pytest died in this file", None), ("time.sleep(600)", "timed out", "8")],
+    ids=["dies", "hangs"],
+)
+def test_a_test_that_ends_or_hangs_pytest_is_named_and_the_other_files_still_count(
+    rebaser, tmp_path, upstream, monkeypatch, ending, said, timeout
+):
+    """A review: a test that ends the interpreter (os._exit, a crash) on the new base left
+    no results at all ("pytest exited 3 before writing results"), one that hangs cost each
+    run a fixed hour; no test was named, the real regression never blamed. Each file then
+    runs alone (DSA_FORKKIT_TEST_TIMEOUT limits a run): the others' results count, and the
+    file pytest dies or hangs in is named, its tests gone, pinned to the patch from which
+    it does."""
+    if timeout:
+        monkeypatch.setenv("DSA_FORKKIT_TEST_TIMEOUT", timeout)
+    units_test = (
+        "import os\nimport time\n\nfrom pkg.units import length\n\n\ndef test_length():\n"
+        f"    if length(5000) != 5:\n        {ending}\n"
+    )
+    series = _beside_a_passing_file(upstream, tmp_path, units_test)
     notes = _fork_notes(rebaser, series, upstream, tmp_path)
-    died = notes["::tests.test_units"]
-    assert died["outcome"] == "error" and "pytest died in this file" in died["reason"], died
+    ended = notes["::tests.test_units"]
+    assert ended["outcome"] == "error" and said in ended["reason"], ended
     gone = notes["tests.test_units::test_length"]
     assert gone["verdict"] == "regression" and gone["blame"] == "0002-length-in-meters.patch"
     assert "tests.test_other::test_other" not in notes  # it passed, and counts as passed
@@ -589,34 +603,6 @@ def test_a_failure_that_only_names_gpus_is_no_gpu_need(rebaser, tmp_path, upstre
     assert not plain["gpu_only"] and plain["verdict"] == "also failed on the fork's branch"
     needs = by_test["tests.test_mine::test_needs_one"]
     assert needs["gpu_only"] and needs["verdict"] == "needs a GPU: not run", needs
-
-
-def test_a_test_that_hangs_is_cut_off_at_the_timeout_set_and_named(
-    rebaser, tmp_path, upstream, monkeypatch
-):
-    """A review: a test that hangs cost each pytest run a fixed hour, and the run named no
-    test. DSA_FORKKIT_TEST_TIMEOUT sets the limit of each run; a run cut off runs again file
-    by file, as one that dies: the hanging file is named, the others count."""
-    monkeypatch.setenv("DSA_FORKKIT_TEST_TIMEOUT", "8")
-    hanging = (
-        "import time\n\nfrom pkg.units import length\n\n\ndef test_length():\n"
-        "    if length(5000) != 5:\n        time.sleep(600)\n"
-    )
-    other = "from pkg.other import other\n\n\ndef test_other():\n    assert other() == 1\n"
-    at_call = edit(UNITS, "return to_meters(mm)\n", "return to_meters(mm) / 1000\n")
-    series = _fork_of_commits(
-        upstream,
-        tmp_path,
-        [
-            ({"tests/test_units.py": hanging, "tests/test_other.py": other}, "tests: mine"),
-            ({"pkg/units.py": at_call}, "units: length in meters"),
-        ],
-    )
-    notes = _fork_notes(rebaser, series, upstream, tmp_path)
-    hung = notes["::tests.test_units"]
-    assert "pytest timed out in this file" in hung["reason"], hung
-    gone = notes["tests.test_units::test_length"]
-    assert gone["verdict"] == "regression" and gone["blame"] == "0002-length-in-meters.patch"
 
 
 def test_a_test_timeout_that_is_no_number_is_refused(rebaser, tmp_path, upstream, monkeypatch):

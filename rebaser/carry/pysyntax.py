@@ -266,17 +266,23 @@ def _assigned_names(node: ast.stmt) -> Optional[set[str]]:
 
 def argparse_flag(node: ast.stmt) -> Optional[str]:
     """`--flag` of a `<parser>.add_argument('--flag', ...)` statement."""
+    return next((option for option in _options(node) if option[:2] == "--"), None)
+
+
+def _options(node: ast.AST) -> list[str]:
+    """The option strings of a `<parser>.add_argument(...)` statement (none for others)."""
     call = node.value if isinstance(node, ast.Expr) else None
     if not (
         isinstance(call, ast.Call)
         and isinstance(call.func, ast.Attribute)
         and call.func.attr == "add_argument"
     ):
-        return None
-    for arg in call.args:
-        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value[:2] == "--":
-            return arg.value
-    return None
+        return []
+    return [
+        arg.value
+        for arg in call.args
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value[:1] == "-"
+    ]
 
 
 def kind_of(node: ast.stmt) -> str:
@@ -564,19 +570,12 @@ def flag_counts(tree: ast.Module) -> dict[str, int]:
 
 
 def _option_strings(node: ast.AST) -> list[str]:
-    call = node.value if isinstance(node, ast.Expr) else None
-    if not (
-        isinstance(call, ast.Call)
-        and isinstance(call.func, ast.Attribute)
-        and call.func.attr == "add_argument"
-    ):
-        return []
+    """Each option string, and each long one also as `dest <attribute>`."""
     found = []
-    for arg in call.args:
-        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value[:1] == "-":
-            found.append(arg.value)
-            if arg.value[:2] == "--":
-                found.append("dest " + arg.value[2:].replace("-", "_"))
+    for option in _options(node):
+        found.append(option)
+        if option[:2] == "--":
+            found.append("dest " + option[2:].replace("-", "_"))
     return found
 
 
