@@ -35,6 +35,7 @@ from rebaser.steps.testrun import (
     TestNote,
     compare_with_base,
     joined,
+    junit_module,
     must_pass,
     not_run,
     run_pytest,
@@ -376,7 +377,7 @@ def _file_of(test: str, files: list[str]) -> Optional[str]:
     """The file a junit test id ("tests.unit.test_x.TestY::test_z") comes from."""
     classname = test.split("::", 1)[0]
     for path in files:
-        dotted = path.removesuffix(".py").replace("/", ".")
+        dotted = junit_module(path)
         if classname == dotted or classname.startswith(dotted + "."):
             return path
     return None

@@ -266,7 +266,7 @@ def run_pytest(
                 name, "failed", seconds=seconds, note=f"timed out after {timeout:g} s"
             )
         elif not junit.exists():
-            tail = (completed.stdout + completed.stderr).strip().splitlines()[-_FAILURE_LINES:]
+            tail = completed.stdout.strip().splitlines()[-_FAILURE_LINES:]  # stderr in it
             died = SuiteResult(
                 name,
                 "failed",
@@ -300,7 +300,7 @@ def _file_by_file(
     for path in paths:
         alone = run_pytest(tree, [path], name, **options)
         if not alone.outcomes:  # it dies in this file
-            test = "::" + path.removesuffix(".py").replace("/", ".")
+            test = "::" + junit_module(path)
             how = "timed out" if alone.note.startswith("timed out") else "died"
             reason = f"pytest {how} in this file ({alone.note})"
             result.outcomes[test] = "error"
@@ -312,6 +312,11 @@ def _file_by_file(
     if result.failed or result.errors:
         result.status = "failed"
     return result
+
+
+def junit_module(path: str) -> str:
+    """The dotted name junit gives a test file's tests (their class name, or its start)."""
+    return path.removesuffix(".py").replace("/", ".")
 
 
 def joined(first: SuiteResult, second: SuiteResult) -> SuiteResult:
