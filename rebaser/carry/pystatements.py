@@ -330,10 +330,14 @@ def label(key: Key) -> str:
 def _counts(keys: Iterable[Key]) -> dict[tuple[str, str], int]:
     found: dict[tuple[str, str], int] = {}
     for key in keys:
-        # an assignment of several names defines each of them
-        named = [("name", name) for name in key[1].split(",")] if key[0] == "names" else []
-        for counted in named or ([key[:2]] if key[0] in ("name", "flag") else []):
-            found[counted] = found.get(counted, 0) + 1
+        if key[0] == "names":  # an assignment of several names defines each of them
+            counted = [("name", name) for name in key[1].split(",")]
+        elif key[0] in ("name", "flag"):
+            counted = [(key[0], key[1])]
+        else:
+            counted = []
+        for name in counted:
+            found[name] = found.get(name, 0) + 1
     return found
 
 
