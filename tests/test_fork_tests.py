@@ -502,7 +502,7 @@ def _beside_a_passing_file(upstream, tmp_path: Path, units_test: str) -> Path:
 
 @pytest.mark.parametrize(
     "ending, said, timeout",
-    [("os._exit(3)", "pytest died in this file", None), ("time.sleep(600)", "timed out", "8")],
+    [("os._exit(3)", "pytest died in this file", None), ("time.sleep(600)", "timed out", "15")],
     ids=["dies", "hangs"],
 )
 def test_a_test_that_ends_or_hangs_pytest_is_named_and_the_other_files_still_count(
