@@ -84,6 +84,26 @@ def test_blobs_reads_each_name_once_and_only_blobs(tmp_path: Path) -> None:
     assert list(found) == ["HEAD:pkg", "HEAD:b.py", "HEAD:missing.py", "HEAD:pkg/a.py"]
 
 
+def test_blobs_read_a_name_with_a_newline_apart(tmp_path: Path) -> None:
+    """`cat-file --batch` reads a name a line: a path holding a newline would be two names,
+    and every later answer taken for the name before it."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "two\nlines.py").write_text("TWO = 2\n")
+    (repo / "b.py").write_text("B = 2\n")
+    (repo / "lines.py").write_text("LINES = 3\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "start")
+    names = ["HEAD:two\nlines.py", "HEAD:b.py", "HEAD:gone\nfile.py", "HEAD:lines.py"]
+    assert Git(repo).blobs(names) == {
+        "HEAD:two\nlines.py": b"TWO = 2\n",
+        "HEAD:b.py": b"B = 2\n",
+        "HEAD:gone\nfile.py": None,
+        "HEAD:lines.py": b"LINES = 3\n",
+    }
+
+
 def test_a_memo_keyed_by_a_file_name_that_is_not_utf8(tmp_path: Path) -> None:
     """A fork's file named in Latin-1 reaches the memo's key (the series' files) as a
     surrogate escape: the entry is named, saved and read back with the name as it was."""

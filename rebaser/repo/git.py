@@ -282,12 +282,13 @@ class Git:
         if not names:
             return {}
         unique = list(dict.fromkeys(names))
-        out = self.output_bytes(
-            "cat-file", "--batch", stdin="".join(f"{n}\n" for n in unique).encode()
-        )
+        # --batch reads a name a line: one holding a newline is read in a process of its own
+        batched = [name for name in unique if "\n" not in name]
+        stdin = "".join(f"{n}\n" for n in batched).encode()
+        out = self.output_bytes("cat-file", "--batch", stdin=stdin) if batched else b""
         found: dict[str, Optional[bytes]] = {}
         cursor = 0
-        for name in unique:
+        for name in batched:
             end = out.index(b"\n", cursor)
             header = out[cursor:end].split()
             cursor = end + 1
@@ -299,7 +300,12 @@ class Git:
                 found[name] = None
                 if len(header) == 3:  # another kind of object: its content follows too
                     cursor += int(header[2]) + 1
-        return found
+        for name in unique:
+            if "\n" in name:
+                kind = self.run("cat-file", "-t", name, check=False)
+                blob = kind.ok and kind.stdout.strip() == "blob"
+                found[name] = self.output_bytes("cat-file", "blob", name) if blob else None
+        return {name: found[name] for name in unique}
 
     def _completed(
         self, args: tuple[str, ...], env: Optional[Mapping[str, str]], stdin: Optional[bytes]
