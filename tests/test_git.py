@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rebaser.carry.structured import Unmerged
 from rebaser.repo.git import Git, commit_env
 from rebaser.repo import memo as memo_module
 from rebaser.repo.memo import memo
@@ -61,6 +62,11 @@ def test_unmerged_paths_keep_spaces_and_other_characters(tmp_path: Path) -> None
     merge = Git(repo).run("merge", "other", env=commit_env("1700000000 +0000"), check=False)
     assert not merge.ok and "CONFLICT" in merge.stdout
     assert Git(repo).unmerged_paths() == sorted(names)
+    # what the structured merge reads of the same index, in one `ls-files -u`
+    unmerged = Unmerged.read(Git(repo))
+    assert unmerged.paths == sorted(names)
+    blob = {side: git(repo, "rev-parse", f"{side}:café.py") for side in ("HEAD~1", "HEAD", "other")}
+    assert unmerged.stages["café.py"] == (blob["HEAD~1"], blob["HEAD"], blob["other"])
 
 
 def test_blobs_reads_each_name_once_and_only_blobs(tmp_path: Path) -> None:

@@ -243,24 +243,27 @@ def test_a_later_stop_greps_nothing_the_first_stop_could_ask(
     ]
 
 
-def test_a_knock_on_check_reads_each_file_once(tmp_path, upstream):
-    """Two missing patches touching the file a failing patch edits: the file is read from
-    the branch once (each read is a git process; on a real fork a stop read the same
-    file three times, in the lane and again in the per-patch path)."""
+def test_a_knock_on_check_reads_its_files_at_once(tmp_path, upstream):
+    """Two missing patches touching the file a failing patch edits: the files are read from
+    the branch in one call, each once (each read was a git process; on a real fork a stop
+    read the same file three times, in the lane and again in the per-patch path)."""
     from rebaser.carry.knockon import needed_patch
     from rebaser.series.patches import load_series
 
     series = load_series(series_with_a_knock_on(tmp_path, upstream))
     first, doubled, commented, _ = series.patches
-    reads: list[str] = []
+    reads: list[list[str]] = []
 
-    def read(path: str):
-        reads.append(path)
-        return CALC
+    def read(paths: list[str]):
+        reads.append(paths)
+        return {path: CALC for path in paths}
 
     # 0001 is looked at first (the latest missing one), needed not; then 0002, which is.
     assert needed_patch(commented, [doubled, first], read) is doubled
-    assert reads == ["pkg/calc.py"]
+    assert reads == [["pkg/calc.py"]]
+    reads.clear()
+    assert needed_patch(commented, [], read) is None
+    assert reads == []  # nothing to read: no process
 
 
 DOC_AND_DOUBLE = [("fork: document add", ADD_DOC), ("fork: double mul", DOUBLE_MUL)]

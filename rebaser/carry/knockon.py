@@ -10,32 +10,48 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from rebaser.repo.git import Git
 from rebaser.series.patches import Patch
 from rebaser.carry.difflines import file_lines, present_lines
 from rebaser.carry.rawdiff import parse_diff
 
 
-def needed_patch(
-    patch: Patch, missing: list[Patch], read: Callable[[str], Optional[str]]
-) -> Optional[Patch]:
+# Files' texts on the branch, read at once (None: no such file).
+Reader = Callable[[list[str]], dict[str, Optional[str]]]
+
+
+def needed_patch(patch: Patch, missing: list[Patch], read: Reader) -> Optional[Patch]:
     """The latest missing patch that added lines (or a file) this patch's preimage needs and
-    the branch lacks (`read` gives a file's text there, None when it does not exist); None
-    when the patch fails for reasons of its own."""
+    the branch lacks (`read` gives the files' texts there); None when the patch fails for
+    reasons of its own."""
     needs = {path: lines for path, lines in file_lines(patch).items() if not lines.created}
-    # Missing patches often touch the same file; each read is a git process.
-    texts: dict[str, Optional[str]] = {}
+    shared = {path for earlier in missing for path in file_lines(earlier) if path in needs}
+    texts = read(sorted(shared)) if shared else {}  # one git process for them all
     for earlier in reversed(missing):
         for path, lines in file_lines(earlier).items():
             if path not in needs:
                 continue
-            if path not in texts:
-                texts[path] = read(path)
             text = texts[path]
             if lines.created and text is None:
                 return earlier
             if (needs[path].expected & lines.added) - present_lines(text):
                 return earlier
     return None
+
+
+def head_reader(git: Git) -> Reader:
+    """The files' texts at `git`'s HEAD (where a pick stopped, the branch before it)."""
+
+    def read(paths: list[str]) -> dict[str, Optional[str]]:
+        found = git.blobs([f"HEAD:{path}" for path in paths])
+        return {path: decoded(found[f"HEAD:{path}"]) for path in paths}
+
+    return read
+
+
+def decoded(data: Optional[bytes]) -> Optional[str]:
+    """A file's bytes as the text the line checks read."""
+    return data.decode("utf-8", errors="replace") if data is not None else None
 
 
 def emptied_by(patch: Patch, missing: list[Patch]) -> Optional[Patch]:

@@ -39,13 +39,49 @@ class FileResult:
         return bool(self.resolved) and not self.kept
 
 
+@dataclass(frozen=True)
+class Unmerged:
+    """What git left unmerged in an index, read in one `git ls-files -u`: every path, and
+    the three versions of each Python file that has them all."""
+
+    paths: list[str]  # sorted
+    stages: dict[str, tuple[str, str, str]]  # path -> base, upstream's, the patch's blob
+
+    @classmethod
+    def read(cls, git: Git) -> "Unmerged":
+        out = git.run("ls-files", "-u", "-z").stdout
+        found: dict[str, dict[int, str]] = {}
+        for entry in filter(None, out.split("\0")):
+            meta, path = entry.split("\t", 1)
+            _, sha, stage = meta.split()
+            found.setdefault(path, {})[int(stage)] = sha
+        stages = {
+            path: (versions[1], versions[2], versions[3])
+            for path, versions in found.items()
+            if path.endswith(".py") and set(versions) == {1, 2, 3}
+        }
+        return cls(sorted(found), stages)
+
+    def after(self, results: list[FileResult]) -> list[str]:
+        """The paths still unmerged once resolve_conflicts() gave `results` (it adds the
+        files whose every hunk it resolved)."""
+        added = {result.path for result in results if result.clean}
+        return [path for path in self.paths if path not in added]
+
+
 def resolve_conflicts(
-    git: Git, *, label: str = "patch", sparse: bool = False, helper: bool = True
+    git: Git,
+    *,
+    label: str = "patch",
+    sparse: bool = False,
+    helper: bool = True,
+    unmerged: Optional[Unmerged] = None,
 ) -> list[FileResult]:
     """Resolve what can be resolved of the conflicted Python files in `git`'s worktree
     (`sparse`: a worktree whose other files are not written, as the scratch repository;
-    `helper`: whether a helper process may merge some of them, filemerges.merged)."""
-    stages = _stages(git)
+    `helper`: whether a helper process may merge some of them, filemerges.merged;
+    `unmerged`: the index's conflicts, when the caller has read them already)."""
+    stages = (unmerged or Unmerged.read(git)).stages
     if not stages:
         return []
     blobs = _blobs(git, [sha for versions in stages.values() for sha in versions])
@@ -80,21 +116,6 @@ def notes(results: list[FileResult], *, applied: bool) -> str:
         f"the structured merge resolved {len(done)} hunk(s) ({'; '.join(done)}) and kept "
         f"{len(kept)} ({'; '.join(kept)})"
     )
-
-
-def _stages(git: Git) -> dict[str, tuple[str, str, str]]:
-    """Conflicted Python files with a base, upstream's and the patch's version."""
-    out = git.run("ls-files", "-u", "-z").stdout
-    found: dict[str, dict[int, str]] = {}
-    for entry in filter(None, out.split("\0")):
-        meta, path = entry.split("\t", 1)
-        _, sha, stage = meta.split()
-        found.setdefault(path, {})[int(stage)] = sha
-    return {
-        path: (versions[1], versions[2], versions[3])
-        for path, versions in found.items()
-        if path.endswith(".py") and set(versions) == {1, 2, 3}
-    }
 
 
 def _blobs(git: Git, shas: list[str]) -> dict[str, Optional[str]]:

@@ -206,8 +206,9 @@ def _pick(
         return True, []
     if not by_syntax():
         return False, []
-    results = structured.resolve_conflicts(worktree, label=patch.name)
-    return bool(results) and not worktree.unmerged_paths(), results
+    unmerged = structured.Unmerged.read(worktree)
+    results = structured.resolve_conflicts(worktree, label=patch.name, unmerged=unmerged)
+    return bool(results) and not unmerged.after(results), results
 
 
 def _three_way(worktree: Git, patch: Patch) -> Optional[PatchOutcome]:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from rebaser.carry import structured
-from rebaser.carry.knockon import needed_patch
+from rebaser.carry.knockon import decoded, head_reader, needed_patch
 from rebaser.repo import late_checkout
 from rebaser.repo import scratch
 from rebaser.repo.git import Git, committer_env
@@ -157,8 +157,8 @@ def _sequence(
             number = position[stopped[0]]
             # Going on past stops, the judge's and the triage's threads keep the other
             # core busy: no helper for the merge then (carry/filemerges.py).
-            results, needed = _by_syntax(lane, patches[number], left_off, judge is None)
-            if results and not lane.unmerged_paths():
+            results, unmerged, needed = _by_syntax(lane, patches[number], left_off, judge is None)
+            if results and not unmerged:
                 merged[number] = results
                 _continue_with_message(lane, stopped[0])
                 continue
@@ -166,7 +166,7 @@ def _sequence(
             verdict = judge(patches[number], lane, stopped[1], notes) if judge else None
             if verdict is None:
                 if results is not None:  # merged by syntax as far as it goes: a conflict
-                    handed = Handed(patches[number], lane.unmerged_paths())
+                    handed = Handed(patches[number], unmerged)
                 elif needed is not None:
                     handed = Handed(patches[number], [], needed)
                 break
@@ -189,16 +189,21 @@ def _continue_with_message(lane: Git, commit: str) -> None:
 
 def _by_syntax(
     lane: Git, patch: Patch, missing: Callable[[], list[Patch]], helper: bool
-) -> tuple[Optional[list[structured.FileResult]], Optional[Patch]]:
-    """What the structured merge did to a pick git stopped at in conflict; None where it is
-    not tried: an empty pick, or a patch that needs a missing one (a knock-on, which the
-    per-patch path or the judge names: the patch it needs is the second value)."""
-    if not lane.unmerged_paths():
-        return None, None
+) -> tuple[Optional[list[structured.FileResult]], list[str], Optional[Patch]]:
+    """What the structured merge did to a pick git stopped at in conflict, and the paths
+    still in conflict after it; None where it is not tried: an empty pick, or a patch that
+    needs a missing one (a knock-on, which the per-patch path or the judge names: the patch
+    it needs is the last value)."""
+    unmerged = structured.Unmerged.read(lane)
+    if not unmerged.paths:
+        return None, [], None
     left = missing()
-    if left and (needed := needed_patch(patch, left, _reader(lane))) is not None:
-        return None, needed
-    return structured.resolve_conflicts(lane, label=patch.name, sparse=True, helper=helper), None
+    if left and (needed := needed_patch(patch, left, head_reader(lane))) is not None:
+        return None, unmerged.paths, needed
+    results = structured.resolve_conflicts(
+        lane, label=patch.name, sparse=True, helper=helper, unmerged=unmerged
+    )
+    return results, unmerged.after(results), None
 
 
 def _left_off(row: Optional[StepRow]) -> bool:
@@ -269,16 +274,6 @@ def _results(
     return results
 
 
-def _reader(worktree: Git) -> Callable[[str], Optional[str]]:
-    """A file's text at HEAD (the last commit the sequencer made), or None."""
-
-    def read(path: str) -> Optional[str]:
-        shown = worktree.run("show", f"HEAD:{path}", check=False)
-        return shown.stdout if shown.ok else None
-
-    return read
-
-
 def _structured(row: StepRow, results: Optional[list[structured.FileResult]]) -> StepRow:
     """The row of a patch whose conflicts the structured merge resolved inside the lane,
     as the per-patch path writes it."""
@@ -324,12 +319,8 @@ def _row(
         detail = "; ".join(offsets)
     else:  # git apply fails, or ort followed upstream's renames (git rebase's result)
         status, detail = StepStatus.CHERRY_PICK, cherry_picked(moved)
-    superseded = superseded_in(lambda path: _decoded(before.get(path)), patch, lane)
+    superseded = superseded_in(lambda path: decoded(before.get(path)), patch, lane)
     return patch_row(patch, status, detail, superseded)
-
-
-def _decoded(data: Optional[bytes]) -> Optional[str]:
-    return data.decode(errors="replace") if data is not None else None
 
 
 def _carried(worktree: Git, head: str) -> dict[str, dict[str, _Change]]:

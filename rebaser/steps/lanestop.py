@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from rebaser.carry.hunks import hunks_in_texts
-from rebaser.carry.knockon import needed_patch
+from rebaser.carry.knockon import decoded, needed_patch
 from rebaser.carry.rawdiff import apply_exactly, parse_diff
 from rebaser.repo.git import Git
 from rebaser.series.patches import Patch
@@ -96,9 +96,8 @@ class LaneJudge:
         outcome = PatchOutcome(StepStatus.FAILED, reason, conflicts=conflicts, hunks=hunks)
         row = patch_row(patch, StepStatus.FAILED, reason, [])
 
-        def read(path: str) -> Optional[str]:
-            data = texts.get(path)
-            return data.decode("utf-8", errors="replace") if data is not None else None
+        def read(paths: list[str]) -> dict[str, Optional[str]]:
+            return {path: decoded(texts.get(path)) for path in paths}
 
         row, _ = left_off(patch, outcome, row, needed_patch(patch, self.missing, read))
         self.missing.append(patch)

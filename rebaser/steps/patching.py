@@ -8,10 +8,10 @@ instead of blaming upstream (carry/knockon.py).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Optional
+from typing import Optional
 
 from rebaser.carry import resolutions
-from rebaser.carry.knockon import emptied_by, needed_patch
+from rebaser.carry.knockon import emptied_by, head_reader, needed_patch
 from rebaser.repo import late_checkout
 from rebaser.repo.git import Git
 from rebaser.series.patches import Patch, Series
@@ -126,16 +126,6 @@ class _KnockOn:
 
     def needed(self) -> Optional[Patch]:
         if not self._asked and self.missing:
-            self._needed = needed_patch(self.patch, self.missing, _head_reader(self.worktree))
+            self._needed = needed_patch(self.patch, self.missing, head_reader(self.worktree))
         self._asked = True
         return self._needed
-
-
-def _head_reader(worktree: Git) -> Callable[[str], Optional[str]]:
-    """A file's text at HEAD (the worktree may hold conflict markers), or None."""
-
-    def read(path: str) -> Optional[str]:
-        shown = worktree.run("show", f"HEAD:{path}", check=False)
-        return shown.stdout if shown.ok else None
-
-    return read
