@@ -780,8 +780,19 @@ def indexer_loss(
         ),
     )
     _check_outside_mass(spec.non_compressed_lse, (b, query.size(2), sq), q.device)
-    rows = _loss_rows(q, query, key, topk_indices, spec)
+    rows = _agreed_rows(_loss_rows(q, query, key, topk_indices, spec), spec.pg_collection.tp, q)
     return BlockwiseIndexerLoss.apply(q, weights, k, query, key, topk_indices, spec, rows)
+
+
+def _agreed_rows(rows: int, tp_group: Any, q: torch.Tensor) -> int:
+    """The fewest rows per block of the tensor-parallel ranks: each block's target is
+    all-reduced over them, so every rank must cut the same blocks, and each sized its own
+    from its own free memory."""
+    if tp_group.size() <= 1:
+        return rows
+    agreed = torch.tensor([rows], dtype=torch.int64, device=q.device)
+    torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MIN, group=tp_group)
+    return int(agreed.item())
 
 
 def _check_outside_mass(outside: Optional[torch.Tensor], shape, device) -> None:
@@ -970,8 +981,10 @@ class FusedSparseIndexerLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, _grad_indices, grad_loss):
         q, weights, k, indices, grad_logits, scale = ctx.saved_tensors
-        grad_q = torch.empty_like(q)
-        grad_weights = torch.empty_like(weights, dtype=torch.float32)
+        # The blocks cover every row; with none (no key to select) every gradient is zero.
+        new = torch.empty_like if ctx.blocks else torch.zeros_like
+        grad_q = new(q)
+        grad_weights = new(weights, dtype=torch.float32)
         grad_k = torch.zeros_like(k, dtype=torch.float32)
         factor = grad_loss * scale
         for bi in range(q.size(1)):

@@ -192,6 +192,85 @@ def test_block_size_does_not_change_the_result(sparse):
             torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-7)
 
 
+# One tensor-parallel rank (gloo, on the CPU) of the test below: its half of the attention
+# heads, its own block budget (on CUDA a share of its own free memory).
+TP_RANK = """
+import sys
+from types import SimpleNamespace
+import torch
+from megatron.core.transformer.experimental_attention_variant import dsa_blockwise
+rank, init, budget, data = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+torch.distributed.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+given = torch.load(data)
+inputs = given["inputs"]
+for name in ("q", "weights", "k"):
+    inputs[name].requires_grad_()
+heads = slice(rank * given["heads"] // 2, (rank + 1) * given["heads"] // 2)
+one = SimpleNamespace(size=lambda: 1, rank=lambda: 0)
+spec = dsa_blockwise.LossSpec(
+    softmax_scale=given["scale"], loss_coeff=given["coeff"], sparse_loss=given["sparse"],
+    pg_collection=SimpleNamespace(tp=torch.distributed.group.WORLD, cp=one),
+    masks=dsa_blockwise.RowMasks.normalized(sk=inputs["k"].size(0), device=torch.device("cpu")),
+    budget_bytes=budget,
+)
+loss = dsa_blockwise.indexer_loss(
+    inputs["q"], inputs["weights"], inputs["k"], inputs["query"][:, :, heads],
+    inputs["key"][:, :, heads], given["indices"], spec,
+)
+found = torch.autograd.grad(loss, [inputs[name] for name in ("q", "weights", "k")])
+torch.save({"loss": loss.detach(), "grads": found}, f"{data}.{rank}")
+torch.distributed.destroy_process_group()
+"""
+
+
+@pytest.mark.skipif(
+    not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
+    reason="no torch.distributed with gloo",
+)
+@pytest.mark.parametrize("sparse", [True, False])
+def test_tensor_parallel_ranks_cut_the_same_blocks(sparse, tmp_path):
+    """Each block's attention target is all-reduced over the TP ranks, and each rank sized
+    its blocks from its own free memory: one rank with room for every row and one for a
+    single row made different collectives (gloo: a size mismatch; NCCL: a hang, or targets
+    of different rows summed). The ranks now agree on the smaller; the loss and gradients
+    are a single process's with every head."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    chosen = chosen_indices()
+    inputs = loss_inputs()
+    reference = blockwise_loss(inputs, chosen, sparse, "default-causal", budget=1 << 30)
+    expected = (reference.detach(), *grads(reference, inputs))
+    data = tmp_path / "inputs.pt"
+    detached = {name: tensor.detach() for name, tensor in loss_inputs().items()}
+    given = {"inputs": detached, "indices": chosen, "heads": HEADS, "scale": SCALE}
+    torch.save({**given, "coeff": COEFF, "sparse": sparse}, data)
+    root = Path(dsa_blockwise.__file__).resolve().parents[4]  # the tree megatron is in
+    env = {**__import__("os").environ, "PYTHONPATH": str(root)}
+    init = f"file://{tmp_path / 'rendezvous'}"
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", TP_RANK, str(rank), init, str(budget), str(data)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank, budget in enumerate([1 << 30, ONE_ROW])
+    ]
+    try:
+        said = [rank.communicate(timeout=300)[0] for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+    for number, rank in enumerate(ranks):
+        assert rank.returncode == 0, f"rank {number}:\n{said[number][-3000:]}"
+        found = torch.load(f"{data}.{number}")
+        for ours, theirs in zip((found["loss"], *found["grads"]), expected):
+            torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-7)
+
+
 def test_shared_key_head_matches_the_expanded_key():
     """Absorbed MLA hands one key head expanded to every query head: gathered once."""
     chosen = chosen_indices()
@@ -417,6 +496,53 @@ def test_fused_sparse_loss_matches_the_blockwise_loss_on_its_selection(
     for ours, theirs in zip(grads(loss, inputs), grads(reference, reference_inputs)):
         assert theirs.abs().max() > 0
         torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("keys", ["no keys", "top-k of 0"])
+def test_fused_sparse_loss_without_a_key_to_select_gives_zero_gradients(keys, monkeypatch):
+    """Width 0 (no key, or dsa_indexer_topk 0): no block of rows, no indexer backward. The
+    gradients were left as torch.empty_like made them (memory's old bytes, seen as 1e25 and
+    NaN); here empty_like gives NaNs so that a gradient it leaves shows."""
+
+    def target_chunk_sum(**given):  # upstream's target over the (no) selected keys
+        return torch.zeros(given["s1"] - given["s0"], given["idx_seq"].size(-1))
+
+    def never(*_, **__):
+        raise AssertionError("the indexer backward ran with nothing selected")
+
+    kernels = dsa_blockwise.FusedLossKernels(
+        indexer_bwd=never,
+        sparse_target=None,
+        can_use_sparse_target=lambda *_: False,
+        target_chunk_sum=target_chunk_sum,
+        sparse_kl=None,
+        can_use_sparse_kl=lambda *_: False,
+    )
+    inputs = loss_inputs()
+    sk = 0 if keys == "no keys" else SEQ
+    k, key = inputs["k"][:sk].detach().requires_grad_(), inputs["key"][:sk]
+    spec = dsa_blockwise.FusedLossSpec(
+        softmax_scale=SCALE,
+        topk=TOPK if keys == "no keys" else 0,
+        loss_coeff=COEFF,
+        pg_collection=single_rank(),
+        masks=dsa_blockwise.RowMasks.normalized(sk=sk, device=torch.device("cpu")),
+        query_valid_rows=None,
+        calculate_per_token_loss=False,
+        use_relu=True,
+        plan=dsa_blockwise.BlockwisePlan(dsa_topk.TopkPolicy("torch", tie_break=1)),
+        kernels=kernels,
+    )
+    empty_like = torch.empty_like
+    monkeypatch.setattr(torch, "empty_like", lambda t, **kw: empty_like(t, **kw).fill_(torch.nan))
+    q, weights = inputs["q"], inputs["weights"]
+    indices, loss = dsa_blockwise.FusedSparseIndexerLoss.apply(
+        q, weights, k, inputs["query"], key, spec
+    )
+    assert indices.shape == (BATCH, SEQ, 0) and loss.item() == 0.0
+    loss.backward()
+    for grad in (q.grad, weights.grad, k.grad):
+        assert torch.equal(grad, torch.zeros_like(grad))
 
 
 def test_mass_outside_the_keys_keeps_the_torch_loss(monkeypatch):
