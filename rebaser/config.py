@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -29,6 +30,18 @@ def series_file(given: Optional[Path]) -> Path:
             )
         return own.resolve()
     return (given or Path(os.environ["DSA_FORKKIT_SERIES"])).resolve()
+
+
+def series_argument(file: Path) -> str:
+    """What a printed command needs to work on `file`: nothing where the default series is
+    that one, else ` --series PATH`."""
+    try:
+        default: Optional[Path] = series_file(None)
+    except RebaserError:  # an installed rebaser without its own series
+        default = None
+    if default == file.resolve():
+        return ""
+    return f" --series {shlex.quote(str(file))}"
 
 
 def cache_dir() -> Path:

@@ -4,6 +4,8 @@ reported as the patch they need, never as upstream's doing."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -60,7 +62,7 @@ def test_keep_going_drops_reports_the_knock_on_and_exits_3(rebaser, tmp_path, up
     assert blocked["stop"]["hunks"] == []  # not an upstream problem: no hunk hints
     assert "2 patches not applied" in report["outcome"] and report["stop"] is None
     assert "0002-change-2.patch dropped" in result.out and "tests were not run" in result.out
-    assert "`rebaser retry 0002` in that worktree brings a patch left off back" in result.out
+    assert f"`rebaser retry 0002 --series {series}` in that worktree brings" in result.out
     # retry with a series the branch was not made from names the one it was
     other = calc_series(tmp_path / "o", upstream, [("x", ADD_DOC)], name="other")
     wrong = rebaser("retry", "0002", "--series", other, "--repo", report["worktree"])
@@ -241,6 +243,29 @@ def test_a_later_stop_greps_nothing_the_first_stop_could_ask(
         ("0001", "skipped"),
         ("0002", "failed"),
     ]
+
+
+def test_the_next_steps_for_patches_left_off_run_as_printed(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    """With a fork's own series, `retry` and `refresh` typed in the worktree as the report
+    prints them fell back to the embedded series and exited 2 ("made from series demo");
+    the commands now name the series."""
+    series = series_with_a_knock_on(tmp_path, upstream)
+    _, report = apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going")
+    printed = [
+        shlex.split(command)
+        for line in report["next_steps"]
+        for command in re.findall(r"`(rebaser [^`]*)`", line)
+    ]
+    retry, refresh = (next(c for c in printed if c[1] == verb) for verb in ("retry", "refresh"))
+    assert retry[2:] == ["0002", "--series", str(series)] and refresh[2:] == retry[3:]
+    monkeypatch.delenv("DSA_FORKKIT_SERIES", raising=False)
+    monkeypatch.chdir(report["worktree"])
+    checked = rebaser(*refresh[1:], "--check")  # 4: the series would change (0001, 0004)
+    assert checked.code == ExitCode.VERIFY_FAILED and "updated" in checked.out, checked.err
+    retried = rebaser(*retry[1:])
+    assert retried.code == ExitCode.NOT_APPLIED and "stopped at 0002" in retried.out, retried.err
 
 
 def test_a_knock_on_check_reads_its_files_at_once(tmp_path, upstream):

@@ -18,6 +18,7 @@ from typing import Callable, Iterator, Optional
 from rebaser.carry import resolutions
 from rebaser.carry.in_upstream import UpstreamHistory
 from rebaser.carry.replay import Replay, recorded_base
+from rebaser.config import series_argument
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo import late_checkout, refs, workspace
 from rebaser.repo.git import Git
@@ -666,6 +667,7 @@ class _Run:
             suites,
             left_off,
             retry=state.retry_step is not None,
+            series=series_argument(self.series.file),
         )
         if code == ExitCode.NOT_APPLIED and state.stopped:
             report.stop = state.stopped

@@ -76,19 +76,23 @@ def outcome_text(
     suites: list[SuiteResult],
     left_off: Sequence[StepRow] = (),
     retry: bool = False,
+    series: str = "",
 ) -> tuple[str, list[str]]:
     """The outcome line and what to do next, for a run that ended with `code` (`left_off`:
     the rows of patches it left off the branch; `retry`: a `rebaser retry`, whose abort
-    keeps the branch)."""
+    keeps the branch; `series`: what a command needs to name the series, config.py's
+    series_argument)."""
     if code == ExitCode.NOT_APPLIED and stop is None and left_off:
         names = ", ".join(f"{row.name} ({row.status})" for row in left_off)
         return (
             f"{counted(len(left_off), 'patch')} not applied: {names}; the rest applied, verified",
             [
                 f"the other patches are on branch {branch} in {worktree}; tests were not run",
-                f"`rebaser retry {number_of(left_off[0].name)}` in that worktree brings a "
-                "patch left off back with its conflict; resolve it and `rebaser continue`",
-                "or fix the series by hand on that branch and `rebaser refresh`, then apply again",
+                f"`rebaser retry {number_of(left_off[0].name)}{series}` in that worktree "
+                "brings a patch left off back with its conflict; resolve it and `rebaser "
+                "continue`",
+                f"or fix the series by hand on that branch and `rebaser refresh{series}`, then "
+                "apply again",
             ],
         )
     if code == ExitCode.NOT_APPLIED:
