@@ -77,6 +77,28 @@ def test_kill_then_status_and_continue(rebaser, tmp_path, upstream, killed_apply
     assert rebaser("status", "--repo", upstream.path).out.strip() == "no apply in progress"
 
 
+def test_a_lock_left_by_a_git_killed_with_rebaser_goes_one_held_stays(rebaser, tmp_path, upstream):
+    """kill -9 of rebaser's process group kills its git too, which can leave git's
+    index.lock in the worktree: every later git command there failed, and `continue` with
+    it (exit 5, git's "index.lock: File exists"). A lock no process has open goes; one a
+    process has open (a git still running) is refused, saying so, and nothing is touched."""
+    series = two_patch_series(tmp_path, upstream, overlay=OVERLAY)
+    point = KILL_POINTS["patch in the index, not committed"]
+    died = run_with_fault(point, apply_args(series, upstream, "--test", "none"))
+    assert died.returncode == 137, died.stdout + died.stderr
+    (admin,) = (upstream.path / ".git" / "worktrees").iterdir()
+    lock = admin / "index.lock"
+    with lock.open("w") as held:  # a git still writing the index
+        refused = rebaser("continue", "--repo", upstream.path)
+        assert refused.code == ExitCode.ENVIRONMENT, refused.out + refused.err
+        assert f"git's lock {lock} is there (open in process {os.getpid()})" in refused.err
+        assert lock.exists()
+        held.write("the killed git's\n")
+    done = rebaser("continue", "--repo", upstream.path)
+    assert done.code == ExitCode.OK, done.out + done.err
+    assert not lock.exists()
+
+
 @pytest.mark.parametrize("killed_apply", KILL_POINTS, indirect=True)
 def test_kill_then_abort_restores(rebaser, tmp_path, upstream, killed_apply):
     result = rebaser("abort", "--repo", upstream.path)
