@@ -109,6 +109,35 @@ def test_continue_refuses_a_branch_that_lost_the_stops_commits(rebaser, tmp_path
     assert subjects[:2] == ["fork: double mul", "fork: document add"], subjects
 
 
+def test_continue_refuses_several_commits_made_at_a_stop(rebaser, tmp_path, upstream):
+    """The fix committed, then an unrelated commit: `continue` put 0002's identity on the
+    unrelated one, and `refresh` wrote that change into 0002's patch file and the fix out
+    as a new patch. Which commit is the fix cannot be told: refused, as the message says
+    it is set right."""
+    series, worktree = stopped_at_0002(rebaser, tmp_path, upstream)
+    stopped_at = git(worktree, "rev-parse", "HEAD")
+    fixed(worktree)
+    git(worktree, "commit", "-q", "-m", "fork: double mul, resolved")
+    (worktree / "notes.txt").write_text("unrelated\n")
+    git(worktree, "add", "notes.txt")
+    git(worktree, "commit", "-q", "-m", "unrelated: notes")
+    refused = rebaser("continue", "--repo", upstream.path)
+    assert refused.code == ExitCode.USAGE, refused.out + refused.err
+    assert "2 commits were made since the stop" in refused.err, refused.err
+    assert (
+        "unrelated: notes" in refused.err and f"git reset --soft {stopped_at[:12]}" in refused.err
+    )
+    assert git(worktree, "log", "-1", "--format=%s") == "unrelated: notes"  # untouched
+    git(worktree, "reset", "-q", "--soft", stopped_at)  # as the message says
+    git(worktree, "commit", "-q", "-m", "fork: double mul, resolved, with notes")
+    resumed = rebaser("continue", "--repo", upstream.path, "--json", tmp_path / "c.json")
+    assert resumed.code == ExitCode.NOT_APPLIED, resumed.out + resumed.err  # 0003 conflicts
+    rows = json.loads((tmp_path / "c.json").read_text())["steps"]
+    assert [row["status"] for row in rows[:3]] == ["laid", "clean", "manual"]
+    message = git(worktree, "log", "-1", "--format=%B", "HEAD")
+    assert "Forkkit-Patch: 0002-change-2.patch" in message
+
+
 def test_abort_of_a_retry_refuses_a_worktree_switched_to_another_branch(
     rebaser, tmp_path, upstream
 ):

@@ -32,6 +32,7 @@ def take_fix(
     files is not asked twice)."""
     _refuse_unfinished(worktree, name, status)
     _refuse_lost_commits(worktree, name, stopped_at)
+    _refuse_several_commits(worktree, name, stopped_at)
     staged = worktree.out("diff", "--cached", "--name-only").split()
     if staged:
         first = series.patches[0]
@@ -65,6 +66,24 @@ def _refuse_lost_commits(worktree: Git, name: str, stopped_at: str) -> None:
         where=str(worktree.path),
         next_step=f"`git reset --soft {stopped_at[:12]}` puts HEAD back and keeps your "
         "changes staged; then `rebaser continue` (or `rebaser skip`, `rebaser abort`)",
+    )
+
+
+def _refuse_several_commits(worktree: Git, name: str, stopped_at: str) -> None:
+    """A step is one commit: of several made since the stop, which is the fix? The patch's
+    identity went to the last, so `refresh` wrote another commit's change into the patch's
+    file and the fix out as a patch of its own."""
+    made = worktree.out("rev-list", "--first-parent", f"{stopped_at}..HEAD").split()
+    if len(made) < 2:
+        return
+    listed = worktree.out("log", "--first-parent", "--format=  %h %s", f"{stopped_at}..HEAD")
+    raise RebaserError(
+        f"{len(made)} commits were made since the stop, and {name} is one step: which is "
+        f"its fix cannot be told\n{listed}",
+        where=str(worktree.path),
+        next_step=f"`git reset --soft {stopped_at[:12]}` keeps their changes staged, to commit "
+        "as one (or leave staged), then `rebaser continue`; a change of your own beyond the "
+        "patch can be committed after the apply ends (`rebaser refresh` exports it as a patch)",
     )
 
 
