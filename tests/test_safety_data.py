@@ -4,6 +4,7 @@ the worktree: untracked files are refused before anything happens, ignored ones 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from synthetic import ADD_DOC, CALC, DOUBLE_MUL, calc_series, edit, git
@@ -110,6 +111,38 @@ def test_apply_force_keeps_ignored_files_in_the_backup(rebaser, tmp_path, upstre
     # The new branch does not carry the saved files.
     assert not (worktree_of(report) / "bench.log").exists()
     assert json.loads(report.read_text())["steps"][-1]["status"] == "clean"
+
+
+def test_an_apply_force_interrupted_while_removing_the_worktree_can_be_run_again(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    """Ctrl-C while `apply --force` removed the old worktree: `git worktree remove` deletes
+    file by file, and left a half-deleted worktree (its `.git` file gone, or files missing
+    that read as changes) that every later command refused. The folder is now moved aside
+    in one rename first; what an interrupted removal leaves, the next one sweeps."""
+    series = two_patch_series(tmp_path, upstream)
+    report = tmp_path / "r.json"
+    assert apply(rebaser, series, upstream, "v1", "--json", report).code == ExitCode.OK
+    old = worktree_of(report)
+    rmtree = shutil.rmtree
+
+    def interrupted(path, *args, **kwargs):
+        if ".forkkit-removing-" in str(path):
+            (Path(path) / old.name / "pkg" / "calc.py").unlink()  # part of it deleted
+            raise KeyboardInterrupt
+        return rmtree(path, *args, **kwargs)
+
+    with monkeypatch.context() as ctrl_c:
+        ctrl_c.setattr(shutil, "rmtree", interrupted)
+        cut = apply(rebaser, series, upstream, "v1", "--force")
+    assert cut.code == ExitCode.INTERRUPTED, cut.out + cut.err
+    assert not old.exists()  # moved aside whole, not half there
+    (left,) = old.parent.glob(".forkkit-removing-*")
+    again = apply(rebaser, series, upstream, "v1", "--force", "--json", report)
+    assert again.code == ExitCode.OK, again.out + again.err
+    assert worktree_of(report) == old and (old / "pkg" / "calc.py").is_file()
+    assert git(old, "status", "--porcelain") == ""
+    assert not left.exists() and not list(old.parent.glob(".forkkit-removing-*"))
 
 
 def test_a_worktree_folder_in_use_is_refused_and_no_branch_is_left(rebaser, tmp_path, upstream):

@@ -44,10 +44,12 @@ class Owned:
             raise
 
     def release(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
+        try:
+            shutil.rmtree(self.path, ignore_errors=True)
+        finally:  # interrupted, what is left is an orphan the next sweep removes
+            if self._lock is not None:
+                os.close(self._lock)
+                self._lock = None
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo.git import FORKKIT_AUTHOR, Git
 
 _MARKER = "forkkit-worktree"
+_REMOVING = ".forkkit-removing-"  # a worktree's folder moved aside to be removed
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,8 @@ def create(
     path = (path or default_worktree_path(repo, branch)).resolve()
     ref = f"refs/heads/{branch}"
     replaced = remove(repo, branch, reason="replaced") if force and repo.ref_exists(ref) else None
+    if path.parent.is_dir():  # what an interrupted removal of a worktree there left aside
+        tempdirs.sweep(path.parent, _REMOVING)
     try:  # before the branch exists: a refusal leaves nothing behind
         _check_folder(path)
     except RebaserError:
@@ -175,8 +178,7 @@ def remove(repo: Git, branch: str, *, reason: str) -> Optional[str]:
                 next_step="commit or stash them there, or remove that worktree yourself",
             )
         save_uncommitted(Git(where), f"forkkit: ignored files kept by rebaser ({reason})\n")
-        repo.run("worktree", "remove", "--force", str(where))
-        _intent(repo, where).unlink(missing_ok=True)
+        _remove_worktree(repo, where)
     backup = None
     if repo.ref_exists(f"refs/heads/{branch}"):
         backup = refs.backup(branch, reason)
@@ -195,8 +197,7 @@ def discard(repo: Git, branch: str) -> None:
             raise RebaserError(
                 f"branch {branch} is checked out in {where}, which rebaser did not create"
             )
-        repo.run("worktree", "remove", "--force", str(where))
-        _intent(repo, where).unlink(missing_ok=True)
+        _remove_worktree(repo, where)
     if repo.ref_exists(f"refs/heads/{branch}"):
         repo.run("branch", "--quiet", "-D", branch)
     _forget_beside(repo, branch)
@@ -341,6 +342,23 @@ def forkkit_branches(repo: Git) -> list[str]:
 def _status(git: Git, *options: str) -> list[str]:
     out = git.run("status", "--porcelain=v1", "--untracked-files=all", *options).stdout
     return [line for line in out.splitlines() if line.strip()]
+
+
+def _remove_worktree(repo: Git, where: Path) -> None:
+    """The worktree's folder moved aside in one rename, git told to forget it, then the
+    folder removed: `git worktree remove` deletes file by file, and a Ctrl-C in it left a
+    half-deleted worktree no command would take (its `.git` file gone, or files missing
+    that read as uncommitted changes). What a kill leaves aside, the next removal sweeps."""
+    aside = tempdirs.Owned(_REMOVING, where.parent)  # a kill's leftovers go first
+    try:
+        os.rename(where, aside.path / where.name)
+    except OSError:  # e.g. a folder a process holds open on some systems: git's way
+        aside.release()
+        repo.run("worktree", "remove", "--force", str(where))
+    else:
+        repo.run("worktree", "prune")  # its folder is gone: git forgets it
+        aside.release()
+    _intent(repo, where).unlink(missing_ok=True)
 
 
 def _registered_worktree(repo: Git, branch: str) -> Optional[Path]:
