@@ -156,6 +156,30 @@ def test_fast_built_commits_are_the_commits_git_apply_builds(tmp_path, upstream,
     assert [slow.commit_of(patch) for patch in series.patches] == fast
 
 
+@pytest.mark.parametrize("built", ["at once first", "one by one"])
+def test_a_patch_that_does_not_apply_on_its_base_leaves_the_later_ones_their_commits(
+    tmp_path, upstream, monkeypatch, built
+):
+    """`refresh` keeps a patch the branch left off as it was, made on the old base, and
+    exports the later ones from a branch without it. Each later patch lost its own commit
+    (no cherry-pick, no collision found) for that one patch; they are built without it."""
+    series_file = fork_and_tip(upstream, tmp_path)
+    second = sorted(series_file.parent.glob("0002-*.patch"))[0]
+    second.write_text(second.read_text().replace(" def helper_9(", " def helper_nine("))
+    series = load_series(series_file)
+    base = git(upstream.path, "rev-parse", "base")
+    if built == "one by one":
+        monkeypatch.setattr(replay_module, "build_commits", lambda *args: [])
+    replay = Replay(Git(upstream.path), base, series.patches)
+    commits = [replay.commit_of(patch) for patch in series.patches]
+    assert commits[1] is None and None not in commits[:1] + commits[2:], commits
+    assert replay.did_not_apply == [series.patches[1].name]
+    third = commits[2]
+    assert "return total + 9\n" in git(upstream.path, "show", f"{third}:pkg/util.py")
+    assert "return total - 2\n" in git(upstream.path, "show", f"{third}:pkg/util.py")
+    assert git(upstream.path, "diff", "--stat", f"{third}^", third, "--", "pkg/calc.py") == ""
+
+
 def test_a_chain_built_at_once_is_remembered_by_one_ref_and_reused(tmp_path, upstream, monkeypatch):
     series = load_series(fork_and_tip(upstream, tmp_path))
     base = git(upstream.path, "rev-parse", "base")

@@ -158,6 +158,14 @@ def test_refresh_drops_a_patch_in_upstream_and_keeps_the_ones_left_off(rebaser, 
     assert listed == ["0002-change-2.patch", "0003-change-3.patch", "0004-change-4.patch"]
     assert not (series.parent / "0001-change-1.patch").exists()  # upstream has it
     assert {name: (series.parent / name).read_text() for name in before} == before
+    # @base moved to v2 under the two left off, made on v1: said, and never advised wrongly
+    assert "warning: 0002, 0003 (left off the branch) stay as they were" in refreshed.out
+    again, rows = apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going", "--force")
+    assert again.code == ExitCode.NOT_APPLIED, again.out + again.err
+    by_name = {row["name"][:4]: row for row in rows["steps"]}
+    assert by_name["0002"]["proposal"] == "review", by_name["0002"]
+    assert by_name["0002"]["reason"].startswith("made on another base"), by_name["0002"]
+    assert by_name["0004"]["status"] == "clean" and by_name["0004"]["proposal"] == "keep"
 
 
 def test_refresh_drops_the_resolutions_of_a_patch_it_drops(rebaser, tmp_path, upstream):

@@ -87,7 +87,7 @@ class Replay:
         self._failure: Optional[BaseException] = None
         self._refs = _refs(base_sha, patches)
         self._cache: Optional[dict[str, str]] = None if remember else {}
-        self._broken = False  # a patch did not apply on its recorded base
+        self._skipped: set[int] = set()  # patches that did not apply on their recorded base
 
     def prefetch(self) -> None:
         """Start commits() in a thread: it needs only the repository, so it runs while the
@@ -135,14 +135,16 @@ class Replay:
                 self._applied, self._index_commit = len(self._chain) - 1, self._chain[-1]
 
     def commit_of(self, patch: Patch) -> Optional[str]:
-        """The patch's own commit, or None when it (or an earlier patch) does not apply
-        exactly on its recorded base: the series was not exported from that base."""
+        """The patch's own commit, or None when it does not apply exactly on its recorded
+        base (it was not exported from that base: `refresh` keeps a patch the branch left
+        off as it was). The patches after such a one are built without it, as a branch
+        that lacks it was exported."""
         position = self.patches.index(patch)
         if position < len(self.commits()):  # had in one go (or the prefetch's result)
             return self._chain[position]
         if (cached := self._cached().get(self._refs[position])) is not None:
             return cached
-        if self._broken or position <= self._applied:
+        if position in self._skipped or position <= self._applied:
             return None  # only asked again after the index moved on: not in a normal apply
         if not self._index:  # a private index, made when first needed
             folder = tempdirs.Owned("forkkit-replay-")  # a kill leaves it: swept next time
@@ -150,13 +152,15 @@ class Replay:
             self._index = {"GIT_INDEX_FILE": str(folder.path / "index")}
             self.repo.run("read-tree", self._index_commit or self.base_sha, env=self._index)
             self._index_commit = self._index_commit or self.base_sha
-        gap = self.patches[self._applied + 1 : position]
-        if gap and not self._apply(gap):
-            return None
+        gap = self._apply_gap(position)
         parent = self._index_commit
         if gap:  # a commit with the recorded base's tree: the merge base of the cherry-pick
             parent = self._commit(parent, f"recorded base of {patch.name}\n", patch)
+        self._applied = position
         if not self._apply([patch]):
+            self._skipped.add(position)
+            if gap:  # the index holds the gap: the next patch's parent
+                self._index_commit = parent
             return None
         commit = self._commit(parent, patch.message, patch)
         self._applied, self._index_commit = position, commit
@@ -165,12 +169,32 @@ class Replay:
         self._cached()[self._refs[position]] = commit
         return commit
 
+    @property
+    def did_not_apply(self) -> list[str]:
+        """The patches found not to apply on their recorded base (so far)."""
+        return [self.patches[position].name for position in sorted(self._skipped)]
+
+    def _apply_gap(self, position: int) -> list[Patch]:
+        """The patches between the last one built and `position` into the index (one `git
+        apply`, else one at a time, leaving out those that do not apply); those it holds."""
+        gap = [
+            (number, patch)
+            for number, patch in enumerate(self.patches[:position])
+            if number > self._applied and number not in self._skipped
+        ]
+        if not gap or self._apply([patch for _, patch in gap]):
+            return [patch for _, patch in gap]
+        held = []
+        for number, patch in gap:
+            if self._apply([patch]):
+                held.append(patch)
+            else:
+                self._skipped.add(number)
+        return held
+
     def _apply(self, patches: list[Patch]) -> bool:
         paths = [str(patch.path) for patch in patches]
-        if self.repo.run("apply", "--cached", *paths, env=self._index, check=False).ok:
-            return True
-        self._broken = True
-        return False
+        return self.repo.run("apply", "--cached", *paths, env=self._index, check=False).ok
 
     def _commit(self, parent: str, message: str, patch: Patch) -> str:
         tree = self.repo.out("write-tree", env=self._index)

@@ -36,7 +36,7 @@ from rebaser.repo.git import Git, nameable
 from rebaser.repo.history import RangeHistory
 from rebaser.series.patches import Patch
 
-KEEP, DROP = "keep", "drop"
+KEEP, DROP, REVIEW = "keep", "drop", "review"
 
 _IDENTIFIERS = {
     "function": re.compile(r"^\s*(?:async\s+)?def\s+(\w+)"),
@@ -305,10 +305,14 @@ class Triage:
         upstream: Upstream,
         bisector: Optional[Bisector],
         memo_for: Optional[MemoFor] = None,
+        elsewhere: Collection[str] = (),
     ) -> None:
         """`memo_for(kind, *key)`: where a result named by everything it depends on is kept
-        between commands (each `skip`, `continue` or `retry` triages the run again)."""
+        between commands (each `skip`, `continue` or `retry` triages the run again);
+        `elsewhere`: the patches whose diff does not apply on the series' recorded base
+        (made on another base), whose history upstream's range does not hold."""
         self.upstream, self.bisector, self.memo_for = upstream, bisector, memo_for
+        self.elsewhere = set(elsewhere)
         self._range = [upstream.base, upstream.target, upstream.history]
         self._rarity: Optional[tuple[collections.Counter, int]] = None
         self._lines: dict[str, dict] = {}
@@ -340,7 +344,9 @@ class Triage:
             collisions = {
                 row.patch.name: pool.submit(self._collide_once, row, rows[:position])
                 for position, row in enumerate(rows)
-                if row.status in STOPPED and (bisect is None or row.patch.name in bisect)
+                if row.status in STOPPED
+                and (bisect is None or row.patch.name in bisect)
+                and row.patch.name not in self.elsewhere
             }
             new, at_base, at_target = names.result()
             found = {name: future.result() for name, future in collisions.items()}
@@ -435,6 +441,8 @@ class Triage:
         )
         if reason:
             return Verdict(DROP, reason, collision, own)
+        if row.status in STOPPED and row.patch.name in self.elsewhere:
+            return Verdict(REVIEW, made_elsewhere(row.patch))
         reason = keep_reason(row, collision, own, left_off)
         return Verdict(KEEP, reason, collision, own)
 
@@ -692,6 +700,17 @@ def _topic(subject: str) -> Optional[str]:
 
 def _short(reason: str) -> str:
     return reason if len(reason) <= 80 else reason[:77] + "..."
+
+
+def made_elsewhere(patch: Patch) -> str:
+    """Why a stopped patch whose diff does not apply on the series' recorded base is up for
+    review: keep or drop cannot be told."""
+    return (
+        "made on another base: its diff does not apply on the series' @base (`rebaser "
+        "refresh` keeps a patch the branch left off as it was), so the upstream commit it "
+        f"collides with, or whether upstream has it, cannot be told; `rebaser retry "
+        f"{patch.number}` brings it onto the branch with its conflict"
+    )
 
 
 def keep_reason(

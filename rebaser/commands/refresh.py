@@ -30,7 +30,7 @@ from rebaser.repo.git import Git, commit_tree, find_repo
 from rebaser.repo.lock import repository_lock
 from rebaser.sequencer import state as state_store
 from rebaser.series.export import export_patch, patch_file_name
-from rebaser.series.patches import Series, identity, load_series, series_named
+from rebaser.series.patches import Series, identity, load_series, number_of, series_named
 
 
 def run(args: argparse.Namespace) -> ExitCode:
@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> ExitCode:
     changed = [c for c in refreshed.files if c.status.split()[0] not in ("unchanged", "kept")]
     verb = "would change" if args.check else "changed"
     out.say(f"refresh: {len(changed)} of {len(refreshed.files)} files {verb}")
+    if refreshed.warning:
+        out.say((refreshed.warning, "bold"))
     if refreshed.kept_at:
         out.say(
             f"the series files as they were before are kept at {refreshed.kept_at} "
@@ -109,6 +111,7 @@ class Refreshed:
     files: list[ExportedFile]
     range_diff: RangeDiff  # the old series (the files before) against the branch's commits
     kept_at: Optional[str] = None  # the backup ref of the files it replaced or removed
+    warning: str = ""  # what the series loses (patches left off, kept on a base that moved)
 
 
 def refresh(
@@ -226,7 +229,24 @@ def _export(series: Series, git: Git, branch: str) -> tuple[Refreshed, Writes]:
     base = _moved_base(series, git, overlay_sha)
     if [p.entry for p in series.patches] != entries or base:
         changes.append(_write(series.file, _series_text(series, entries, base), writes))
-    return Refreshed(changes, changed), writes
+    return Refreshed(changes, changed, warning=_left_on_the_old_base(series, kept, base)), writes
+
+
+def _left_on_the_old_base(series: Series, kept: dict[str, str], base: Optional[str]) -> str:
+    """The patches left off the branch stay as they were, made on the old `@base`: once it
+    moves, their diffs no longer apply on it, and an apply can neither cherry-pick them nor
+    tell what upstream did to them."""
+    listed = [patch.name for patch in series.patches if patch.name in kept]
+    if not base or not listed:
+        return ""
+    numbers = ", ".join(number_of(name) for name in listed)
+    return (
+        f"warning: {numbers} (left off the branch) stay as they were, made on the old @base; "
+        f"on {base} an apply can neither cherry-pick them nor tell what upstream did to them "
+        f"(their proposal: review). To keep that, bring each onto the branch first (`rebaser "
+        f"retry {number_of(listed[0])}` in its worktree, resolve, `rebaser continue`), then "
+        "refresh"
+    )
 
 
 def _moved_base(series: Series, git: Git, overlay_sha: str) -> Optional[str]:

@@ -100,7 +100,7 @@ def _triaged(
         Bisector(lane, replay.base_sha, target, replay.commit_of, upstream.log) as bisector,
     ):
         bisect = None if retried is None else {retried}
-        triaged = triage.Triage(upstream, bisector, memo_for)
+        triaged = triage.Triage(upstream, bisector, memo_for, replay.did_not_apply)
         verdicts = triaged.judge(judged, bisect, later=series.patches)
     said = (
         f"triage: {counted(len(stops), 'stopped patch')}, {counted(bisector.merges, 'merge')}, "

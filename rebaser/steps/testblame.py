@@ -65,6 +65,8 @@ def lineage(worktree: Git, base_sha: str, series: Series, carry: SeriesContext) 
         chain = carry.replay.commits()
         whole = len(chain) == len(series.patches)
         tip = chain[-1] if whole else carry.replay.commit_of(series.patches[-1])
+        if carry.replay.did_not_apply:  # a chain without those patches is not the fork's
+            tip = None
     log = worktree.run("log", "--reverse", "--format=%H%x1f%B%x1e", f"{base_sha}..HEAD").stdout
     commits = []
     for record in filter(str.strip, log.split("\x1e")):
