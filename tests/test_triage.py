@@ -85,6 +85,28 @@ def test_the_colliding_commit_is_the_one_the_history_planted(
     assert row["reason"] == f"a real conflict with {shas[16][:12]} (upstream 17): resolve by hand"
 
 
+def test_a_colliding_commit_upstream_reverted_is_not_the_one_named(
+    carry_changes, rebaser, tmp_path, upstream
+):
+    """Upstream changed the line (X), `git revert`ed X, and changed it again (Y): the
+    bisection took X, which the target no longer holds. The patch applies again after the
+    revert, so Y is what it collides with."""
+    for number in range(1, 4):
+        upstream.commit({"pkg/other.py": f"VERSION = {number}\n"}, f"upstream {number}")
+    upstream.commit({"pkg/calc.py": edit(CALC, "return a * b", "return b * a")}, "upstream X")
+    git(upstream.path, "revert", "--no-edit", "HEAD")
+    for number in range(4, 7):
+        upstream.commit({"pkg/other.py": f"VERSION = {number}\n"}, f"upstream {number}")
+    y = upstream.commit(
+        {"pkg/calc.py": edit(CALC, "return a * b", "return a * b * 1")}, "upstream Y"
+    )
+    upstream.commit({"pkg/other.py": "VERSION = 7\n"}, "upstream 7")
+    git(upstream.path, "tag", "tip")
+    rows, _, _ = carry_changes([Change("fork: double mul", {"pkg/calc.py": DOUBLED})])
+    assert rows["0001"]["collides_with"]["sha"] == y, rows["0001"]
+    assert rows["0001"]["reason"] == f"a real conflict with {y[:12]} (upstream Y): resolve by hand"
+
+
 def doubled_mul(
     upstream: SyntheticUpstream, tmp_path: Path, planted: dict[int, dict[str, str]]
 ) -> tuple[list[str], Path]:

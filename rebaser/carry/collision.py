@@ -102,19 +102,40 @@ class Bisector:
             return None
         wanted = set(files)
         before = touching(before, wanted)
-        low, high = -1, len(candidates) - 1  # low applies (the recorded base), high stops
         probes = 0
-        while high - low > 1:
-            middle = (low + high) // 2
-            found = self.conflicts(patch, before, candidates[middle])
+
+        def stops(at: int) -> bool:
+            nonlocal probes
             probes += 1
-            if found is None or wanted & set(found):  # None: no commit, nothing to bisect
-                high = middle
-            else:
-                low = middle
+            found = self.conflicts(patch, before, candidates[at])
+            return found is None or bool(wanted & set(found))  # None: no commit, no bisection
+
+        low, high = -1, len(candidates) - 1  # low applies (the recorded base), high stops
+        while True:
+            while high - low > 1:
+                middle = (low + high) // 2
+                low, high = (low, middle) if stops(middle) else (middle, high)
+            # Upstream reverted it, and the patch applies again there: a later commit is
+            # what it collides with at the target.
+            revert = self._reverted_in(candidates[high], candidates[high + 1 :])
+            if revert is None or stops(candidates.index(revert)):
+                break
+            low, high = candidates.index(revert), len(candidates) - 1
         sha = candidates[high]
         subject = self.git.out("log", "-1", "--format=%s", sha)
         return Found(sha, subject, self.what(sha, patch, files), probes)
+
+    def _reverted_in(self, sha: str, later: Sequence[str]) -> Optional[str]:
+        """The first of `later` (candidates after `sha`) that says it reverts `sha`, as
+        `git revert` writes it."""
+        if not later:
+            return None
+        out = self.git.out(
+            "log", "--first-parent", "--format=%H", "-F", f"--grep=This reverts commit {sha}",
+            f"{sha}..{self.target}",
+        )  # fmt: skip
+        reverts = set(out.split())
+        return next((commit for commit in later if commit in reverts), None)
 
     def what(self, sha: str, patch: Patch, files: Sequence[str]) -> str:
         """What a commit did to the patch's files: modified (those in conflict, else any),
