@@ -96,16 +96,21 @@ def rebaser_carry(
         raise SystemExit(f"{rebaser} failed:\n{imported.stderr}\n{applied.stderr}")
     branch = json.loads(report.read_text()).get("branch", "")
     tree = git(repo, "rev-parse", f"{branch}^{{tree}}", check=False).stdout.strip()
-    return seconds, tree, _comparable(json.loads(report.read_text()))
+    return seconds, tree, _comparable(json.loads(report.read_text()), str(scratch))
 
 
-def _comparable(report: object) -> object:
-    """A report without its timings."""
+def _comparable(report: object, scratch: str) -> object:
+    """A report without its timings, and with each run's own folder (where its series
+    is, which the next steps name) said the same way."""
     if isinstance(report, dict):
-        return {k: _comparable(v) for k, v in report.items() if k not in ("duration", "seconds")}
+        return {
+            k: _comparable(v, scratch)
+            for k, v in report.items()
+            if k not in ("duration", "seconds")
+        }
     if isinstance(report, list):
-        return [_comparable(v) for v in report]
-    return report
+        return [_comparable(v, scratch) for v in report]
+    return report.replace(scratch, "SCRATCH") if isinstance(report, str) else report
 
 
 def carry(args: argparse.Namespace) -> None:
