@@ -110,6 +110,33 @@ def test_blobs_read_a_name_with_a_newline_apart(tmp_path: Path) -> None:
     }
 
 
+def test_blobs_read_missing_names_with_spaces_and_a_carriage_return(tmp_path: Path) -> None:
+    """git answers a missing name with the name and "missing": a path with one space read
+    as a size (ValueError: an apply exited 6); git 2.39 drops a name's trailing CR, and gave
+    the file without it."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "a.py").write_text("A = 1\n")
+    (repo / "my mod.py").write_text("MOD = 2\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "start")
+    names = [
+        "HEAD:pkg/my mod.py",
+        "HEAD:my mod.py",
+        "HEAD:a.py\r",
+        "HEAD:no such file.py",
+        "HEAD:a.py",
+    ]
+    assert Git(repo).blobs(names) == {
+        "HEAD:pkg/my mod.py": None,
+        "HEAD:my mod.py": b"MOD = 2\n",
+        "HEAD:a.py\r": None,
+        "HEAD:no such file.py": None,
+        "HEAD:a.py": b"A = 1\n",
+    }
+
+
 def test_a_memo_keyed_by_a_file_name_that_is_not_utf8(tmp_path: Path) -> None:
     """A fork's file named in Latin-1 reaches the memo's key (the series' files) as a
     surrogate escape: the entry is named, saved and read back with the name as it was."""

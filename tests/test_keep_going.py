@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from synthetic import ADD_DOC, CALC, DOUBLE_MUL, apply_args, calc_series, edit, git
+from synthetic import (
+    ADD_DOC,
+    CALC,
+    DOUBLE_MUL,
+    Change,
+    apply_args,
+    build_series,
+    calc_series,
+    edit,
+    git,
+)
 from test_apply_synthetic import apply
 
 from rebaser.carry.triage import Upstream
@@ -274,6 +284,27 @@ def test_the_next_steps_for_patches_left_off_run_as_printed(
     assert checked.code == ExitCode.VERIFY_FAILED and "updated" in checked.out, checked.err
     retried = rebaser(*retry[1:])
     assert retried.code == ExitCode.NOT_APPLIED and "stopped at 0002" in retried.out, retried.err
+
+
+def test_a_knock_on_on_a_file_with_a_space_missing_on_the_branch(rebaser, tmp_path, upstream):
+    """0001 creates `pkg/my mod.py` and conflicts; 0002 edits that file: its knock-on check
+    asked git for a file the branch lacks, and git's "<name> missing" answer, with the space,
+    was read as a size (exit 6)."""
+    name = "pkg/my mod.py"
+    base = git(upstream.path, "rev-parse", "v1")
+    changes = [
+        Change("fork: a module", {"pkg/calc.py": DOUBLE_MUL, name: "X = 1\n"}),
+        Change("fork: X", {name: "X = 2\n"}),
+    ]
+    series = build_series(
+        tmp_path / "proj", upstream, "v1", changes, extra_directives=f"@base git:{base}\n"
+    )
+    swapped = edit(CALC, "    return a * b\n", "    return b * a\n")
+    upstream.commit({"pkg/calc.py": swapped}, "v2", tag="v2")
+    result, report = apply_onto_v2(rebaser, tmp_path, series, upstream, "--keep-going")
+    assert result.code == ExitCode.NOT_APPLIED, result.out + result.err
+    assert statuses(report)[1:] == ["dropped", "blocked"]
+    assert report["steps"][2]["detail"] == "needs 0001, which did not apply"
 
 
 def test_a_knock_on_check_reads_its_files_at_once(tmp_path, upstream):

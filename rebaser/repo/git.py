@@ -238,6 +238,12 @@ class GitResult:
         return self.status == 0
 
 
+def _batchable(name: str) -> bool:
+    """Whether `cat-file --batch` reads the name as given: it reads a name a line (one
+    holding a newline would be two), and drops a carriage return at a line's end."""
+    return "\n" not in name and not name.endswith("\r")
+
+
 class Git:
     """Runs git in one directory (a worktree, or a git dir for bare repositories)."""
 
@@ -282,16 +288,19 @@ class Git:
         if not names:
             return {}
         unique = list(dict.fromkeys(names))
-        # --batch reads a name a line: one holding a newline is read in a process of its own
-        batched = [name for name in unique if "\n" not in name]
+        batched = [name for name in unique if _batchable(name)]
         stdin = "".join(f"{n}\n" for n in batched).encode()
         out = self.output_bytes("cat-file", "--batch", stdin=stdin) if batched else b""
         found: dict[str, Optional[bytes]] = {}
         cursor = 0
         for name in batched:
             end = out.index(b"\n", cursor)
-            header = out[cursor:end].split()
+            line = out[cursor:end]
             cursor = end + 1
+            if line.endswith((b" missing", b" ambiguous")):  # "<name> missing": no content
+                found[name] = None
+                continue
+            header = line.split()  # "<sha> <type> <size>"
             if len(header) == 3 and header[1] == b"blob":
                 size = int(header[2])
                 found[name] = out[cursor : cursor + size]
@@ -301,7 +310,7 @@ class Git:
                 if len(header) == 3:  # another kind of object: its content follows too
                     cursor += int(header[2]) + 1
         for name in unique:
-            if "\n" in name:
+            if not _batchable(name):
                 kind = self.run("cat-file", "-t", name, check=False)
                 blob = kind.ok and kind.stdout.strip() == "blob"
                 found[name] = self.output_bytes("cat-file", "blob", name) if blob else None
