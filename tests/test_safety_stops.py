@@ -123,7 +123,7 @@ def test_continue_refuses_several_commits_made_at_a_stop(rebaser, tmp_path, upst
     git(worktree, "commit", "-q", "-m", "unrelated: notes")
     refused = rebaser("continue", "--repo", upstream.path)
     assert refused.code == ExitCode.USAGE, refused.out + refused.err
-    assert "2 commits were made since the stop" in refused.err, refused.err
+    assert "2 commit(s) were made since the stop" in refused.err, refused.err
     assert (
         "unrelated: notes" in refused.err and f"git reset --soft {stopped_at[:12]}" in refused.err
     )
@@ -136,6 +136,22 @@ def test_continue_refuses_several_commits_made_at_a_stop(rebaser, tmp_path, upst
     assert [row["status"] for row in rows[:3]] == ["laid", "clean", "manual"]
     message = git(worktree, "log", "-1", "--format=%B", "HEAD")
     assert "Forkkit-Patch: 0002-change-2.patch" in message
+
+
+def test_continue_refuses_a_commit_with_more_changes_staged_on_top(rebaser, tmp_path, upstream):
+    """The fix committed, then an unrelated file staged: continue committed the staged rest
+    as a second commit with 0002's message, and the fix went without its identity."""
+    series, worktree = stopped_at_0002(rebaser, tmp_path, upstream)
+    stopped_at = git(worktree, "rev-parse", "HEAD")
+    fixed(worktree)
+    git(worktree, "commit", "-q", "-m", "fork: double mul, resolved")
+    (worktree / "notes.txt").write_text("unrelated\n")
+    git(worktree, "add", "notes.txt")
+    refused = rebaser("continue", "--repo", upstream.path)
+    assert refused.code == ExitCode.USAGE, refused.out + refused.err
+    assert "1 commit(s) were made since the stop, and changes are staged on top" in refused.err
+    assert git(worktree, "rev-list", "--count", f"{stopped_at}..HEAD") == "1"
+    assert git(worktree, "diff", "--cached", "--name-only") == "notes.txt"  # untouched
 
 
 def test_abort_of_a_retry_refuses_a_worktree_switched_to_another_branch(

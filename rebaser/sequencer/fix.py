@@ -32,8 +32,8 @@ def take_fix(
     files is not asked twice)."""
     _refuse_unfinished(worktree, name, status)
     _refuse_lost_commits(worktree, name, stopped_at)
-    _refuse_several_commits(worktree, name, stopped_at)
     staged = worktree.out("diff", "--cached", "--name-only").split()
+    _refuse_several_commits(worktree, name, stopped_at, bool(staged))
     if staged:
         first = series.patches[0]
         # A step of its own (the overlay: "forkkit: overlay (merged by hand)") says so.
@@ -69,17 +69,19 @@ def _refuse_lost_commits(worktree: Git, name: str, stopped_at: str) -> None:
     )
 
 
-def _refuse_several_commits(worktree: Git, name: str, stopped_at: str) -> None:
-    """A step is one commit: of several made since the stop, which is the fix? The patch's
-    identity went to the last, so `refresh` wrote another commit's change into the patch's
-    file and the fix out as a patch of its own."""
+def _refuse_several_commits(worktree: Git, name: str, stopped_at: str, staged: bool) -> None:
+    """A step is one commit: of several made since the stop (changes staged on top of one
+    would be another), which is the fix? The patch's identity went to the last, so
+    `refresh` wrote another commit's change into the patch's file and the fix out as a
+    patch of its own."""
     made = worktree.out("rev-list", "--first-parent", f"{stopped_at}..HEAD").split()
-    if len(made) < 2:
+    if len(made) + staged < 2:
         return
     listed = worktree.out("log", "--first-parent", "--format=  %h %s", f"{stopped_at}..HEAD")
+    also = ", and changes are staged on top" if staged else ""
     raise RebaserError(
-        f"{len(made)} commits were made since the stop, and {name} is one step: which is "
-        f"its fix cannot be told\n{listed}",
+        f"{len(made)} commit(s) were made since the stop{also}, and {name} is one step: "
+        f"which is its fix cannot be told\n{listed}",
         where=str(worktree.path),
         next_step=f"`git reset --soft {stopped_at[:12]}` keeps their changes staged, to commit "
         "as one (or leave staged), then `rebaser continue`; a change of your own beyond the "
