@@ -176,6 +176,17 @@ def test_refresh_drops_a_patch_in_upstream_and_keeps_the_ones_left_off(rebaser, 
     assert by_name["0002"]["proposal"] == "review", by_name["0002"]
     assert by_name["0002"]["reason"].startswith("made on another base"), by_name["0002"]
     assert by_name["0004"]["status"] == "clean" and by_name["0004"]["proposal"] == "keep"
+    # and in a later command's triage too (its replay builds those commits only when asked)
+    stopped, _ = apply_onto_v2(rebaser, tmp_path, series, upstream, "--force")  # at 0002
+    assert stopped.code == ExitCode.NOT_APPLIED, stopped.out + stopped.err
+    for number in (1, 2):
+        skipped = rebaser("skip", "--repo", upstream.path, "--json", tmp_path / f"{number}.json")
+        assert skipped.code == ExitCode.NOT_APPLIED, skipped.out + skipped.err
+    rows = json.loads((tmp_path / "2.json").read_text())["steps"]
+    assert [row["proposal"] for row in rows if row["name"][:4] in ("0002", "0003")] == [
+        "review",
+        "review",
+    ], rows
 
 
 def test_refresh_drops_the_resolutions_of_a_patch_it_drops(rebaser, tmp_path, upstream):

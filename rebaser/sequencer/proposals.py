@@ -100,6 +100,10 @@ def _triaged(
         Bisector(lane, replay.base_sha, target, replay.commit_of, upstream.log) as bisector,
     ):
         bisect = None if retried is None else {retried}
+        # Which stopped patches' diffs do not apply on the recorded base: asked in series
+        # order (a later command's replay may not have built their commits yet).
+        for row in stops:
+            replay.commit_of(row.patch)
         triaged = triage.Triage(upstream, bisector, memo_for, replay.did_not_apply)
         verdicts = triaged.judge(judged, bisect, later=series.patches)
     said = (
