@@ -16,7 +16,7 @@ from faults import (
     wait_for_file,
     wait_until_gone,
 )
-from synthetic import git
+from synthetic import CALC, edit, git
 from test_apply_synthetic import apply, two_patch_series
 
 from rebaser.errors import ExitCode
@@ -77,26 +77,38 @@ def test_kill_then_status_and_continue(rebaser, tmp_path, upstream, killed_apply
     assert rebaser("status", "--repo", upstream.path).out.strip() == "no apply in progress"
 
 
-def test_a_lock_left_by_a_git_killed_with_rebaser_goes_one_held_stays(rebaser, tmp_path, upstream):
+@pytest.mark.parametrize("when", ["after a kill", "at a stop"])
+def test_gits_lock_in_the_worktree_is_named_with_how_to_go_on(rebaser, tmp_path, upstream, when):
     """kill -9 of rebaser's process group kills its git too, which can leave git's
-    index.lock in the worktree: every later git command there failed, and `continue` with
-    it (exit 5, git's "index.lock: File exists"). A lock no process has open goes; one a
-    process has open (a git still running) is refused, saying so, and nothing is touched."""
+    index.lock in the worktree: `continue` and `skip` then failed with git's raw "File
+    exists" (exit 5) while `status` said continue redoes the step. A `git commit` waiting
+    for its editor holds the same lock without having it open, so it is never taken away:
+    `status`, `continue` and `skip` name it and say how to go on, touching nothing."""
     series = two_patch_series(tmp_path, upstream, overlay=OVERLAY)
-    point = KILL_POINTS["patch in the index, not committed"]
-    died = run_with_fault(point, apply_args(series, upstream, "--test", "none"))
-    assert died.returncode == 137, died.stdout + died.stderr
+    if when == "after a kill":
+        point = KILL_POINTS["patch in the index, not committed"]
+        died = run_with_fault(point, apply_args(series, upstream, "--test", "none"))
+        assert died.returncode == 137, died.stdout + died.stderr
+        verb, after = "continue", ExitCode.OK
+    else:
+        upstream.commit({"pkg/calc.py": edit(CALC, "a + b", "b + a")}, "v2", tag="v2")
+        stopped = apply(rebaser, series, upstream, "v2", "--test", "none")
+        assert stopped.code == ExitCode.NOT_APPLIED, stopped.out + stopped.err
+        verb, after = "skip", ExitCode.NOT_APPLIED  # the other patch is left off
     (admin,) = (upstream.path / ".git" / "worktrees").iterdir()
     lock = admin / "index.lock"
-    with lock.open("w") as held:  # a git still writing the index
-        refused = rebaser("continue", "--repo", upstream.path)
-        assert refused.code == ExitCode.ENVIRONMENT, refused.out + refused.err
-        assert f"git's lock {lock} is there (open in process {os.getpid()})" in refused.err
-        assert lock.exists()
-        held.write("the killed git's\n")
-    done = rebaser("continue", "--repo", upstream.path)
-    assert done.code == ExitCode.OK, done.out + done.err
-    assert not lock.exists()
+    lock.write_text("")
+    worktree = (admin / "gitdir").read_text().strip().removesuffix("/.git")
+    head = git(worktree, "rev-parse", "HEAD")
+    status = rebaser("status", "--repo", upstream.path)
+    assert f"git's lock {lock} is there" in status.out and f"`rm {lock}`" in status.out
+    refused = rebaser(verb, "--repo", upstream.path)
+    assert refused.code == ExitCode.ENVIRONMENT, refused.out + refused.err
+    assert f"git's lock {lock} is there" in refused.err and f"`rm {lock}`" in refused.err
+    assert lock.exists() and git(worktree, "rev-parse", "HEAD") == head  # nothing touched
+    lock.unlink()  # as the message says
+    done = rebaser(verb, "--repo", upstream.path)
+    assert done.code == after, done.out + done.err
 
 
 @pytest.mark.parametrize("killed_apply", KILL_POINTS, indirect=True)

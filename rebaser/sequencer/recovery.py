@@ -7,7 +7,7 @@ are refused before anything happens, or saved under refs/forkkit/backups/ first.
 
 from __future__ import annotations
 
-import os
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -43,55 +43,29 @@ def worktree_of(state: ApplyState) -> Git:
 def _leave_interrupted(worktree: Git) -> None:
     """Back on the branch with every file written, whatever a kill left half done."""
     git_dir = workspace.worktree_git_dir(worktree.path)
-    _take_stale_lock(git_dir / "index.lock")
+    _refuse_a_lock(git_dir / "index.lock")
     fastlane.leave_interrupted(git_dir)
     late_checkout.finish(worktree, git_dir)
 
 
-def _take_stale_lock(lock: Path) -> None:
-    """git's lock on the worktree's index, left by a git killed with its rebaser (kill -9
-    of the process group): every git command there then fails. This rebaser holds the
-    repository's lock, so one no process has open is a dead git's, and goes; one a process
-    has open (a git still running there) is refused, as where that cannot be told."""
-    if not lock.exists():
-        return
-    holders = _holders(lock)
-    if holders == []:
-        lock.unlink(missing_ok=True)
-        return
-    running = f" (open in process {', '.join(map(str, holders))})" if holders else ""
-    raise RebaserError(
-        f"git's lock {lock} is there{running}: a git command is running in the worktree, or "
-        "one was killed",
-        next_step="wait for that git command to end; if none runs, delete the file, then run "
-        "the command again",
-        code=ExitCode.ENVIRONMENT,
-    )
+def _refuse_a_lock(lock: Path) -> None:
+    """git's lock on the worktree's index: a git command of the user's runs there (a commit
+    waiting for its editor holds it without having it open), or a git was killed with its
+    rebaser (kill -9 of the process group). Which cannot be told safely, so rebaser
+    touches nothing and says how to go on, where git's own error named neither."""
+    if lock.exists():
+        raise RebaserError(
+            _LOCKED.format(lock=lock),
+            next_step=_UNLOCK.format(lock=shlex.quote(str(lock))),
+            code=ExitCode.ENVIRONMENT,
+        )
 
 
-def _holders(path: Path) -> Optional[list[int]]:
-    """The processes that have `path` open (those whose files can be read); None where
-    that cannot be told (no /proc)."""
-    proc = Path("/proc")
-    if not (proc / "self" / "fd").is_dir():
-        return None
-    target = os.path.realpath(path)
-    holders = []
-    for process in proc.iterdir():
-        if not process.name.isdigit():
-            continue
-        try:
-            descriptors = list((process / "fd").iterdir())
-        except OSError:  # gone, or another user's
-            continue
-        for descriptor in descriptors:
-            try:
-                if os.readlink(descriptor) == target:
-                    holders.append(int(process.name))
-                    break
-            except OSError:
-                continue
-    return holders
+_LOCKED = (
+    "git's lock {lock} is there: a git command is running in the worktree (a commit "
+    "waiting for its editor?), or one was killed"
+)
+_UNLOCK = "let that git command end; if none runs there, `rm {lock}`, then run the command again"
 
 
 def describe(state: ApplyState) -> list[str]:
@@ -110,6 +84,11 @@ def describe(state: ApplyState) -> list[str]:
     if current != state.branch:
         lines.append(f"the worktree is on {current or 'a detached HEAD'}, not on {state.branch}")
         lines.append(f"next: `git switch {state.branch}` there before continuing or aborting")
+        return lines
+    lock = workspace.worktree_git_dir(Path(state.worktree)) / "index.lock"
+    if lock.exists():
+        lines.append(_LOCKED.format(lock=lock))
+        lines.append("next: " + _UNLOCK.format(lock=shlex.quote(str(lock))))
         return lines
     if state.stopped:
         lines.append(
