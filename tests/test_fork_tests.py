@@ -595,12 +595,18 @@ def test_a_failure_that_only_names_gpus_is_no_gpu_need(rebaser, tmp_path, upstre
     tests = (
         "def shard(gpus):\n    return gpus * 2\n\n\n"
         "def test_plain_bug():\n    assert shard(gpus=2) == 5\n\n\n"
+        "def test_worker_failed():\n"
+        "    said = 'UserWarning: CUDA initialization: no driver\\nworker: wrong sum'\n"
+        "    assert False, f'the worker failed:\\n{said}'\n\n\n"
         "def test_needs_one():\n    raise RuntimeError('No GPU found on this machine')\n"
     )
     fork, _ = _one_test_file_carried(rebaser, upstream, tmp_path, tests)
     by_test = {note["test"]: note for note in fork["tests"]}
     plain = by_test["tests.test_mine::test_plain_bug"]
     assert not plain["gpu_only"] and plain["verdict"] == "also failed on the fork's branch"
+    # a worker's output that names CUDA, in an assertion's message: a failure all the same
+    worker = by_test["tests.test_mine::test_worker_failed"]
+    assert not worker["gpu_only"] and worker["verdict"] == "also failed on the fork's branch"
     needs = by_test["tests.test_mine::test_needs_one"]
     assert needs["gpu_only"] and needs["verdict"] == "needs a GPU: not run", needs
 

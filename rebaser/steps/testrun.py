@@ -48,10 +48,10 @@ _PLUGIN_SOURCE = Path(__file__).resolve().parents[1] / "testing" / "pytest_plugi
 GPU_SUFFIX = "_gpu.py"  # overlay test files that need CUDA (run by --test gpu)
 _FAILURE_LINES = 6
 _REASON_CHARACTERS = 200
-# What a test that cannot run without a GPU says, in its skip reason, its error or the line
-# that raised (Megatron's set-up helper divides by torch.cuda.device_count()).
-# What a test that needs a GPU says on a machine without one. A GPU named alone is no
-# need: a plain failure may show a `gpus` argument.
+# What a test that cannot run without a GPU says on a machine without one: in its skip
+# reason, the exception it raised, or the line that raised it (Megatron's set-up helper
+# divides by torch.cuda.device_count()). A GPU named alone is no need: a plain failure may
+# show a `gpus` argument.
 _GPU_RE = re.compile(
     r"\bcuda\b|torch\.cuda|\bnccl\b|cudnn|nvidia|\bno gpus?\b|\bgpus? (?:is |are )?not "
     r"(?:available|found)|\b(?:requires?|needs?) (?:a |an )?gpus?\b",
@@ -438,7 +438,7 @@ def _read_junit(junit: Path, name: str, seconds: float, gpu: bool) -> SuiteResul
             result.passed += 1
             continue
         reason, raised = _reason(case)
-        needs_gpu = not gpu and bool(_GPU_RE.search(f"{reason}\n{raised}"))
+        needs_gpu = not gpu and bool(_GPU_RE.search(raised))
         result.read[test] = TestNote(test, outcome, reason, gpu_only=needs_gpu)
         if outcome == "skipped":
             result.skipped += 1
@@ -461,15 +461,25 @@ def _outcome(case: ElementTree.Element) -> str:
 
 
 def _reason(case: ElementTree.Element) -> tuple[str, str]:
-    """A not-passed test's reason in one line (its message), and the lines of its traceback
-    that show what raised (`>` and `E` lines), where GPU needs show."""
+    """A not-passed test's reason in one line (its message), and what its traceback shows
+    of what raised, where a GPU need shows: the lines that raised (`>`) and each exception's
+    own line (`E   RuntimeError: ...`), not the rest of a message (an assertion's message
+    may hold anything, a subprocess's output naming CUDA: a real failure then passed for
+    a GPU need)."""
     for tag in ("failure", "error", "skipped"):
         element = case.find(tag)
         if element is not None:
             text = element.text or ""
             message = element.get("message") or text
-            raised = [line for line in text.splitlines() if line.startswith((">", "E "))]
-            if message == "collection failure" and raised:  # what failed: its last E line
-                message = f"{message}: {raised[-1].removeprefix('E ')}"
-            return " ".join(message.split())[:_REASON_CHARACTERS], "\n".join(raised)
+            lines = [line for line in text.splitlines() if line.startswith((">", "E "))]
+            # the `>` lines, and the first of each run of `E` lines: the exception's own line
+            raised = [
+                line
+                for at, line in enumerate(lines)
+                if line[:1] == ">" or at == 0 or lines[at - 1][:1] != "E"
+            ]
+            if message == "collection failure" and lines:  # what failed: its last E line
+                message = f"{message}: {lines[-1].removeprefix('E ')}"
+            first = message.strip().splitlines()[0] if message.strip() else ""
+            return " ".join(message.split())[:_REASON_CHARACTERS], "\n".join([first, *raised])
     return "", ""
