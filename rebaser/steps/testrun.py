@@ -48,13 +48,15 @@ _PLUGIN_SOURCE = Path(__file__).resolve().parents[1] / "testing" / "pytest_plugi
 GPU_SUFFIX = "_gpu.py"  # overlay test files that need CUDA (run by --test gpu)
 _FAILURE_LINES = 6
 _REASON_CHARACTERS = 200
-# What a test that cannot run without a GPU says on a machine without one: in its skip
-# reason, the exception it raised, or the line that raised it (Megatron's set-up helper
-# divides by torch.cuda.device_count()). A GPU named alone is no need: a plain failure may
-# show a `gpus` argument.
+# What a test that cannot run without a GPU says on a machine without one, in its skip
+# reason, the exception it ends with, or the line that raised it (Megatron's set-up helper
+# divides by torch.cuda.device_count()): a need, not a word. "nccl" compared in a string,
+# `use_cudnn`, a path under /home/nvidia or `device='cuda' if ... else 'cpu'` is no need.
 _GPU_RE = re.compile(
-    r"\bcuda\b|torch\.cuda|\bnccl\b|cudnn|nvidia|\bno gpus?\b|\bgpus? (?:is |are )?not "
-    r"(?:available|found)|\b(?:requires?|needs?) (?:a |an )?gpus?\b",
+    r"\bno (?:cuda|nvidia|gpus?)\b|\bcuda-capable\b|\bnot compiled with cuda\b"
+    r"|\b(?:cuda|gpus?|nvidia driver)\b[^\n]{0,30}\bnot (?:available|enabled|found)"
+    r"|\b(?:requires?|needs?) (?:a |an )?(?:cuda|gpus?)\b|torch\.cuda\.\w+\("
+    r"|\bnccl\b[^\n]{0,40}\b(?:not available|built in)",
     re.IGNORECASE,
 )
 NEEDS_GPU = "needs a GPU: not run"
@@ -282,7 +284,10 @@ def run_pytest(
             return died
         options = dict(python=python, timeout=timeout, extra_args=extra_args, gpu=gpu)
         return _file_by_file(tree, paths, name, died.note, options)
-    if completed.returncode == 5 or result.passed + result.failed + result.errors == 0:
+    ran = result.passed + result.failed + result.errors
+    if not ran and result.read and all(note.gpu_only for note in result.read.values()):
+        result.status = "not run"  # each test skipped for want of a GPU, and listed so
+    elif completed.returncode == 5 or not ran:
         result.status, result.note = "failed", "no tests ran"
     elif completed.returncode not in (0, 1):
         result.status, result.note = "failed", f"pytest exited {completed.returncode}"
@@ -433,6 +438,10 @@ def _read_junit(junit: Path, name: str, seconds: float, gpu: bool) -> SuiteResul
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
         test = f"{case.get('classname', '')}::{case.get('name', '')}"
         outcome = _outcome(case)
+        if test in result.outcomes:  # pytest's second entry for a test: its teardown's error
+            if result.outcomes[test] != "passed":
+                continue  # the test's own failure decides, counted once
+            result.passed -= 1
         result.outcomes[test] = outcome
         if outcome == "passed":
             result.passed += 1
@@ -461,25 +470,28 @@ def _outcome(case: ElementTree.Element) -> str:
 
 
 def _reason(case: ElementTree.Element) -> tuple[str, str]:
-    """A not-passed test's reason in one line (its message), and what its traceback shows
-    of what raised, where a GPU need shows: the lines that raised (`>`) and each exception's
-    own line (`E   RuntimeError: ...`), not the rest of a message (an assertion's message
-    may hold anything, a subprocess's output naming CUDA: a real failure then passed for
-    a GPU need)."""
+    """A not-passed test's reason in one line (its message), and where a GPU need would
+    show: the message's first line, the line that raised last (`>`) and the exception the
+    test ended with (the first line of the last run of `E` lines). Not the rest of a message
+    (an assertion's may hold a worker's output naming CUDA), nor an exception handled
+    before the one it ended with."""
     for tag in ("failure", "error", "skipped"):
         element = case.find(tag)
         if element is not None:
             text = element.text or ""
             message = element.get("message") or text
             lines = [line for line in text.splitlines() if line.startswith((">", "E "))]
-            # the `>` lines, and the first of each run of `E` lines: the exception's own line
-            raised = [
-                line
-                for at, line in enumerate(lines)
-                if line[:1] == ">" or at == 0 or lines[at - 1][:1] != "E"
-            ]
             if message == "collection failure" and lines:  # what failed: its last E line
                 message = f"{message}: {lines[-1].removeprefix('E ')}"
             first = message.strip().splitlines()[0] if message.strip() else ""
-            return " ".join(message.split())[:_REASON_CHARACTERS], "\n".join([first, *raised])
+            raised = [line for line in lines if line[:1] == ">"][-1:]
+            starts = [
+                at
+                for at, line in enumerate(lines)
+                if line[:1] == "E" and (at == 0 or lines[at - 1][:1] != "E")
+            ]
+            ended = [lines[starts[-1]]] if starts else []
+            return " ".join(message.split())[:_REASON_CHARACTERS], "\n".join(
+                [first, *raised, *ended]
+            )
     return "", ""
