@@ -17,7 +17,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import unidiff
 
-from rebaser.carry.rawdiff import parse_diff, rejected_hunks
+from rebaser.carry.rawdiff import decoded, parse_diff, rejected_hunks
 from rebaser.repo.git import Git
 
 Reader = Callable[[str], Optional[str]]  # a file's text, None when there is no such file
@@ -84,12 +84,12 @@ def hunks_in_texts(
         for hunk in rejected_hunks(text, diff)
     }
 
-    def read(path: str) -> Optional[str]:
-        data = texts.get(path)
-        return data.decode("utf-8", errors="replace") if data is not None else None
-
     return _kept(
-        diagnose_with(patch_raw.decode("utf-8", errors="replace"), read), rejected, conflicts
+        diagnose_with(
+            patch_raw.decode("utf-8", errors="replace"), lambda path: decoded(texts.get(path))
+        ),
+        rejected,
+        conflicts,
     )
 
 

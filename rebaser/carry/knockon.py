@@ -13,7 +13,7 @@ from typing import Callable, Optional
 from rebaser.repo.git import Git
 from rebaser.series.patches import Patch
 from rebaser.carry.difflines import file_lines, present_lines
-from rebaser.carry.rawdiff import parse_diff
+from rebaser.carry.rawdiff import decoded, parse_diff
 
 
 # Files' texts on the branch, read at once (None: no such file).
@@ -47,11 +47,6 @@ def head_reader(git: Git) -> Reader:
         return {path: decoded(found[f"HEAD:{path}"]) for path in paths}
 
     return read
-
-
-def decoded(data: Optional[bytes]) -> Optional[str]:
-    """A file's bytes as the text the line checks read."""
-    return data.decode("utf-8", errors="replace") if data is not None else None
 
 
 def emptied_by(patch: Patch, missing: list[Patch]) -> Optional[Patch]:

@@ -146,6 +146,11 @@ def _hunk(lines: list[bytes], number: int) -> tuple[Optional[Hunk], int]:
     return hunk, number
 
 
+def decoded(data: Optional[bytes]) -> Optional[str]:
+    """A file's bytes (None: no file) as the text the line checks read."""
+    return data.decode("utf-8", errors="replace") if data is not None else None
+
+
 def apply_exactly(text: Optional[bytes], diff: FileDiff) -> Optional[tuple[bytes, list[str]]]:
     """The file after `git apply` of this file's hunks (no fuzz), and git's offset notes
     ("hunk 1 at line 12 (offset +2)"); None where `git apply` would refuse."""

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from rebaser.carry import structured
-from rebaser.carry.knockon import decoded, head_reader, needed_patch
+from rebaser.carry.knockon import head_reader, needed_patch
 from rebaser.repo import late_checkout
 from rebaser.repo import scratch
 from rebaser.repo.git import Git, committer_env
@@ -47,7 +47,7 @@ from rebaser.steps.records import (
     patch_row,
 )
 from rebaser.series.patches import Patch
-from rebaser.carry.rawdiff import ABSENT, FileDiff, apply_exactly, parse_diff
+from rebaser.carry.rawdiff import ABSENT, FileDiff, apply_exactly, decoded, parse_diff
 from rebaser.carry.in_upstream import superseded_in
 
 Texts = dict[str, Optional[bytes]]  # path -> its bytes before the patch (None: no file)

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from rebaser.carry.hunks import hunks_in_texts
-from rebaser.carry.knockon import decoded, needed_patch
-from rebaser.carry.rawdiff import apply_exactly, parse_diff
+from rebaser.carry.knockon import needed_patch
+from rebaser.carry.rawdiff import apply_exactly, decoded, parse_diff
 from rebaser.repo.git import Git
 from rebaser.series.patches import Patch
 from rebaser.steps.attempts import (
