@@ -118,9 +118,9 @@ class Bisector:
             # Upstream reverted it, and the patch applies again there: a later commit is
             # what it collides with at the target.
             revert = self._reverted_in(candidates[high], candidates[high + 1 :])
-            if revert is None or stops(candidates.index(revert)):
+            if revert is None or stops(at := candidates.index(revert)):
                 break
-            low, high = candidates.index(revert), len(candidates) - 1
+            low, high = at, len(candidates) - 1
         sha = candidates[high]
         subject = self.git.out("log", "-1", "--format=%s", sha)
         return Found(sha, subject, self.what(sha, patch, files), probes)

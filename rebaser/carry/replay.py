@@ -163,7 +163,7 @@ class Replay:
                 self._index_commit = parent
             return None
         commit = self._commit(parent, patch.message, patch)
-        self._applied, self._index_commit = position, commit
+        self._index_commit = commit
         if self.remember:
             self.repo.run("update-ref", self._refs[position], commit)
         self._cached()[self._refs[position]] = commit

@@ -310,10 +310,9 @@ class Git:
                 if len(header) == 3:  # another kind of object: its content follows too
                     cursor += int(header[2]) + 1
         for name in unique:
-            if not _batchable(name):
-                kind = self.run("cat-file", "-t", name, check=False)
-                blob = kind.ok and kind.stdout.strip() == "blob"
-                found[name] = self.output_bytes("cat-file", "blob", name) if blob else None
+            if not _batchable(name):  # `cat-file blob` fails for what is no blob
+                alone = self._completed(("cat-file", "blob", name), None, None)
+                found[name] = alone.stdout if alone.returncode == 0 else None
         return {name: found[name] for name in unique}
 
     def _completed(

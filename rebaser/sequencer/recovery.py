@@ -43,29 +43,28 @@ def worktree_of(state: ApplyState) -> Git:
 def _leave_interrupted(worktree: Git) -> None:
     """Back on the branch with every file written, whatever a kill left half done."""
     git_dir = workspace.worktree_git_dir(worktree.path)
-    _refuse_a_lock(git_dir / "index.lock")
+    if (locked := _locked(git_dir)) is not None:
+        said, next_step = locked
+        raise RebaserError(said, next_step=next_step, code=ExitCode.ENVIRONMENT)
     fastlane.leave_interrupted(git_dir)
     late_checkout.finish(worktree, git_dir)
 
 
-def _refuse_a_lock(lock: Path) -> None:
-    """git's lock on the worktree's index: a git command of the user's runs there (a commit
-    waiting for its editor holds it without having it open), or a git was killed with its
-    rebaser (kill -9 of the process group). Which cannot be told safely, so rebaser
-    touches nothing and says how to go on, where git's own error named neither."""
-    if lock.exists():
-        raise RebaserError(
-            _LOCKED.format(lock=lock),
-            next_step=_UNLOCK.format(lock=shlex.quote(str(lock))),
-            code=ExitCode.ENVIRONMENT,
-        )
-
-
-_LOCKED = (
-    "git's lock {lock} is there: a git command is running in the worktree (a commit "
-    "waiting for its editor?), or one was killed"
-)
-_UNLOCK = "let that git command end; if none runs there, `rm {lock}`, then run the command again"
+def _locked(git_dir: Path) -> Optional[tuple[str, str]]:
+    """git's lock on the worktree's index, if there (what to say, what to do next): a git
+    command of the user's runs there (a commit waiting for its editor holds it without
+    having it open), or a git was killed with its rebaser (kill -9 of the process group).
+    Which cannot be told safely, so rebaser touches nothing and says how to go on, where
+    git's own error named neither."""
+    lock = git_dir / "index.lock"
+    if not lock.exists():
+        return None
+    return (
+        f"git's lock {lock} is there: a git command is running in the worktree (a commit "
+        "waiting for its editor?), or one was killed",
+        f"let that git command end; if none runs there, `rm {shlex.quote(str(lock))}`, then "
+        "run the command again",
+    )
 
 
 def describe(state: ApplyState) -> list[str]:
@@ -85,11 +84,9 @@ def describe(state: ApplyState) -> list[str]:
         lines.append(f"the worktree is on {current or 'a detached HEAD'}, not on {state.branch}")
         lines.append(f"next: `git switch {state.branch}` there before continuing or aborting")
         return lines
-    lock = workspace.worktree_git_dir(Path(state.worktree)) / "index.lock"
-    if lock.exists():
-        lines.append(_LOCKED.format(lock=lock))
-        lines.append("next: " + _UNLOCK.format(lock=shlex.quote(str(lock))))
-        return lines
+    if (locked := _locked(workspace.worktree_git_dir(Path(state.worktree)))) is not None:
+        said, next_step = locked
+        return [*lines, said, f"next: {next_step}"]
     if state.stopped:
         lines.append(
             "next: fix it there, `git add`, then `rebaser continue` (or `rebaser skip`, "
