@@ -25,6 +25,18 @@ DSA = "megatron/core/transformer/experimental_attention_variant/dsa.py"
 CODEMODS = load_series(SERIES).codemods
 
 
+def failed_tests(report) -> str:
+    """Each base's failing tests, with their messages: the table alone names no test."""
+    if not report.exists():
+        return "no report written\n"
+    return "".join(
+        f"{row['base']}: {suite['name']}: {failure}\n"
+        for row in json.loads(report.read_text())["bases"]
+        for suite in (row["report"] or {"suites": []})["suites"]
+        for failure in suite["failures"]
+    )
+
+
 def test_readme_matrix_holds_on_every_listed_release(rebaser, tmp_path):
     """Each listed release applies with the statuses the README gives and passes the CPU
     suite; every release PyPI has in the range is listed; the yanked marks are PyPI's."""
@@ -39,7 +51,9 @@ def test_readme_matrix_holds_on_every_listed_release(rebaser, tmp_path):
     result = rebaser(
         "verify", "--series", SERIES, "--bases", *bases, "--test", "cpu", "--json", report
     )
-    assert result.code == ExitCode.OK, result.out[-4000:] + result.err[-2000:]
+    assert result.code == ExitCode.OK, (
+        failed_tests(report) + result.out[-4000:] + result.err[-2000:]
+    )
     for row, (version, (yanked, statuses)) in zip(
         json.loads(report.read_text())["bases"], claims.items()
     ):
