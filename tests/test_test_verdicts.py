@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from synthetic import two_patch_series
+from synthetic import CALC, Change, build_series, edit, two_patch_series
 
 from rebaser.errors import ExitCode
 
@@ -49,13 +49,19 @@ GPU_NEEDS = {
 }
 
 
-def overlay_suite(rebaser, tmp_path, upstream, text: str):
-    series = two_patch_series(tmp_path, upstream, overlay={"tests/test_case.py": text})
+def overlay_files(rebaser, tmp_path, upstream, files: dict[str, str]):
+    """A series whose overlay holds `files`, applied with its CPU suite: the run, and the
+    overlay suite of its report."""
+    series = two_patch_series(tmp_path, upstream, overlay=files)
     report = tmp_path / "r.json"
     arguments = ["--series", series, "--repo", upstream.path, "--base", "v1", "--json", report]
     result = rebaser("apply", *arguments)
     (suite,) = json.loads(report.read_text())["suites"]
     return result, suite
+
+
+def overlay_suite(rebaser, tmp_path, upstream, text: str):
+    return overlay_files(rebaser, tmp_path, upstream, {"tests/test_case.py": text})
 
 
 @pytest.mark.parametrize("case", sorted(PLAIN_FAILURES))
@@ -82,3 +88,121 @@ def test_a_test_that_needs_a_gpu_is_not_run(rebaser, tmp_path, upstream, case):
     (note,) = suite["tests"]
     assert note["verdict"] == "needs a GPU: not run", note
     assert suite["status"] == "not run" and result.code == ExitCode.OK, (suite, result.out)
+
+
+def test_a_test_that_raises_keyboard_interrupt_is_no_phantom_pass(rebaser, tmp_path, upstream):
+    """A test raising KeyboardInterrupt ends pytest (exit 2) and leaves a junit entry with
+    no name: it counted as a passed test `::`."""
+    text = "def test_a():\n    pass\n\n\ndef test_b():\n    raise KeyboardInterrupt\n"
+    result, suite = overlay_suite(rebaser, tmp_path, upstream, text)
+    assert suite["status"] == "failed" and suite["passed"] == 1, suite
+    assert "interrupted" in suite["note"] and "test_case.py:6" in "".join(suite["failures"])
+    assert result.code == ExitCode.TESTS_FAILED, result.out
+
+
+def test_a_crash_only_with_the_files_together_fails_the_suite(rebaser, tmp_path, upstream):
+    """pytest died running the files together and each passed alone: the suite read passed,
+    the crash only in its note."""
+    files = {
+        "tests/test_first.py": "import builtins\n\n\ndef test_a():\n    builtins.forkkit_seen = 1\n",
+        "tests/test_second.py": (
+            "import builtins\nimport os\n\n\ndef test_b():\n"
+            "    if getattr(builtins, 'forkkit_seen', 0):\n        os._exit(3)\n"
+        ),
+    }
+    result, suite = overlay_files(rebaser, tmp_path, upstream, files)
+    assert suite["status"] == "failed" and suite["passed"] == 2, suite
+    (note,) = suite["tests"]
+    assert note["outcome"] == "error" and "each file runs through alone" in note["reason"], note
+    assert result.code == ExitCode.TESTS_FAILED, result.out
+
+
+def test_the_crash_salvage_blames_no_file_without_tests(rebaser, tmp_path, upstream):
+    """Each file run alone after a crash: a file without tests gave no results, as the file
+    pytest dies in does, and was named as where it died."""
+    files = {
+        "tests/test_dies.py": "import os\n\n\ndef test_a():\n    os._exit(3)\n",
+        "tests/test_helpers.py": "def helper():\n    return 1\n",
+        "tests/test_fine.py": "def test_b():\n    pass\n",
+    }
+    result, suite = overlay_files(rebaser, tmp_path, upstream, files)
+    assert [note["test"] for note in suite["tests"]] == ["::tests.test_dies"], suite["tests"]
+    assert suite["status"] == "failed" and suite["passed"] == 1, suite
+    assert result.code == ExitCode.TESTS_FAILED, result.out
+
+
+COMPARED = """\
+import pytest
+
+from pkg.calc import mul
+
+
+def test_stays():
+    pass
+
+
+@pytest.mark.skipif(mul(2, 3) != 6, reason="mul is not the product here")
+def test_mul():
+    pass
+"""
+
+
+def upstream_suite(rebaser, tmp_path, upstream, text: str):
+    """`text` as upstream's tests/test_up.py, listed by a series that doubles mul: the
+    upstream suite of the apply's report, and the run."""
+    upstream.commit({"tests/test_up.py": text}, "upstream tests", tag="v1.1")
+    series = build_series(
+        tmp_path / "proj",
+        upstream,
+        "v1.1",
+        [Change("demo: double mul", {"pkg/calc.py": edit(CALC, "a * b", "2 * a * b")})],
+        extra_directives="@upstream-test tests/test_up.py\n",
+    )
+    report = tmp_path / "r.json"
+    arguments = ["--series", series, "--repo", upstream.path, "--base", "v1.1", "--json", report]
+    result = rebaser("apply", *arguments)
+    suites = {suite["name"]: suite for suite in json.loads(report.read_text())["suites"]}
+    return result, suites["upstream"]
+
+
+def test_a_test_that_passed_on_the_base_and_skips_after_the_series_regressed(
+    rebaser, tmp_path, upstream
+):
+    """A `skipif` the series trips hid the break: passed on the base, skipped after."""
+    result, suite = upstream_suite(rebaser, tmp_path, upstream, COMPARED)
+    assert suite["failures"] == ["regression: tests.test_up::test_mul (skipped)"], suite
+    assert result.code == ExitCode.TESTS_FAILED, result.out
+
+
+INTERRUPTED = """\
+from pkg.calc import mul
+
+
+def test_a():
+    pass
+
+
+def test_b():
+    if {when}:
+        raise KeyboardInterrupt
+"""
+
+
+def test_an_interrupted_run_is_an_error_of_its_file_on_each_side(rebaser, tmp_path, upstream):
+    """Base and patched runs both ended by a KeyboardInterrupt (exit 2): each counted a
+    phantom passed test `::` and the comparison read passed, naming nothing. The file is
+    now an error on both sides, listed with the interruption: no regression of the series."""
+    text = INTERRUPTED.format(when="True")
+    result, suite = upstream_suite(rebaser, tmp_path, upstream, text)
+    notes = {note["test"]: note for note in suite["tests"]}
+    assert set(notes) == {"::tests.test_up"} and suite["passed"] == 1, suite
+    assert "interrupted" in notes["::tests.test_up"]["reason"], notes
+    assert notes["::tests.test_up"]["verdict"] == "also error on the base", notes
+    assert suite["status"] == "passed" and result.code == ExitCode.OK, (suite, result.out)
+
+
+def test_a_run_interrupted_after_the_series_regressed(rebaser, tmp_path, upstream):
+    text = INTERRUPTED.format(when="mul(2, 3) != 6")
+    result, suite = upstream_suite(rebaser, tmp_path, upstream, text)
+    assert suite["failures"] == ["regression: tests.test_up::test_b (missing)"], suite
+    assert result.code == ExitCode.TESTS_FAILED, result.out

@@ -30,6 +30,7 @@ from rebaser.steps.records import StepRow
 from rebaser.steps.step import SeriesContext
 from rebaser.steps.testrun import (
     NOT_PASSED,
+    REGRESSED,
     REGRESSION,
     SuiteResult,
     TestNote,
@@ -117,7 +118,7 @@ def fork_suite(
         )
     # Upstream's test files the fork's branch lacks (new on the base) are judged against
     # the new base itself: one that passes there and fails after the series is broken.
-    failing = [note for note in carried.read.values() if note.outcome in NOT_PASSED]
+    failing = [note for note in carried.read.values() if note.outcome in REGRESSED]
     lacking = [path for path in _files_of(failing, chosen.files) if path not in there]
     against = FORK_BRANCH
     if lacking and found.commits:
@@ -341,11 +342,11 @@ class _Probes:
 
 
 def _failing(outcomes: dict[str, str], test: str, gone: bool) -> bool:
-    """Whether `test` fails by a run's outcomes: it failed or errored, its file did not
+    """Whether `test` fails by a run's outcomes: it failed, errored or skipped, its file did not
     collect (an error named `::<its module>`), the run gave nothing at all (pytest itself
     died), or it is missing and `gone` says that is how it fails."""
     if test in outcomes:
-        return outcomes[test] in NOT_PASSED
+        return outcomes[test] in REGRESSED
     module = test.split("::", 1)[0]
     collected = [
         outcome

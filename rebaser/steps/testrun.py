@@ -62,6 +62,9 @@ _GPU_RE = re.compile(
 NEEDS_GPU = "needs a GPU: not run"
 REGRESSION = "regression"
 NOT_PASSED = ("failed", "error")
+# What a test that passed before has regressed to: a skip too (a `skipif` the series trips).
+REGRESSED = (*NOT_PASSED, "skipped", "missing")
+TOGETHER = "(the files together)"  # the error of a run that breaks only with all its files
 
 
 @dataclass
@@ -220,8 +223,30 @@ def run_pytest(
 ) -> SuiteResult:
     """Run pytest on `paths` (relative to `tree`) with the tree first on PYTHONPATH. `gpu`:
     whether a GPU is there (without one, a test that asks for CUDA is not run, not failed);
-    `timeout`: seconds (None: $DSA_FORKKIT_TEST_TIMEOUT's)."""
+    `timeout`: seconds (None: $DSA_FORKKIT_TEST_TIMEOUT's). A run that breaks (pytest
+    dies, hangs or is interrupted) is one error of the file it breaks in: with several
+    files, each runs alone to tell which."""
     timeout = test_timeout() if timeout is None else timeout
+    options = dict(python=python, timeout=timeout, extra_args=extra_args, gpu=gpu)
+    result, broke = _run_once(tree, paths, name, **options)
+    if not broke or not paths:
+        return result
+    if len(paths) == 1:
+        return _broken_in(result, paths[0])
+    return _file_by_file(tree, paths, name, result.note, options)
+
+
+def _run_once(
+    tree: Path,
+    paths: Sequence[str],
+    name: str,
+    *,
+    python: str,
+    timeout: float,
+    extra_args: Sequence[str],
+    gpu: bool,
+) -> tuple[SuiteResult, bool]:
+    """One pytest run of `paths`, as `run_pytest`'s, and whether it broke."""
     with tempdirs.owned("forkkit-pytest-") as tmp:  # a kill leaves it: the next run sweeps
         plugin_dir = Path(tmp) / "plugin"
         plugin_dir.mkdir()
@@ -264,59 +289,61 @@ def run_pytest(
             completed = None
         seconds = time.monotonic() - started
         if completed is None:
-            died = SuiteResult(
-                name, "failed", seconds=seconds, note=f"timed out after {timeout:g} s"
-            )
-        elif not junit.exists():
-            tail = completed.stdout.strip().splitlines()[-_FAILURE_LINES:]  # stderr in it
-            died = SuiteResult(
-                name,
-                "failed",
-                seconds=seconds,
-                note=f"pytest exited {completed.returncode} before writing results",
-                failures=tail,
-            )
-        else:
-            died = None
-            result = _read_junit(junit, name, seconds, gpu)
-    if died is not None:
-        if len(paths) < 2:
-            return died
-        options = dict(python=python, timeout=timeout, extra_args=extra_args, gpu=gpu)
-        return _file_by_file(tree, paths, name, died.note, options)
+            note = f"timed out after {timeout:g} s"
+            return SuiteResult(name, "failed", seconds=seconds, note=note), True
+        tail = completed.stdout.strip().splitlines()[-_FAILURE_LINES:]  # stderr in it
+        if not junit.exists():
+            note = f"pytest exited {completed.returncode} before writing results"
+            return SuiteResult(name, "failed", seconds=seconds, note=note, failures=tail), True
+        result = _read_junit(junit, name, seconds, gpu)
     ran = result.passed + result.failed + result.errors
+    if completed.returncode not in (0, 1, 5):  # 2: a test raised KeyboardInterrupt
+        interrupted = " (interrupted)" if completed.returncode == 2 else ""
+        result.status, result.note = "failed", f"pytest exited {completed.returncode}{interrupted}"
+        result.failures += tail
+        return result, True
     if not ran and result.read and all(note.gpu_only for note in result.read.values()):
         result.status = "not run"  # each test skipped for want of a GPU, and listed so
     elif completed.returncode == 5 or not ran:
         result.status, result.note = "failed", "no tests ran"
-    elif completed.returncode not in (0, 1):
-        result.status, result.note = "failed", f"pytest exited {completed.returncode}"
-    return result
+    return result, False
 
 
 def _file_by_file(
     tree: Path, paths: Sequence[str], name: str, why: str, options: dict
 ) -> SuiteResult:
-    """pytest died before writing results (a test ended the interpreter, crashed it, or
-    hung past the timeout): each file run alone gives the others' results, and names the
-    file it dies in, as one error of that module (its tests are then gone, as those of a
-    file that no longer collects)."""
-    result = SuiteResult(name, "passed", note=f"{why}: each file run alone")
+    """The run broke (a test ended the interpreter, crashed it, interrupted pytest, or hung
+    past the timeout): each file run alone gives the others' results, and names the file
+    the run breaks in, as one error of that module (its tests are then gone, as those of a
+    file that no longer collects). Where every file runs alone, the files break together."""
+    result = SuiteResult(name, "failed", note=f"{why}: each file run alone")
+    breaking = []
     for path in paths:
-        alone = run_pytest(tree, [path], name, **options)
-        if not alone.outcomes:  # it dies in this file
-            test = "::" + junit_module(path)
-            how = "timed out" if alone.note.startswith("timed out") else "died"
-            reason = f"pytest {how} in this file ({alone.note})"
-            result.outcomes[test] = "error"
-            result.read[test] = TestNote(test, "error", reason)
-            result.errors += 1
-            result.failures.append(f"error: {test}: {reason}")
-            continue
+        alone, broke = _run_once(tree, [path], name, **options)
+        if broke:
+            breaking.append(path)
+            alone = _broken_in(alone, path)
         result = joined(result, alone)
-    if result.failed or result.errors:
-        result.status = "failed"
+    if not breaking:
+        longer = " (or raise DSA_FORKKIT_TEST_TIMEOUT)" if why.startswith("timed out") else ""
+        reason = f"{why} running the files together; each file runs through alone: they interfere"
+        _add_error(result, TOGETHER, reason + longer)
     return result
+
+
+def _broken_in(result: SuiteResult, path: str) -> SuiteResult:
+    """A run that broke in file `path`: one error of that module, with the run's note."""
+    how = "timed out" if result.note.startswith("timed out") else "died"
+    _add_error(result, "::" + junit_module(path), f"pytest {how} in this file ({result.note})")
+    return result
+
+
+def _add_error(result: SuiteResult, test: str, reason: str) -> None:
+    """`test` (a file, or the files together) as one error of `result`."""
+    result.outcomes[test] = "error"
+    result.read[test] = TestNote(test, "error", reason)
+    result.errors += 1
+    result.failures.append(f"error: {test}: {reason}")
 
 
 def junit_module(path: str) -> str:
@@ -370,9 +397,9 @@ def compare_with_base(
     patched: SuiteResult, base: Optional[SuiteResult], against: str = "base"
 ) -> SuiteResult:
     """Judge tests by regressions: passed on `against` (the base, or the fork's branch) and
-    failed, errored or gone after the series. Every other test that did not pass is listed
-    with its reason, never folded into "0 regressions". `base` None: none of the test files
-    exist there, so nothing can have regressed.
+    failed, errored, skipped or gone after the series. Every other test that did not pass is
+    listed with its reason, never folded into "0 regressions". `base` None: none of the test
+    files exist there, so nothing can have regressed.
 
     Without results from both runs nothing can be told apart, and that is a failure.
     """
@@ -396,9 +423,9 @@ def compare_with_base(
         for test, outcome in base.outcomes.items()
         if outcome == "passed" and test not in patched.outcomes
     ]
+    before = {TOGETHER: "passed", **base.outcomes}  # together, unless it broke so there too
     patched.tests = [
-        _judged(note, base.outcomes.get(note.test), against)
-        for note in [*patched.read.values(), *gone]
+        _judged(note, before.get(note.test), against) for note in [*patched.read.values(), *gone]
     ]
     for note in patched.tests:  # a file that no longer collects: its tests are gone, above
         module = note.test.removeprefix("::")
@@ -418,8 +445,8 @@ def compare_with_base(
 def _judged(note: TestNote, before: Optional[str], against: Optional[str]) -> TestNote:
     """The verdict on a test that did not pass, given its outcome `before`, on `against`
     (the base, the fork's branch; None: not compared)."""
-    if before == "passed" and note.outcome in (*NOT_PASSED, "missing"):
-        verdict = REGRESSION  # it ran here without a GPU: whatever its error names
+    if before == "passed" and note.outcome in REGRESSED:
+        verdict = REGRESSION  # it ran here without a GPU: whatever its error or skip names
     elif note.gpu_only:
         verdict = NEEDS_GPU
     elif note.outcome in ("skipped", "not run"):
@@ -436,6 +463,8 @@ def _judged(note: TestNote, before: Optional[str], against: Optional[str]) -> Te
 def _read_junit(junit: Path, name: str, seconds: float, gpu: bool) -> SuiteResult:
     result = SuiteResult(name, "passed", seconds=seconds)
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        if not case.get("classname") and not case.get("name"):
+            continue  # what an interrupted run leaves: no test (the run's exit status tells)
         test = f"{case.get('classname', '')}::{case.get('name', '')}"
         outcome = _outcome(case)
         if test in result.outcomes:  # pytest's second entry for a test: its teardown's error
