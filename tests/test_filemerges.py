@@ -40,29 +40,30 @@ def commit_all(repo: Path, files: dict[str, str], message: str) -> None:
     run_git(repo, "commit", "-q", "-m", message)
 
 
-def conflicted(repo: Path) -> Path:
-    """A cherry-pick left in conflict in five Python files: in four both sides add an
-    import (resolved), in one both change the same line (kept)."""
+def conflicted(repo: Path, count: int = 5) -> Path:
+    """A cherry-pick left in conflict in `count` Python files: in all but the last both
+    sides add an import (resolved), in the last both change the same line (kept)."""
     repo.mkdir()
     run_git(repo, "init", "-q")
-    names = ["a", "b", "c", "d", "e"]
+    names = "abcdefghijklmnopqrstuvwxy"[:count]
+    *merging, last = names
     commit_all(repo, {f"{n}.py": BASE.format(name=n, value=1) for n in names}, "base")
     run_git(repo, "checkout", "-q", "-b", "patch")
     fork = {
         f"{n}.py": BASE.format(name=n, value=1).replace("import os", "import os\nimport re")
-        for n in names[:4]
+        for n in merging
     }
-    fork["e.py"] = BASE.format(name="e", value=2)
+    fork[f"{last}.py"] = BASE.format(name=last, value=2)
     commit_all(repo, fork, "the patch")
     run_git(repo, "checkout", "-q", "main")
     up = {
         f"{n}.py": BASE.format(name=n, value=1).replace("import os", "import os\nimport sys")
-        for n in names[:4]
+        for n in merging
     }
-    up["e.py"] = BASE.format(name="e", value=3)
+    up[f"{last}.py"] = BASE.format(name=last, value=3)
     commit_all(repo, up, "upstream")
     assert run_git(repo, "cherry-pick", "--no-commit", "patch").returncode != 0
-    assert len(run_git(repo, "ls-files", "-u").stdout.splitlines()) == 15
+    assert len(run_git(repo, "ls-files", "-u").stdout.splitlines()) == 3 * count
     return repo
 
 
@@ -103,9 +104,9 @@ def answered(monkeypatch) -> Answers:
     return found
 
 
-def merged_alone(tmp_path: Path, monkeypatch) -> tuple:
+def merged_alone(tmp_path: Path, monkeypatch, count: int = 5) -> tuple:
     """The results and the state of a merge in this process alone."""
-    repo = conflicted(tmp_path / "alone")
+    repo = conflicted(tmp_path / "alone", count)
     with monkeypatch.context() as alone:
         alone.setattr(filemerges, "WORTH_A_HELPER", 10**6)
         alone.setattr(filemerges, "merge_file", MERGE_FILE)
@@ -183,7 +184,7 @@ def test_no_helper_where_the_caller_says_the_other_core_is_busy(tmp_path, monkey
 
     monkeypatch.setattr(filemerges._Helper, "start", classmethod(refused))
     repo = conflicted(tmp_path / "busy")
-    assert (structured.resolve_conflicts(Git(repo), helper=False), state(repo)) == alone
+    assert (structured.resolve_conflicts(Git(repo), busy=2), state(repo)) == alone
 
 
 def test_a_merge_killed_midway_leaves_its_folder_to_the_next(tmp_path, monkeypatch):
@@ -196,5 +197,32 @@ def test_a_merge_killed_midway_leaves_its_folder_to_the_next(tmp_path, monkeypat
     left.mkdir()
     (left / tempdirs.OWNER).write_text("")  # its lock died with its process
     repo = conflicted(tmp_path / "repo")
-    structured.resolve_conflicts(Git(repo), helper=False)
+    structured.resolve_conflicts(Git(repo), busy=2)
     assert not list(tmp_path.glob("forkkit-merge-*"))
+
+
+@pytest.mark.parametrize("cores, busy, helpers", [(8, 1, 3), (8, 3, 3), (4, 3, 1), (3, 3, 0)])
+def test_a_helper_for_each_core_to_spare(tmp_path, monkeypatch, answered, cores, busy, helpers):
+    """On more cores, more helpers: one for each three files, on the cores the caller
+    leaves free; the answers are still one process's."""
+    alone = merged_alone(tmp_path, monkeypatch, count=9)
+    monkeypatch.setattr(filemerges, "_cores", lambda: cores)
+    monkeypatch.setattr(structured, "_cache", {})
+    started = []
+    start = filemerges._Helper.start.__func__
+
+    def counted(cls, git):
+        started.append(start(cls, git))
+        return started[-1]
+
+    def after_a_helper(*args):  # else this process could merge all before one has started
+        answered.first.wait(60)
+        return MERGE_FILE(*args)
+
+    monkeypatch.setattr(filemerges._Helper, "start", classmethod(counted))
+    monkeypatch.setattr(filemerges, "merge_file", after_a_helper if helpers else MERGE_FILE)
+    repo = conflicted(tmp_path / "many", count=9)
+    assert (structured.resolve_conflicts(Git(repo), busy=busy), state(repo)) == alone
+    assert len(started) == helpers and all(started)
+    assert bool(answered) == bool(helpers)
+    assert all(helper.process.poll() is not None for helper in started), "a helper still runs"

@@ -1,14 +1,15 @@
 """The structured merge of one conflicted file (carry/pymerge.py on the hunks of `git
-merge-file --diff3`), and of a patch's files on two cores: one by one in this process and,
-where there are enough of them, one by one in a helper process beside it.
+merge-file --diff3`), and of a patch's files on several cores: one by one in this process
+and, where there are enough of them and cores to spare, one by one in helper processes
+beside it.
 
 The structured merge of a file is Python work that holds the interpreter's lock: on the
 real fork, the stop that meets a patch with 18 conflicting Python files spent 1.3 s on
-them with one core busy and the other idle. The helper is a Python started for the call
+them with one core busy and the other idle. A helper is a Python started for the call
 (40 ms), with this process's import path; it asks git nothing this process would not
 (the module names a merge checks are read from the same repository). Each file is taken
-by whichever of the two is free, so the answers are those of one process, in the same
-order. A file the helper cannot answer (it failed to start, died, or raised) is merged
+by whichever process is free, so the answers are those of one process, in the same
+order. A file a helper cannot answer (it failed to start, died, or raised) is merged
 here, as it would have been without it.
 """
 
@@ -26,7 +27,7 @@ from rebaser.carry import pymerge, pysyntax
 from rebaser.repo import processes, tempdirs
 from rebaser.repo.git import Git
 
-# Fewer files than this are merged here: the helper's start would not pay.
+# A helper for each this many files (fewer are merged here: a start would not pay).
 WORTH_A_HELPER = 3
 
 Job = tuple[Any, ...]  # the arguments of merge_file after its Git: path, the three texts, label
@@ -39,29 +40,34 @@ _BOOT = (
 )
 
 
-def merged(git: Git, jobs: Sequence[Job], *, helper: bool = True) -> list[Outcome]:
-    """merge_file(git, *job) for each job, in order; where enough, a helper takes its
-    share (`helper` False: the other core is busy already)."""
-    if not helper or len(jobs) < WORTH_A_HELPER or _cores() < 2:
+def merged(git: Git, jobs: Sequence[Job], *, busy: int = 1) -> list[Outcome]:
+    """merge_file(git, *job) for each job, in order; where enough, helpers take their share,
+    one on each core that `busy` (the cores this process keeps busy: its own thread, and
+    others working beside it) leaves free."""
+    wanted = min(_cores() - busy, len(jobs) // WORTH_A_HELPER)
+    if wanted < 1:
         return [merge_file(git, *job) for job in jobs]
     results: list[Optional[Outcome]] = [None] * len(jobs)
     next_job = _Counter(len(jobs))
-    started = _Helper.start(git)
-    beside = None
-    if started is not None:
-        beside = threading.Thread(
-            target=started.take_turns, args=(jobs, results, next_job), name="forkkit-merges"
+    helpers = [helper for helper in (_Helper.start(git) for _ in range(wanted)) if helper]
+    beside = [
+        threading.Thread(
+            target=helper.take_turns, args=(jobs, results, next_job), name="forkkit-merges"
         )
-        beside.start()
+        for helper in helpers
+    ]
+    for thread in beside:
+        thread.start()
     try:
         while (index := next_job.take()) is not None:
             results[index] = merge_file(git, *jobs[index])
-        if beside is not None:
-            beside.join()  # the helper's last file
+        for thread in beside:
+            thread.join()  # the helpers' last files
     finally:
-        if started is not None and beside is not None:
-            started.close()  # at once where this process failed or was interrupted
-            beside.join()
+        for helper in helpers:
+            helper.close()  # at once where this process failed or was interrupted
+        for thread in beside:
+            thread.join()
     return [
         merge_file(git, *jobs[n]) if result is None else result for n, result in enumerate(results)
     ]

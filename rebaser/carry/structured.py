@@ -74,12 +74,13 @@ def resolve_conflicts(
     *,
     label: str = "patch",
     sparse: bool = False,
-    helper: bool = True,
+    busy: int = 1,
     unmerged: Optional[Unmerged] = None,
 ) -> list[FileResult]:
     """Resolve what can be resolved of the conflicted Python files in `git`'s worktree
     (`sparse`: a worktree whose other files are not written, as the scratch repository;
-    `helper`: whether a helper process may merge some of them, filemerges.merged;
+    `busy`: the cores this process keeps busy, beside which helper processes may merge
+    some of them (filemerges.merged);
     `unmerged`: the index's conflicts, when the caller has read them already)."""
     stages = (unmerged or Unmerged.read(git)).stages
     if not stages:
@@ -88,7 +89,7 @@ def resolve_conflicts(
     keys = [(path, *versions, label) for path, versions in sorted(stages.items())]
     missing = [key for key in keys if key not in _cache]
     jobs = [(path, *(blobs[sha] for sha in shas), label) for path, *shas, label in missing]
-    _cache.update(zip(missing, filemerges.merged(git, jobs, helper=helper)))
+    _cache.update(zip(missing, filemerges.merged(git, jobs, busy=busy)))
     results, clean = [], []
     for key in keys:
         path = key[0]

@@ -155,9 +155,10 @@ def _sequence(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkkit-judge") as rows:
         while (stopped := _stopped_at(lane)) is not None and stopped[0] in position:
             number = position[stopped[0]]
-            # Going on past stops, the judge's and the triage's threads keep the other
-            # core busy: no helper for the merge then (carry/filemerges.py).
-            results, unmerged, needed = _by_syntax(lane, patches[number], left_off, judge is None)
+            # Going on past stops, the judge's and the triage's threads keep two more
+            # cores busy: helpers for the merge only beside those (carry/filemerges.py).
+            busy = 1 if judge is None else 3
+            results, unmerged, needed = _by_syntax(lane, patches[number], left_off, busy)
             if results and not unmerged:
                 merged[number] = results
                 _continue_with_message(lane, stopped[0])
@@ -188,7 +189,7 @@ def _continue_with_message(lane: Git, commit: str) -> None:
 
 
 def _by_syntax(
-    lane: Git, patch: Patch, missing: Callable[[], list[Patch]], helper: bool
+    lane: Git, patch: Patch, missing: Callable[[], list[Patch]], busy: int
 ) -> tuple[Optional[list[structured.FileResult]], list[str], Optional[Patch]]:
     """What the structured merge did to a pick git stopped at in conflict, and the paths
     still in conflict after it; None where it is not tried: an empty pick, or a patch that
@@ -201,7 +202,7 @@ def _by_syntax(
     if left and (needed := needed_patch(patch, left, head_reader(lane))) is not None:
         return None, unmerged.paths, needed
     results = structured.resolve_conflicts(
-        lane, label=patch.name, sparse=True, helper=helper, unmerged=unmerged
+        lane, label=patch.name, sparse=True, busy=busy, unmerged=unmerged
     )
     return results, unmerged.after(results), None
 
