@@ -126,7 +126,7 @@ def test_the_crash_salvage_blames_no_file_without_tests(rebaser, tmp_path, upstr
         "tests/test_fine.py": "def test_b():\n    pass\n",
     }
     result, suite = overlay_files(rebaser, tmp_path, upstream, files)
-    assert [note["test"] for note in suite["tests"]] == ["::tests.test_dies"], suite["tests"]
+    assert [note["test"] for note in suite["tests"]] == ["tests.test_dies::test_a"], suite["tests"]
     assert suite["status"] == "failed" and suite["passed"] == 1, suite
     assert result.code == ExitCode.TESTS_FAILED, result.out
 
@@ -147,16 +147,22 @@ def test_mul():
 """
 
 
-def upstream_suite(rebaser, tmp_path, upstream, text: str):
-    """`text` as upstream's tests/test_up.py, listed by a series that doubles mul: the
-    upstream suite of the apply's report, and the run."""
+def upstream_suite(rebaser, tmp_path, upstream, text: str, added: str = ""):
+    """`text` as upstream's tests/test_up.py, listed by a series that doubles mul (and adds
+    `added` as tests/test_new.py, listed too): the upstream suite of the apply's report,
+    and the run."""
     upstream.commit({"tests/test_up.py": text}, "upstream tests", tag="v1.1")
+    files = {"pkg/calc.py": edit(CALC, "a * b", "2 * a * b")}
+    listed = "@upstream-test tests/test_up.py\n"
+    if added:
+        files["tests/test_new.py"] = added
+        listed += "@upstream-test tests/test_new.py\n"
     series = build_series(
         tmp_path / "proj",
         upstream,
         "v1.1",
-        [Change("demo: double mul", {"pkg/calc.py": edit(CALC, "a * b", "2 * a * b")})],
-        extra_directives="@upstream-test tests/test_up.py\n",
+        [Change("demo: double mul", files)],
+        extra_directives=listed,
     )
     report = tmp_path / "r.json"
     arguments = ["--series", series, "--repo", upstream.path, "--base", "v1.1", "--json", report]
@@ -188,21 +194,106 @@ def test_b():
 """
 
 
-def test_an_interrupted_run_is_an_error_of_its_file_on_each_side(rebaser, tmp_path, upstream):
+def test_an_interrupted_run_is_an_error_of_its_test_on_each_side(rebaser, tmp_path, upstream):
     """Base and patched runs both ended by a KeyboardInterrupt (exit 2): each counted a
-    phantom passed test `::` and the comparison read passed, naming nothing. The file is
-    now an error on both sides, listed with the interruption: no regression of the series."""
+    phantom passed test `::` and the comparison read passed, naming nothing. The test it
+    broke in is now an error on both sides, listed with the interruption: no regression of
+    the series."""
     text = INTERRUPTED.format(when="True")
     result, suite = upstream_suite(rebaser, tmp_path, upstream, text)
     notes = {note["test"]: note for note in suite["tests"]}
-    assert set(notes) == {"::tests.test_up"} and suite["passed"] == 1, suite
-    assert "interrupted" in notes["::tests.test_up"]["reason"], notes
-    assert notes["::tests.test_up"]["verdict"] == "also error on the base", notes
+    assert set(notes) == {"tests.test_up::test_b"} and suite["passed"] == 1, suite
+    assert "interrupted" in notes["tests.test_up::test_b"]["reason"], notes
+    assert notes["tests.test_up::test_b"]["verdict"] == "also error on the base", notes
     assert suite["status"] == "passed" and result.code == ExitCode.OK, (suite, result.out)
 
 
 def test_a_run_interrupted_after_the_series_regressed(rebaser, tmp_path, upstream):
     text = INTERRUPTED.format(when="mul(2, 3) != 6")
     result, suite = upstream_suite(rebaser, tmp_path, upstream, text)
-    assert suite["failures"] == ["regression: tests.test_up::test_b (missing)"], suite
+    assert suite["failures"] == ["regression: tests.test_up::test_b (error)"], suite
     assert result.code == ExitCode.TESTS_FAILED, result.out
+
+
+# The tenth pass (docs/safety.md): runs that end early or break on the base.
+STOPPED_EARLY = {
+    "pytest.exit in a test": {
+        "tests/test_case.py": (
+            "import pytest\n\n\ndef test_a():\n    pass\n\n\n"
+            "def test_b():\n    pytest.exit('bye', returncode=0)\n\n\n"
+            "def test_c():\n    assert False\n"
+        )
+    },
+    "a conftest that sets the exit status": {
+        "tests/conftest.py": (
+            "def pytest_sessionfinish(session, exitstatus):\n    session.exitstatus = 1\n"
+        ),
+        "tests/test_case.py": "def test_a():\n    pass\n",
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(STOPPED_EARLY))
+def test_a_run_that_ends_early_or_says_it_failed_fails(rebaser, tmp_path, upstream, case):
+    """pytest.exit(returncode=0) in a test left its later tests out, uncounted; a conftest
+    that sets the exit status made pytest exit 1 with no failing test. Both read passed."""
+    result, suite = overlay_files(rebaser, tmp_path, upstream, STOPPED_EARLY[case])
+    assert suite["status"] == "failed" and result.code == ExitCode.TESTS_FAILED, suite
+    said = {"pytest.exit in a test": "stopped after 1 of 3 tests", "a conftest": "no test failed"}
+    assert any(words in suite["note"] for words in said.values()), suite["note"]
+    if case == "pytest.exit in a test":
+        (note,) = suite["tests"]
+        assert note["test"] == "tests.test_case::test_b", note
+
+
+def test_a_run_that_breaks_on_the_base_keeps_the_tests_that_ran(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    """The base's run hung in test_b after test_a passed: the whole file was one error
+    there, so test_a failing after the series read "not on the base", no regression."""
+    monkeypatch.setenv("DSA_FORKKIT_TEST_TIMEOUT", "20")
+    text = (
+        "import time\n\nfrom pkg.calc import mul\n\n\ndef test_a():\n"
+        "    assert mul(2, 3) == 6\n\n\ndef test_b():\n    if mul(2, 3) == 6:\n"
+        "        time.sleep(600)\n"
+    )
+    result, suite = upstream_suite(rebaser, tmp_path, upstream, text)
+    assert suite["failures"] == ["regression: tests.test_up::test_a (failed)"], suite
+    assert result.code == ExitCode.TESTS_FAILED, result.out
+
+
+def test_an_internal_error_is_no_test_and_counts_once(rebaser, tmp_path, upstream):
+    """A module calling sys.exit at import is pytest's internal error: junit's entry
+    `pytest::internal` counted as a test, and a second such file counted it twice."""
+    exits = "import sys\n\nsys.exit(0)\n\n\ndef test_x():\n    pass\n"
+    files = {"tests/test_one.py": exits, "tests/test_two.py": exits}
+    files["tests/test_ok.py"] = "def test_c():\n    pass\n"
+    result, suite = overlay_files(rebaser, tmp_path, upstream, files)
+    names = sorted(note["test"] for note in suite["tests"])
+    assert names == ["::tests.test_one", "::tests.test_two"], names
+    assert suite["errors"] == 2 and suite["passed"] == 1, suite
+    assert result.code == ExitCode.TESTS_FAILED, result.out
+
+
+def test_a_listed_test_file_the_series_adds_has_no_base_run(rebaser, tmp_path, upstream):
+    """The base ran every listed file the patched tree has: pytest exited 4 on the one the
+    series adds, an invented base error."""
+    added = "def test_new():\n    assert False, 'broken by the fork'\n"
+    result, suite = upstream_suite(
+        rebaser, tmp_path, upstream, "def test_old():\n    pass\n", added
+    )
+    (note,) = suite["tests"]
+    assert note["test"] == "tests.test_new::test_new", note
+    assert note["verdict"] == "not on the base", note
+    assert "added by the series (tests/test_new.py)" in suite["note"], suite["note"]
+    assert "base: 1 passed, 0 failed, 0 errors" in suite["note"], suite["note"]
+
+
+def test_a_test_skipped_on_the_base_that_fails_now_is_not_also_skipped(rebaser, tmp_path, upstream):
+    text = (
+        "import pytest\n\nfrom pkg.calc import mul\n\n\ndef test_a():\n"
+        "    if mul(2, 3) == 6:\n        pytest.skip('not here')\n    assert False, 'broken'\n"
+    )
+    _, suite = upstream_suite(rebaser, tmp_path, upstream, text)
+    (note,) = suite["tests"]
+    assert note["outcome"] == "failed" and note["verdict"] == "skipped on the base", note

@@ -22,6 +22,7 @@ interpreter (and, with --test gpu and torch required, torch sees a GPU).
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import shutil
@@ -39,6 +40,7 @@ from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo.git import Git
 from rebaser.repo.processes import run_own_group
 from rebaser.series.patches import Series
+from rebaser.steps import pytestlog
 
 # The plugin goes to the test interpreter as a copy of its (self-contained) file, in a folder
 # of its own at the end of PYTHONPATH: that interpreter may not be able to import rebaser
@@ -64,6 +66,8 @@ REGRESSION = "regression"
 NOT_PASSED = ("failed", "error")
 # What a test that passed before has regressed to: a skip too (a `skipif` the series trips).
 REGRESSED = (*NOT_PASSED, "skipped", "missing")
+# junit entries that are no test: what an interrupted run leaves, pytest's internal error.
+_NO_TEST = {(None, None), ("", ""), ("pytest", "internal")}
 TOGETHER = "(the files together)"  # the error of a run that breaks only with all its files
 
 
@@ -203,8 +207,16 @@ def _upstream_suite(
     patched = run_pytest(tree, present, "upstream", python=python, gpu=False)
     progress("running the same upstream tests on the base, to tell regressions apart")
     with workspace.exported(repo, base_sha, "base") as base_tree:
-        base = run_pytest(base_tree, present, "upstream (base)", python=python, gpu=False)
+        there = [path for path in present if (base_tree / path).is_file()]
+        base = (  # no paths at all would make pytest collect the whole tree
+            run_pytest(base_tree, there, "upstream (base)", python=python, gpu=False)
+            if there
+            else None
+        )
     suite = compare_with_base(patched, base)
+    added = [path for path in present if path not in there]
+    if added:  # the series adds them: their tests are new, nothing to regress from
+        suite.note = f"{len(added)} added by the series ({', '.join(added)}); {suite.note}"
     if missing:
         suite.note = f"{found} (missing: {', '.join(missing)}); {suite.note}"
         suite.missing_files = missing
@@ -224,16 +236,17 @@ def run_pytest(
     """Run pytest on `paths` (relative to `tree`) with the tree first on PYTHONPATH. `gpu`:
     whether a GPU is there (without one, a test that asks for CUDA is not run, not failed);
     `timeout`: seconds (None: $DSA_FORKKIT_TEST_TIMEOUT's). A run that breaks (pytest
-    dies, hangs or is interrupted) is one error of the file it breaks in: with several
-    files, each runs alone to tell which."""
+    dies, hangs, is interrupted or stops early) keeps the results of the tests that ended
+    and is an error of the test it broke in (else of its file): with several files, each
+    runs alone to give the others' results."""
     timeout = test_timeout() if timeout is None else timeout
     options = dict(python=python, timeout=timeout, extra_args=extra_args, gpu=gpu)
     result, broke = _run_once(tree, paths, name, **options)
-    if not broke or not paths:
+    if broke is None or not paths:
         return result
     if len(paths) == 1:
-        return _broken_in(result, paths[0])
-    return _file_by_file(tree, paths, name, result.note, options)
+        return result if broke else _broken_in(result, paths[0])
+    return _file_by_file(tree, paths, name, result.note, broke, options)
 
 
 def _run_once(
@@ -245,8 +258,10 @@ def _run_once(
     timeout: float,
     extra_args: Sequence[str],
     gpu: bool,
-) -> tuple[SuiteResult, bool]:
-    """One pytest run of `paths`, as `run_pytest`'s, and whether it broke."""
+) -> tuple[SuiteResult, Optional[str]]:
+    """One pytest run of `paths`, as `run_pytest`'s, and where it broke: None where it went
+    through; the test it broke in (an error of it added), or "" where no test was running.
+    """
     with tempdirs.owned("forkkit-pytest-") as tmp:  # a kill leaves it: the next run sweeps
         plugin_dir = Path(tmp) / "plugin"
         plugin_dir.mkdir()
@@ -257,6 +272,7 @@ def _run_once(
         )
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # keep the worktree clean
         env["PWD"] = str(tree)  # where pytest runs (rebaser's PWD names the user's checkout)
+        env[pytestlog.ENV] = str(Path(tmp) / "log")
         junit = Path(tmp) / "junit.xml"
         command = [
             python,
@@ -288,62 +304,102 @@ def _run_once(
         except subprocess.TimeoutExpired:
             completed = None
         seconds = time.monotonic() - started
+        log = pytestlog.RunLog.read(Path(tmp) / "log")
         if completed is None:
             note = f"timed out after {timeout:g} s"
-            return SuiteResult(name, "failed", seconds=seconds, note=note), True
+            return _broken(_logged(name, seconds, log), note, log, [])
         tail = completed.stdout.strip().splitlines()[-_FAILURE_LINES:]  # stderr in it
         if not junit.exists():
-            note = f"pytest exited {completed.returncode} before writing results"
-            return SuiteResult(name, "failed", seconds=seconds, note=note, failures=tail), True
+            last = f": {tail[-1].strip()}" if tail else ""
+            note = f"pytest exited {completed.returncode} before writing results{last}"
+            return _broken(_logged(name, seconds, log), note, log, tail)
         result = _read_junit(junit, name, seconds, gpu)
     ran = result.passed + result.failed + result.errors
-    if completed.returncode not in (0, 1, 5):  # 2: a test raised KeyboardInterrupt
-        interrupted = " (interrupted)" if completed.returncode == 2 else ""
-        result.status, result.note = "failed", f"pytest exited {completed.returncode}{interrupted}"
-        result.failures += tail
-        return result, True
+    code = completed.returncode
+    if code not in (0, 1, 5):  # 2: a test raised KeyboardInterrupt; 3: an internal error
+        return _broken(result, f"pytest exited {code}{' (interrupted)' * (code == 2)}", log, tail)
+    if log.stopped_early:  # pytest.exit in a test, or a plugin's stop
+        stopped = f"pytest stopped after {len(log.done)} of {log.collected} tests"
+        return _broken(result, stopped, log, tail)
+    if code == 1 and not result.failed and not result.errors:  # set by a conftest or plugin
+        return _broken(result, "pytest exited 1, and no test failed", log, tail)
     if not ran and result.read and all(note.gpu_only for note in result.read.values()):
         result.status = "not run"  # each test skipped for want of a GPU, and listed so
     elif completed.returncode == 5 or not ran:
         result.status, result.note = "failed", "no tests ran"
-    return result, False
+    return result, None
+
+
+def _logged(name: str, seconds: float, log: pytestlog.RunLog) -> SuiteResult:
+    """The results of a run that wrote no junit XML: the tests its log saw end."""
+    result = SuiteResult(name, "failed", seconds=seconds)
+    for test, outcome in log.done.items():
+        result.outcomes[test] = outcome
+        if outcome != "passed":
+            reason = "no report: pytest broke off after this test"
+            result.read[test] = TestNote(test, outcome, reason)
+            result.failures.append(f"{outcome}: {test}: {reason}")
+    return _recount(result)
+
+
+def _broken(
+    result: SuiteResult, note: str, log: pytestlog.RunLog, tail: list[str]
+) -> tuple[SuiteResult, str]:
+    """A run that broke: failed, with `note` and pytest's last lines; an error of the test it
+    broke in, where one was running (the log's)."""
+    result.status, result.note = "failed", note
+    result.failures += tail
+    if log.running:
+        how = "timed out" if note.startswith("timed out") else "broke off"
+        _add_error(result, log.running, f"pytest {how} in this test ({note})")
+    return result, log.running or ""
 
 
 def _file_by_file(
-    tree: Path, paths: Sequence[str], name: str, why: str, options: dict
+    tree: Path, paths: Sequence[str], name: str, why: str, where: str, options: dict
 ) -> SuiteResult:
-    """The run broke (a test ended the interpreter, crashed it, interrupted pytest, or hung
-    past the timeout): each file run alone gives the others' results, and names the file
-    the run breaks in, as one error of that module (its tests are then gone, as those of a
-    file that no longer collects). Where every file runs alone, the files break together."""
+    """The run broke (in test `where`, if known) before the files after it ran: each file
+    run alone gives the others' results, and where a file breaks alone, the test it breaks
+    in is an error (else the file, as one error of that module: its tests are then gone, as
+    those of a file that no longer collects). Where every file runs alone, the files break
+    together."""
     result = SuiteResult(name, "failed", note=f"{why}: each file run alone")
     breaking = []
     for path in paths:
         alone, broke = _run_once(tree, [path], name, **options)
-        if broke:
+        if broke is not None:
             breaking.append(path)
-            alone = _broken_in(alone, path)
+            alone = alone if broke else _broken_in(alone, path)
         result = joined(result, alone)
     if not breaking:
         longer = " (or raise DSA_FORKKIT_TEST_TIMEOUT)" if why.startswith("timed out") else ""
-        reason = f"{why} running the files together; each file runs through alone: they interfere"
+        at = f" in {where}" if where else ""
+        reason = f"{why}{at} with the files together; each file runs through alone: they interfere"
         _add_error(result, TOGETHER, reason + longer)
     return result
 
 
 def _broken_in(result: SuiteResult, path: str) -> SuiteResult:
-    """A run that broke in file `path`: one error of that module, with the run's note."""
+    """A run that broke in file `path` between tests: an error of that module."""
     how = "timed out" if result.note.startswith("timed out") else "died"
     _add_error(result, "::" + junit_module(path), f"pytest {how} in this file ({result.note})")
     return result
 
 
 def _add_error(result: SuiteResult, test: str, reason: str) -> None:
-    """`test` (a file, or the files together) as one error of `result`."""
+    """`test` (a test, a file, or the files together) as one error of `result`."""
     result.outcomes[test] = "error"
     result.read[test] = TestNote(test, "error", reason)
-    result.errors += 1
     result.failures.append(f"error: {test}: {reason}")
+    _recount(result)
+
+
+def _recount(result: SuiteResult) -> SuiteResult:
+    """Its counts from its outcomes (a test told twice counts once)."""
+    counted = collections.Counter(result.outcomes.values())
+    result.passed, result.failed = counted["passed"], counted["failed"]
+    result.errors, result.skipped = counted["error"], counted["skipped"]
+    return result
 
 
 def junit_module(path: str) -> str:
@@ -353,16 +409,13 @@ def junit_module(path: str) -> str:
 
 def joined(first: SuiteResult, second: SuiteResult) -> SuiteResult:
     """Two runs' results as one (of different files): `first`'s name, status and note."""
-    return replace(
+    both = replace(
         first,
-        passed=first.passed + second.passed,
-        failed=first.failed + second.failed,
-        errors=first.errors + second.errors,
-        skipped=first.skipped + second.skipped,
         failures=first.failures + second.failures,
         outcomes={**second.outcomes, **first.outcomes},
         read={**second.read, **first.read},
     )
+    return _recount(both)
 
 
 def must_pass(suite: SuiteResult) -> SuiteResult:
@@ -455,16 +508,18 @@ def _judged(note: TestNote, before: Optional[str], against: Optional[str]) -> Te
         verdict = ""
     elif before is None:
         verdict = f"not on the {against}"
-    else:
+    elif before == note.outcome:
         verdict = f"also {before} on the {against}"
+    else:
+        verdict = f"{before} on the {against}"
     return replace(note, verdict=verdict, gpu_only=note.gpu_only and verdict == NEEDS_GPU)
 
 
 def _read_junit(junit: Path, name: str, seconds: float, gpu: bool) -> SuiteResult:
     result = SuiteResult(name, "passed", seconds=seconds)
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
-        if not case.get("classname") and not case.get("name"):
-            continue  # what an interrupted run leaves: no test (the run's exit status tells)
+        if (case.get("classname"), case.get("name")) in _NO_TEST:
+            continue  # the run's exit status tells
         test = f"{case.get('classname', '')}::{case.get('name', '')}"
         outcome = _outcome(case)
         if test in result.outcomes:  # pytest's second entry for a test: its teardown's error
