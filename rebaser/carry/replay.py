@@ -164,7 +164,10 @@ class Replay:
             return None
         commit = self._commit(parent, patch.message, patch)
         self._index_commit = commit
-        if self.remember:
+        # Its ref names the patch's commit on the chain of the earlier ones, as a later
+        # Replay reads it (the chain below it, a range-diff's old side): not one built on
+        # a commit holding a gap's patches.
+        if self.remember and not gap:
             self.repo.run("update-ref", self._refs[position], commit)
         self._cached()[self._refs[position]] = commit
         return commit
@@ -210,8 +213,10 @@ class Replay:
 
 
 def _refs(base_sha: str, patches: list[Patch]) -> list[str]:
-    """Each patch's commit's ref, keyed by the base and the bytes of the patches up to it."""
-    key = hashlib.sha1(base_sha.encode())
+    """Each patch's commit's ref, keyed by the base and the bytes of the patches up to it.
+    The key's "2:" leaves behind the refs of earlier versions, some of which named a
+    commit built around a gap (see commit_of)."""
+    key = hashlib.sha1(b"2:" + base_sha.encode())
     names = []
     for patch in patches:
         key.update(patch.raw)
