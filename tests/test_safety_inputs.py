@@ -66,6 +66,17 @@ def test_a_base_that_is_neither_a_commit_nor_a_release_is_named_where_it_stands(
     assert git(upstream.path, "for-each-ref", "refs/heads/forkkit") == ""
 
 
+@pytest.mark.parametrize("base", ["0.18.2", "refs/tags/v0.18.2"])
+def test_a_pinned_upstream_and_another_base_are_refused(rebaser, tmp_path, base):
+    """A review: `--upstream pypi:megatron-core==0.19.2 --base 0.18.2` applied onto 0.18.2,
+    exit 0, the pin silently ignored."""
+    result = rebaser(
+        "apply", "--upstream", "pypi:megatron-core==0.19.2", "--base", base, "--test", "none"
+    )
+    assert result.code == ExitCode.USAGE, result.out + result.err
+    assert "pins 0.19.2" in result.err and "--base" in result.err, result.err
+
+
 def test_an_ambiguous_sha_prefix_says_so(rebaser, tmp_path, upstream):
     # Empty commits until two share their first four hex digits (git's shortest prefix).
     stream = b"".join(

@@ -102,6 +102,12 @@ def resolve_target(
                 next_step="write it as pypi:megatron-core==0.19.2 (or pypi:megatron-core for the "
                 "newest)",
             )
+        if spec.version is not None and base is not None and base != spec.version:
+            raise RebaserError(
+                f"--upstream {upstream} pins {spec.version}, and --base says {base}",
+                next_step=f"give one: --upstream {spec} alone, "
+                f"or --upstream pypi:{spec.package} --base {base}",
+            )
         return resolve_pypi(spec, base)
     if default_upstream is None:
         raise RebaserError(
