@@ -167,6 +167,9 @@ def test_existing_branch_needs_force_and_is_backed_up(rebaser, tmp_path, upstrea
     assert apply(rebaser, series, upstream, "v1").code == ExitCode.OK
     again = apply(rebaser, series, upstream, "v1")
     assert again.code == ExitCode.USAGE and "already exists" in again.err and "--force" in again.err
+    # A review pasted the other way it offered, `git branch -D`: git refuses a branch its
+    # worktree holds (and a PyPI base's branch is in the cache's repository).
+    assert "branch -D" not in again.err, again.err
     forced = apply(rebaser, series, upstream, "v1", "--force")
     assert forced.code == ExitCode.OK
     backups = git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/")

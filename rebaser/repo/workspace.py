@@ -126,7 +126,7 @@ def _exists(repo: Git, branch: str) -> RebaserError:
         f"branch {branch} already exists (from an earlier apply?)",
         where=str(repo.path),
         next_step="pass --force to replace it (its commits are kept under "
-        f"{refs.BACKUPS}/), or delete it with git branch -D {branch}",
+        f"{refs.BACKUPS}/, its worktree removed)",
     )
 
 
