@@ -148,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--range-diff-markdown",
         type=Path,
         metavar="FILE",
-        help="write what changed in the series (git range-diff) as Markdown, for a PR description",
+        help="write what changed in the series (git range-diff) as Markdown, for a PR "
+        "description (with --check too: the one file it writes)",
     )
 
     import_cmd = verbs.add_parser(

@@ -33,11 +33,16 @@ from rebaser.series.export import export_patch, patch_file_name
 from rebaser.series.patches import Series, identity, load_series, number_of, series_named
 
 
+# What --check says of a file it would write: it writes nothing.
+_WOULD = {"updated": "to update", "new": "to add", "removed": "to remove"}
+
+
 def run(args: argparse.Namespace) -> ExitCode:
     refreshed = refresh(series_file(args.series), args.repo, args.branch, write=not args.check)
     out = Output()
     for change in refreshed.files:
-        line = f"  {change.status:9} {change.path}"
+        status = _WOULD.get(change.status, change.status) if args.check else change.status
+        line = f"  {status:9} {change.path}"
         out.say(line if change.status == "unchanged" else (line, "bold"))
     changed = [c for c in refreshed.files if c.status.split()[0] not in ("unchanged", "kept")]
     verb = "would change" if args.check else "changed"
