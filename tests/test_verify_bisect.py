@@ -77,6 +77,10 @@ def test_verify_matrix_over_tags_with_json_and_markdown(rebaser, tmp_path, upstr
         "one to work on (or verify with --keep)"
     ]
     assert rows["v1"]["report"]["next_steps"] == []
+    # and the terminal says it too (a review: only the JSON held a next step)
+    said = " ".join(result.out.split())
+    assert "v2 next: its throwaway branch is removed: `rebaser apply` onto" in said, result.out
+    assert "v1 next:" not in said
     assert rebaser("status", "--repo", upstream.path).out.strip() == "no apply in progress"
 
 
@@ -296,3 +300,23 @@ def test_merge_takes_a_cpu_and_a_gpu_report_of_one_base():
     _refuse_mixed([result("overlay (cpu)"), result("overlay (gpu)")])
     with pytest.raises(RebaserError, match="is in more than one report"):
         _refuse_mixed([result("overlay (cpu)"), result("overlay (cpu)")])
+
+
+def test_a_base_that_needs_a_clone_is_refused_before_any_work(rebaser, tmp_path, upstream):
+    """A review pasted the README's `--bases pypi:megatron-core==0.16.0 ... pypi:...==0.19.2`:
+    the `...` (a revision, with no --repo to find it in) was an error row, told only after
+    every other base was downloaded, applied and tested."""
+    series = two_patch_series(tmp_path, upstream)
+    result = rebaser(
+        "verify",
+        "--series",
+        series,
+        "--bases",
+        "pypi:megatron-core==0.19.2",
+        "...",
+        "--test",
+        "none",
+    )
+    assert result.code == ExitCode.USAGE, result.out + result.err
+    assert "'...'" in result.err and "--repo" in result.err
+    assert "base pypi:megatron-core==0.19.2" not in result.err + result.out  # nothing began

@@ -43,15 +43,11 @@ class BaseResult:
 
 
 def resolve_base(base: str, repo: Optional[Path]) -> Target:
-    """`pypi:megatron-core==X`, or a revision of --repo."""
+    """`pypi:megatron-core==X`, or a revision of --repo (verify_bases has checked there is
+    one)."""
     spec = PypiSpec.parse(base)
     if spec is not None:
         return resolve_pypi(spec)
-    if repo is None:
-        raise RebaserError(
-            f"base {base!r} is a revision, so --repo is needed",
-            next_step="pass --repo PATH, or write the base as pypi:megatron-core==X",
-        )
     return resolve_target(repo=repo, upstream=None, base=base, default_upstream=None)
 
 
@@ -88,6 +84,8 @@ def run(args: argparse.Namespace) -> ExitCode:
     for result in results:
         for title, stop in result.report.stops() if result.report else []:
             out.say((result.base, "bold"), f" {title}: {stop.reason}")
+        for step in result.report.next_steps if result.report else []:
+            out.say((result.base, "bold"), f" next: {step}")
     return matrix_exit_code(results)
 
 
@@ -130,6 +128,12 @@ def verify_bases(
     keep: bool = False,
 ) -> list[BaseResult]:
     check_interpreter(sys.executable, test, load_series(series_file).test_requires)
+    if repo is None and (revisions := [base for base in bases if PypiSpec.parse(base) is None]):
+        raise RebaserError(  # said before the other bases take minutes each
+            f"{', '.join(map(repr, revisions))}: not pypi:PACKAGE==VERSION, so a revision of "
+            "a clone, and no --repo names one",
+            next_step="pass --repo PATH, or write each base as pypi:megatron-core==X",
+        )
     results = []
     for base in bases:
         progress(f"base {base}")
