@@ -384,3 +384,26 @@ def test_refresh_keeps_the_series_files_comments_where_they_were(rebaser, tmp_pa
         "# part A\n0001-change-1.patch   # team A\n\n# part B\n0002-change-2.patch\n"
         "0003-add-new-py.patch\n"
     ), series.read_text()
+
+
+def test_a_patch_rewritten_at_its_stop_is_one_changed_row(rebaser, tmp_path, upstream):
+    """A review: a patch resolved at its stop into a different change read as "1 removed, 1
+    added" in the PR's Markdown (git range-diff pairs commits by how alike their diffs are);
+    the same patch file is one patch, changed."""
+    v1 = git(upstream.path, "rev-parse", "v1")
+    series = two_patch_series(tmp_path, upstream, extra_directives=f"@base git:{v1}\n")
+    tree = stopped_apply(rebaser, tmp_path, upstream, series)
+    rewritten = CONFLICT_FIXED.replace("    return 2 * b * a\n", "    return b * a\n") + "".join(
+        f"\n\ndef scaled_{n}(a, b):\n    return {n} * mul(a, b)\n" for n in range(2, 12)
+    )
+    (tree / "pkg/calc.py").write_text(rewritten)
+    git(tree, "add", "pkg/calc.py")
+    assert rebaser("continue", "--repo", upstream.path).code == ExitCode.OK
+    markdown = tmp_path / "range-diff.md"
+    result = rebaser(
+        "refresh", "--series", series, "--repo", tree, "--range-diff-markdown", markdown
+    )
+    assert result.code == ExitCode.OK, result.err
+    text = markdown.read_text()
+    assert "| 0002-change-2.patch | 0002-change-2.patch | changed |" in text, text
+    assert "removed" not in text.split("<details>")[0] and "1 unchanged, 1 changed." in text

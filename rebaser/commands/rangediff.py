@@ -72,7 +72,20 @@ def range_diff(git: Git, old: Series, new: list[tuple[str, str]], start: str) ->
                     _STATUS[sign],
                 )
             )
-    return RangeDiff(rows, result.stdout)
+    return RangeDiff(_paired_by_name(rows), result.stdout)
+
+
+def _paired_by_name(rows: list[PairRow]) -> list[PairRow]:
+    """git pairs commits by how alike their diffs are: a patch resolved at its stop into
+    another change reads removed, then added. A patch file of the same name on both sides
+    is the same patch: one row, changed, where the new series has it."""
+    removed = {row.old for row in rows if row.new is None}
+    again = removed & {row.new for row in rows if row.old is None}
+    return [
+        PairRow(row.new, row.new, "changed") if row.old is None and row.new in again else row
+        for row in rows
+        if not (row.new is None and row.old in again)
+    ]
 
 
 def to_markdown(diff: RangeDiff, title: str) -> str:
