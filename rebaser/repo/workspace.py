@@ -24,6 +24,7 @@ from typing import Iterator, Optional
 from rebaser.repo import late_checkout, refs, tempdirs
 from rebaser.errors import ExitCode, RebaserError
 from rebaser.repo.git import FORKKIT_AUTHOR, Git
+from rebaser.wording import counted
 
 _MARKER = "forkkit-worktree"
 _REMOVING = ".forkkit-removing-"  # a worktree's folder moved aside to be removed
@@ -276,10 +277,10 @@ class SavedFiles:
     ignored: list[str]
 
     def describe(self) -> str:
-        parts = [f"{self.changed} uncommitted changes"] if self.changed else []
+        parts = [f"{counted(self.changed, 'uncommitted change')}"] if self.changed else []
         if self.ignored:
             shown = ", ".join(self.ignored[:3]) + (", ..." if len(self.ignored) > 3 else "")
-            parts.append(f"{len(self.ignored)} ignored files ({shown})")
+            parts.append(f"{counted(len(self.ignored), 'ignored file')} ({shown})")
         return " and ".join(parts)
 
 

@@ -164,7 +164,7 @@ def _refuse_unfinished(worktree: Git, name: str, status: Optional[list[str]] = N
             f"{name}: rejected hunks are still lying around: {', '.join(rejects)}",
             where=where,
             next_step="apply them by hand, delete the .rej files, `git add` your changes, "
-            "then continue",
+            "then `rebaser continue`",
         )
     staged = worktree.out("diff", "--cached", "--name-only").split()
     files = [path for path in staged if (worktree.path / path).is_file()]
@@ -173,14 +173,14 @@ def _refuse_unfinished(worktree: Git, name: str, status: Optional[list[str]] = N
         raise RebaserError(
             f"{name}: conflict markers left in {'; '.join(markers.problems[:3])}",
             where=where,
-            next_step="resolve them, `git add`, then continue",
+            next_step="resolve them, `git add`, then `rebaser continue`",
         )
     if unstaged := worktree.out("diff", "--name-only").split():
         raise RebaserError(
             f"{name}: unstaged changes in {', '.join(unstaged)}",
             where=where,
             next_step="`git add` what belongs to the patch (or `git checkout --` the rest), "
-            "then continue",
+            "then `rebaser continue`",
         )
 
 

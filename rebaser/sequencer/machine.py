@@ -150,7 +150,8 @@ def _start(
         raise RebaserError(
             f"an apply is in progress in this repository (branch {existing.branch})",
             where=existing.worktree,
-            next_step="finish it with `rebaser continue`, or drop it with `rebaser abort`",
+            next_step="finish it with `rebaser continue` (or `rebaser skip` its stopped patch), "
+            "or drop it with `rebaser abort`",
         )
     workspace.require_utf8(target.git.path)
     if not options.ephemeral:

@@ -15,6 +15,7 @@ import unidiff
 from rebaser.codemods import AnchorNotFound, Codemods
 from rebaser.repo.git import Git
 from rebaser.series.patches import Series, SymbolSpec
+from rebaser.wording import counted
 
 _MARKER_RE = re.compile(r"^(<{7}|>{7}) |^={7}$|^\|{7} ")
 
@@ -219,6 +220,6 @@ def _codemods_idempotent(root: Path, codemods: Codemods, names: list[str]) -> Ch
     return Check.of(
         "codemods are no-ops",
         [f"{path} would change" for path in changed],
-        ok=f"{len(names)} codemods change nothing",
+        ok=f"{counted(len(names), 'codemod')} change nothing" if names else "no codemods run",
         failed="codemods would change {count} file{s}",
     )
