@@ -226,3 +226,26 @@ def test_a_helper_for_each_core_to_spare(tmp_path, monkeypatch, answered, cores,
     assert len(started) == helpers and all(started)
     assert bool(answered) == bool(helpers)
     assert all(helper.process.poll() is not None for helper in started), "a helper still runs"
+
+
+def test_an_interrupt_while_helpers_start_leaves_none_running(tmp_path, monkeypatch):
+    """A review: Ctrl-C as the third of eight helpers started left the first two running
+    (they were started before the merge's clean-up was in place)."""
+    monkeypatch.setattr(filemerges, "_cores", lambda: 8)
+    monkeypatch.setattr(structured, "_cache", {})
+    repo = conflicted(tmp_path / "repo", count=24)
+    started = []
+    start = filemerges._Helper.start.__func__
+
+    def third_interrupted(cls, git):
+        if len(started) == 2:
+            raise KeyboardInterrupt
+        started.append(start(cls, git))
+        return started[-1]
+
+    monkeypatch.setattr(filemerges._Helper, "start", classmethod(third_interrupted))
+    with pytest.raises(KeyboardInterrupt):
+        structured.resolve_conflicts(Git(repo))
+    assert len(started) == 2 and all(started)
+    assert all(helper.process.poll() is not None for helper in started), "a helper still runs"
+    assert not [t for t in threading.enumerate() if t.name == "forkkit-merges"]

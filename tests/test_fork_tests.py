@@ -142,7 +142,7 @@ def test_a_patch_that_breaks_a_fork_test_only_on_the_new_base_is_named(rebaser, 
     review = result.out.index("review: a test fails from it on")
     assert review < result.out.index("applied, proposed to keep")
     # The fork's branch: where the test passes (the comparison's other side).
-    assert fork["note"].startswith("1 fork test files, 0 upstream ones; fork's branch: 2 passed")
+    assert fork["note"].startswith("1 fork test file, 0 upstream ones; fork's branch: 2 passed")
 
 
 def test_a_flaky_test_is_run_again_before_it_is_blamed(rebaser, tmp_path, upstream, monkeypatch):

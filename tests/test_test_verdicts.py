@@ -7,11 +7,14 @@ test file."""
 from __future__ import annotations
 
 import json
+import os
+from typing import Optional
 
 import pytest
 from synthetic import CALC, Change, build_series, edit, two_patch_series
 
 from rebaser.errors import ExitCode
+from rebaser.steps.testrun import compare_with_base, run_pytest
 
 # Plain CPU bugs that only mention a GPU word: each used to read "needs a GPU: not run"
 # and the apply exited 0.
@@ -147,13 +150,21 @@ def test_mul():
 """
 
 
-def upstream_suite(rebaser, tmp_path, upstream, text: str, added: str = ""):
-    """`text` as upstream's tests/test_up.py, listed by a series that doubles mul (and adds
-    `added` as tests/test_new.py, listed too): the upstream suite of the apply's report,
-    and the run."""
+def upstream_suite(
+    rebaser,
+    tmp_path,
+    upstream,
+    text: str,
+    added: str = "",
+    also: Optional[dict[str, str]] = None,
+    listing: str = "tests/test_up.py",
+):
+    """`text` as upstream's tests/test_up.py, listed (as `listing`) by a series that doubles
+    mul (and adds `added` as tests/test_new.py, listed too, and the files `also`): the
+    upstream suite of the apply's report, and the run."""
     upstream.commit({"tests/test_up.py": text}, "upstream tests", tag="v1.1")
-    files = {"pkg/calc.py": edit(CALC, "a * b", "2 * a * b")}
-    listed = "@upstream-test tests/test_up.py\n"
+    files = {"pkg/calc.py": edit(CALC, "a * b", "2 * a * b"), **(also or {})}
+    listed = f"@upstream-test {listing}\n"
     if added:
         files["tests/test_new.py"] = added
         listed += "@upstream-test tests/test_new.py\n"
@@ -297,3 +308,73 @@ def test_a_test_skipped_on_the_base_that_fails_now_is_not_also_skipped(rebaser, 
     _, suite = upstream_suite(rebaser, tmp_path, upstream, text)
     (note,) = suite["tests"]
     assert note["outcome"] == "failed" and note["verdict"] == "skipped on the base", note
+
+
+# The eleventh pass (docs/safety.md): a review of the tenth's change.
+def test_a_listed_folder_runs_on_the_base_too(rebaser, tmp_path, upstream):
+    """`@upstream-test tests` (a folder): the base ran only listed *files*, so the folder
+    read "added by the series", nothing compared, and its regression hid."""
+    text = "from pkg.calc import mul\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n"
+    result, suite = upstream_suite(rebaser, tmp_path, upstream, text, listing="tests")
+    assert suite["failures"] == ["regression: tests.test_up::test_mul (failed)"], suite
+    assert result.code == ExitCode.TESTS_FAILED, result.out
+
+
+def test_a_run_the_series_breaks_after_its_last_test_regressed(rebaser, tmp_path, upstream):
+    """A conftest the series adds aborts the interpreter at exit, after every test passed
+    and junit was written: the file's error read "not on the base", and the suite passed."""
+    abort = {"tests/conftest.py": "import atexit\nimport os\n\natexit.register(os.abort)\n"}
+    text = "def test_a():\n    pass\n"
+    result, suite = upstream_suite(rebaser, tmp_path, upstream, text, also=abort)
+    assert suite["failures"] == ["regression: ::tests.test_up (error)"], suite
+    assert result.code == ExitCode.TESTS_FAILED, result.out
+
+
+def test_a_test_run_twice_is_no_early_stop(rebaser, tmp_path, upstream):
+    """A conftest that runs an item twice (so two runs under one junit name): the log's
+    tests were counted by name, fewer than collected, and the run read "stopped early"."""
+    files = {
+        "tests/conftest.py": "def pytest_collection_modifyitems(items):\n    items.append(items[0])\n",
+        "tests/test_case.py": "def test_a():\n    pass\n",
+    }
+    result, suite = overlay_files(rebaser, tmp_path, upstream, files)
+    assert suite["status"] == "passed" and result.code == ExitCode.OK, suite
+
+
+def tree_of(root, files: dict[str, str]):
+    root.mkdir(parents=True)
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_a_tree_reached_through_a_symlink_names_each_file_apart(tmp_path):
+    """With the tree's path through a symbolic link (macOS's TMPDIR is one), pytest's rootdir
+    and its working folder differed: tests of two files came out under one name."""
+    files = {f"tests/test_{n}.py": "def test_1():\n    pass\n" for n in "ab"}
+    tree_of(tmp_path / "real", files)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    result = run_pytest(tmp_path / "link", sorted(files), "x")
+    assert result.status == "passed" and result.passed == 2, result
+    assert sorted(result.outcomes) == ["tests.test_a::test_1", "tests.test_b::test_1"]
+
+
+def test_a_crashed_test_is_named_as_junit_names_it(tmp_path):
+    """With pytest's ids unescaped (an ini option), a U+2028 in one split the log's line and
+    a DEL in another kept the raw character where junit writes #x7F: the crash read as a
+    test "not on the base", beside two tests "missing"."""
+    ini = "[pytest]\ndisable_test_id_escaping_and_forfeit_all_rights_to_community_support = true\n"
+    test = (
+        "import os\n\nimport pytest\n\n\n@pytest.mark.parametrize('x', ['c\u2028d', 'e\x7ff'])\n"
+        "def test_p(x):\n    if x.startswith('e') and os.environ.get('BREAK'):\n        os.abort()\n"
+    )
+    files = {"pytest.ini": ini, "tests/test_p.py": test}
+    base = run_pytest(tree_of(tmp_path / "base", files), ["tests/test_p.py"], "base")
+    os.environ["BREAK"] = "1"
+    try:
+        patched = run_pytest(tree_of(tmp_path / "patched", files), ["tests/test_p.py"], "patched")
+    finally:
+        del os.environ["BREAK"]
+    suite = compare_with_base(patched, base)
+    assert suite.failures == ["regression: tests.test_p::test_p[e#x7Ff] (error)"], suite.failures

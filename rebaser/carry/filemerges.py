@@ -49,16 +49,19 @@ def merged(git: Git, jobs: Sequence[Job], *, busy: int = 1) -> list[Outcome]:
         return [merge_file(git, *job) for job in jobs]
     results: list[Optional[Outcome]] = [None] * len(jobs)
     next_job = _Counter(len(jobs))
-    helpers = [helper for helper in (_Helper.start(git) for _ in range(wanted)) if helper]
-    beside = [
-        threading.Thread(
-            target=helper.take_turns, args=(jobs, results, next_job), name="forkkit-merges"
-        )
-        for helper in helpers
-    ]
-    for thread in beside:
-        thread.start()
+    helpers: list[_Helper] = []
+    beside: list[threading.Thread] = []
     try:
+        for _ in range(wanted):
+            if (helper := _Helper.start(git)) is None:
+                continue
+            helpers.append(helper)
+            beside.append(
+                threading.Thread(
+                    target=helper.take_turns, args=(jobs, results, next_job), name="forkkit-merges"
+                )
+            )
+            beside[-1].start()
         while (index := next_job.take()) is not None:
             results[index] = merge_file(git, *jobs[index])
         for thread in beside:

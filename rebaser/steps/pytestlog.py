@@ -19,6 +19,7 @@ ENV = "FORKKIT_PYTEST_LOG"  # where the plugin logs
 class RunLog:
     collected: Optional[int] = None  # None: the run never finished collecting
     done: dict[str, str] = field(default_factory=dict)  # test -> outcome, as they ended
+    ended: int = 0  # tests that ended (a test may run twice under one name)
     running: Optional[str] = None  # the test that started and never ended: where it broke
 
     @classmethod
@@ -26,7 +27,8 @@ class RunLog:
         log = cls()
         if not path.is_file():
             return log
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        # Lines end in "\n" only: a test's id may hold other line breaks (U+2028).
+        for line in path.read_text(encoding="utf-8", errors="replace").split("\n"):
             kind, _, rest = line.partition("\t")
             if kind == "collected" and rest.isdigit():
                 log.collected = int(rest)
@@ -35,10 +37,11 @@ class RunLog:
             elif kind == "done" and "\t" in rest:
                 outcome, _, test = rest.partition("\t")
                 log.done[test] = outcome
+                log.ended += 1
                 log.running = None
         return log
 
     @property
     def stopped_early(self) -> bool:
         """Whether the run ended before every collected test did."""
-        return self.collected is not None and len(self.done) < self.collected
+        return self.collected is not None and self.ended < self.collected

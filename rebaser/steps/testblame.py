@@ -42,6 +42,7 @@ from rebaser.steps.testrun import (
     run_pytest,
 )
 from rebaser.steps.testselect import Selection, select
+from rebaser.wording import counted
 
 Progress = Callable[[str], None]
 FORK_BRANCH = "fork's branch"
@@ -377,8 +378,9 @@ def _files_of(notes: list[TestNote], files: list[str]) -> list[str]:
 
 
 def _file_of(test: str, files: list[str]) -> Optional[str]:
-    """The file a junit test id ("tests.unit.test_x.TestY::test_z") comes from."""
-    classname = test.split("::", 1)[0]
+    """The file a junit test id ("tests.unit.test_x.TestY::test_z", or "::tests.unit.test_x"
+    for the file itself) comes from."""
+    classname = test.split("::", 1)[0] or test.removeprefix("::")
     for path in files:
         dotted = junit_module(path)
         if classname == dotted or classname.startswith(dotted + "."):
@@ -398,7 +400,10 @@ def _described(suite: SuiteResult, chosen: Selection) -> SuiteResult:
     if chosen.missing:
         _recounted(suite)
         suite.status = "failed"
-    parts = [f"{len(chosen.fork)} fork test files", f"{len(chosen.upstream)} upstream ones"]
+    parts = [
+        counted(len(chosen.fork), "fork test file"),
+        counted(len(chosen.upstream), "upstream one"),
+    ]
     if chosen.too_general:
         parts.append("none for " + ", ".join(chosen.too_general) + " (too many import it)")
     suite.note = "; ".join(filter(None, [", ".join(parts), suite.note]))

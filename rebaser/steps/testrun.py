@@ -207,7 +207,7 @@ def _upstream_suite(
     patched = run_pytest(tree, present, "upstream", python=python, gpu=False)
     progress("running the same upstream tests on the base, to tell regressions apart")
     with workspace.exported(repo, base_sha, "base") as base_tree:
-        there = [path for path in present if (base_tree / path).is_file()]
+        there = [path for path in present if (base_tree / path).exists()]
         base = (  # no paths at all would make pytest collect the whole tree
             run_pytest(base_tree, there, "upstream (base)", python=python, gpu=False)
             if there
@@ -240,6 +240,7 @@ def run_pytest(
     and is an error of the test it broke in (else of its file): with several files, each
     runs alone to give the others' results."""
     timeout = test_timeout() if timeout is None else timeout
+    tree = tree.resolve()  # pytest's rootdir as its working folder says it (no symlink)
     options = dict(python=python, timeout=timeout, extra_args=extra_args, gpu=gpu)
     result, broke = _run_once(tree, paths, name, **options)
     if broke is None or not paths:
@@ -319,7 +320,7 @@ def _run_once(
     if code not in (0, 1, 5):  # 2: a test raised KeyboardInterrupt; 3: an internal error
         return _broken(result, f"pytest exited {code}{' (interrupted)' * (code == 2)}", log, tail)
     if log.stopped_early:  # pytest.exit in a test, or a plugin's stop
-        stopped = f"pytest stopped after {len(log.done)} of {log.collected} tests"
+        stopped = f"pytest stopped after {log.ended} of {log.collected} tests"
         return _broken(result, stopped, log, tail)
     if code == 1 and not result.failed and not result.errors:  # set by a conftest or plugin
         return _broken(result, "pytest exited 1, and no test failed", log, tail)
@@ -476,7 +477,11 @@ def compare_with_base(
         for test, outcome in base.outcomes.items()
         if outcome == "passed" and test not in patched.outcomes
     ]
-    before = {TOGETHER: "passed", **base.outcomes}  # together, unless it broke so there too
+    # A run that broke (together, or in a file) did not on `against` unless it broke so
+    # there too, where `against` ran that file's tests.
+    ran = {f"::{test.split('::', 1)[0]}" for test in base.outcomes if not test.startswith("::")}
+    ran |= {module for test in ran for module in _enclosing(test)}
+    before = {TOGETHER: "passed", **dict.fromkeys(ran, "passed"), **base.outcomes}
     patched.tests = [
         _judged(note, before.get(note.test), against) for note in [*patched.read.values(), *gone]
     ]
@@ -493,6 +498,13 @@ def compare_with_base(
     listed = f"; {others} other tests did not pass (listed with reasons)" if others else ""
     patched.note = f"{against}: {base.counts}; {len(regressions)} regressions{listed}"
     return patched
+
+
+def _enclosing(module: str) -> list[str]:
+    """`::a.b.C`'s enclosing names, `::a.b` and `::a` (a test's class name holds its module
+    and its classes, joined by dots alike)."""
+    parts = module.removeprefix("::").split(".")
+    return [f"::{'.'.join(parts[:end])}" for end in range(1, len(parts))]
 
 
 def _judged(note: TestNote, before: Optional[str], against: Optional[str]) -> TestNote:

@@ -38,14 +38,22 @@ def _say(*fields):
 
 
 def junit_name(nodeid):
-    """The test's name in junit XML, as pytest's junitxml makes it (mangle_test_address)."""
+    """The test's name in junit XML, as pytest's junitxml makes it (mangle_test_address,
+    then bin_xml_escape); no line break in it but as `#xA`, so a log line holds it."""
     path, bracket, params = nodeid.partition("[")
     names = path.split("::")
     names[0] = names[0].replace("/", ".")
     if names[0].endswith(".py"):
         names[0] = names[0][: -len(".py")]
     names[-1] += bracket + params
-    return ".".join(names[:-1]) + "::" + names[-1]
+    name = _xml_escaped(".".join(names[:-1])) + "::" + _xml_escaped(names[-1])
+    return name.replace("\n", "#xA").replace("\r", "#xD")
+
+
+try:
+    from _pytest.junitxml import bin_xml_escape as _xml_escaped
+except ImportError:  # another pytest's layout: names as they are
+    _xml_escaped = str
 
 
 def pytest_collection_finish(session):
