@@ -292,7 +292,7 @@ def test_the_next_steps_for_patches_left_off_run_as_printed(
     monkeypatch.delenv("DSA_FORKKIT_SERIES", raising=False)
     monkeypatch.chdir(report["worktree"])
     checked = rebaser(*refresh[1:], "--check")  # 4: the series would change (0001, 0004)
-    assert checked.code == ExitCode.VERIFY_FAILED and "updated" in checked.out, checked.err
+    assert checked.code == ExitCode.VERIFY_FAILED and "to update" in checked.out, checked.err
     retried = rebaser(*retry[1:])
     assert retried.code == ExitCode.NOT_APPLIED and "stopped at 0002" in retried.out, retried.err
 

@@ -132,7 +132,7 @@ def test_refresh_carries_overlay_files_whose_names_git_quotes(rebaser, tmp_path,
     git(worktree, "commit", "-q", "--all", "-m", "overlay: changed on the branch")
     check = rebaser("refresh", "--series", series, "--repo", worktree, "--check")
     assert check.code == ExitCode.VERIFY_FAILED, check.out + check.err
-    assert check.out.count("updated   overlay/pkg/") == len(names), check.out
+    assert check.out.count("to update overlay/pkg/") == len(names), check.out
     result = rebaser("refresh", "--series", series, "--repo", worktree)
     assert result.code == ExitCode.OK, result.out + result.err
     assert {name: (overlay / "pkg" / name).read_text() for name in names} == {
