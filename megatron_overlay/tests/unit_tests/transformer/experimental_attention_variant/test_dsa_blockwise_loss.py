@@ -219,6 +219,7 @@ loss = dsa_blockwise.indexer_loss(
 )
 found = torch.autograd.grad(loss, [inputs[name] for name in ("q", "weights", "k")])
 torch.save({"loss": loss.detach(), "grads": found}, f"{data}.{rank}")
+torch.distributed.barrier()  # neither closes its connections while the other still reads
 torch.distributed.destroy_process_group()
 """
 
@@ -234,8 +235,7 @@ def test_tensor_parallel_ranks_cut_the_same_blocks(sparse, tmp_path):
     single row made different collectives (gloo: a size mismatch; NCCL: a hang, or targets
     of different rows summed). The ranks now agree on the smaller; the loss and gradients
     are a single process's with every head."""
-    import subprocess
-    import sys
+    import warnings
     from pathlib import Path
 
     chosen = chosen_indices()
@@ -248,7 +248,27 @@ def test_tensor_parallel_ranks_cut_the_same_blocks(sparse, tmp_path):
     torch.save({**given, "coeff": COEFF, "sparse": sparse}, data)
     root = Path(dsa_blockwise.__file__).resolve().parents[4]  # the tree megatron is in
     env = {**__import__("os").environ, "PYTHONPATH": str(root)}
-    init = f"file://{tmp_path / 'rendezvous'}"
+    # Two tries: on a loaded CI machine a gloo pair failed about once in 20 runs (a rank
+    # exited non-zero, its error cut from the report); what is tested is what the ranks
+    # compute, so a second failure, or wrong numbers, still fail.
+    if first := _ranks_failing(env, data, tmp_path / "first"):
+        warnings.warn(f"the TP ranks failed once, and ran again:\n{first}")
+        second = _ranks_failing(env, data, tmp_path / "second")
+        assert not second, f"{second}\n(the first try:)\n{first}"
+    for number in range(2):
+        found = torch.load(f"{data}.{number}")
+        for ours, theirs in zip((found["loss"], *found["grads"]), expected):
+            torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-7)
+
+
+def _ranks_failing(env, data, folder) -> str:
+    """Run the two TP ranks (TP_RANK) on `data`, rendezvous in `folder`: "" when both end
+    well, else each failing rank's exit status, its last line (its error) and its output."""
+    import subprocess
+    import sys
+
+    folder.mkdir()
+    init = f"file://{folder / 'rendezvous'}"
     ranks = [
         subprocess.Popen(
             [sys.executable, "-c", TP_RANK, str(rank), init, str(budget), str(data)],
@@ -264,11 +284,12 @@ def test_tensor_parallel_ranks_cut_the_same_blocks(sparse, tmp_path):
     finally:
         for rank in ranks:
             rank.kill()
+    failures = []
     for number, rank in enumerate(ranks):
-        assert rank.returncode == 0, f"rank {number}:\n{said[number][-3000:]}"
-        found = torch.load(f"{data}.{number}")
-        for ours, theirs in zip((found["loss"], *found["grads"]), expected):
-            torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-7)
+        if rank.returncode != 0:
+            last = (said[number].strip().splitlines() or ["no output"])[-1]
+            failures.append(f"rank {number} exited {rank.returncode}: {last}\n{said[number][-3000:]}")
+    return "\n".join(failures)
 
 
 def test_shared_key_head_matches_the_expanded_key():
