@@ -88,6 +88,8 @@ class Replay:
         self._refs = _refs(base_sha, patches)
         self._cache: Optional[dict[str, str]] = None if remember else {}
         self._skipped: set[int] = set()  # patches that did not apply on their recorded base
+        # The index's commits descend from one built around a gap: off the series' chain.
+        self._off_chain = False
 
     def prefetch(self) -> None:
         """Start commits() in a thread: it needs only the repository, so it runs while the
@@ -156,6 +158,7 @@ class Replay:
         parent = self._index_commit
         if gap:  # a commit with the recorded base's tree: the merge base of the cherry-pick
             parent = self._commit(parent, f"recorded base of {patch.name}\n", patch)
+            self._off_chain = True
         self._applied = position
         if not self._apply([patch]):
             self._skipped.add(position)
@@ -166,8 +169,8 @@ class Replay:
         self._index_commit = commit
         # Its ref names the patch's commit on the chain of the earlier ones, as a later
         # Replay reads it (the chain below it, a range-diff's old side): not one built on
-        # a commit holding a gap's patches.
-        if self.remember and not gap:
+        # a commit holding a gap's patches, nor on one descending from such a commit.
+        if self.remember and not self._off_chain:
             self.repo.run("update-ref", self._refs[position], commit)
         self._cached()[self._refs[position]] = commit
         return commit
@@ -214,9 +217,9 @@ class Replay:
 
 def _refs(base_sha: str, patches: list[Patch]) -> list[str]:
     """Each patch's commit's ref, keyed by the base and the bytes of the patches up to it.
-    The key's "2:" leaves behind the refs of earlier versions, some of which named a
-    commit built around a gap (see commit_of)."""
-    key = hashlib.sha1(b"2:" + base_sha.encode())
+    The key's "3:" leaves behind the refs of earlier versions, some of which named a
+    commit built around a gap or on one (see commit_of)."""
+    key = hashlib.sha1(b"3:" + base_sha.encode())
     names = []
     for patch in patches:
         key.update(patch.raw)
