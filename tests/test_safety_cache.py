@@ -147,3 +147,36 @@ def test_the_yank_record_is_never_written_through_a_link_nor_read_from_a_fifo(tm
     record.unlink()
     os.mkfifo(record)  # a FIFO where the record goes: read as nothing, never waited on
     assert cache.yanked("9.9.1") == "wrong version"
+
+
+def test_a_pinned_release_named_again_as_a_revision_is_accepted(rebaser, tmp_path, fake_pypi):
+    """A review: `--upstream pypi:megatron-core==V --base <V's tag or commit>` names the
+    pinned release itself, and was refused as "--base says otherwise"; another revision
+    still is."""
+    pinned = f"pypi:megatron-core=={VERSION}"
+    first = rebaser("apply", "--upstream", pinned, "--test", "none", "--keep-going")
+    assert first.code != ExitCode.USAGE, first.err
+    sha = pypi_cache("megatron-core").cached(VERSION).sha
+    for base in (f"pypi/megatron-core/{VERSION}", sha):
+        again = rebaser(
+            "apply",
+            "--upstream",
+            pinned,
+            "--base",
+            base,
+            "--test",
+            "none",
+            "--keep-going",
+            "--force",
+        )
+        assert again.code != ExitCode.USAGE and "pins" not in again.err, (base, again.err)
+    fake_pypi.add("9.9.1")  # another release in the cache: a revision that is not V's
+    assert (
+        rebaser(
+            "apply", "--upstream", "pypi:megatron-core==9.9.1", "--keep-going", "--test", "none"
+        ).code
+        != 2
+    )
+    other = "pypi/megatron-core/9.9.1"
+    refused = rebaser("apply", "--upstream", pinned, "--base", other, "--test", "none")
+    assert refused.code == ExitCode.USAGE and f"pins {VERSION}" in refused.err, refused.err

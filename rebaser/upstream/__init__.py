@@ -102,13 +102,17 @@ def resolve_target(
                 next_step="write it as pypi:megatron-core==0.19.2 (or pypi:megatron-core for the "
                 "newest)",
             )
-        if spec.version is not None and base is not None and base != spec.version:
+        if spec.version is None or base is None or base == spec.version:
+            return resolve_pypi(spec, base)
+        # A revision may name the pinned release itself (its tag, its commit).
+        pinned = None if _VERSION_RE.match(base) else resolve_pypi(spec)
+        if pinned is None or resolve_pypi(spec, base).base_sha != pinned.base_sha:
             raise RebaserError(
                 f"--upstream {upstream} pins {spec.version}, and --base says {base}",
                 next_step=f"give one: --upstream {spec} alone, "
                 f"or --upstream pypi:{spec.package} --base {base}",
             )
-        return resolve_pypi(spec, base)
+        return pinned
     if default_upstream is None:
         raise RebaserError(
             "no upstream given and the series names no @base",
