@@ -9,6 +9,7 @@ from rebaser.steps.records import StepResult, StepRow, StepStatus, Stop, StopPha
 from rebaser.steps.step import StepContext
 from rebaser.repo import refs
 from rebaser.repo.git import commit_tree
+from rebaser.wording import counted
 
 OVERLAY_STEP = "overlay"
 
@@ -49,7 +50,9 @@ class OverlayStep:
         first = series.patches[0]  # its author and date: the same series gives the same commit
         sha = commit_tree(worktree, tree, ["HEAD"], message, author=first.person, date=first.date)
         refs.start_series(worktree, context.branch, sha, f"commit: {subject}")
-        return StepResult(StepRow(OVERLAY_STEP, StepStatus.LAID, f"{len(files)} files", files), sha)
+        return StepResult(
+            StepRow(OVERLAY_STEP, StepStatus.LAID, counted(len(files), "file"), files), sha
+        )
 
 
 def _in_tree(worktree: Git, paths: list[str]) -> list[str]:

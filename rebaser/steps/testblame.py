@@ -214,7 +214,8 @@ def _recounted(suite: SuiteResult) -> None:
     suite.failures = [f"regression: {note.test} ({note.outcome})" for note in suite.regressions]
     if not suite.regressions:
         suite.status = "passed"
-    suite.note = re.sub(r"\b\d+ regressions\b", f"{len(suite.regressions)} regressions", suite.note)
+    regressions = counted(len(suite.regressions), "regression")
+    suite.note = re.sub(r"\b\d+ regressions?\b", regressions, suite.note)
 
 
 def _bisect(

@@ -41,6 +41,7 @@ from rebaser.repo.git import Git
 from rebaser.repo.processes import run_own_group
 from rebaser.series.patches import Series
 from rebaser.steps import pytestlog
+from rebaser.wording import counted
 
 # The plugin goes to the test interpreter as a copy of its (self-contained) file, in a folder
 # of its own at the end of PYTHONPATH: that interpreter may not be able to import rebaser
@@ -444,7 +445,9 @@ def _status(suite: SuiteResult, failing: bool) -> str:
 def not_run(name: str, paths: Sequence[str], reason: str) -> SuiteResult:
     """Test files that were not run (GPU files without --test gpu), each listed."""
     notes = [TestNote(path, "not run", reason, NEEDS_GPU, gpu_only=True) for path in paths]
-    return SuiteResult(name, "not run", note=f"{len(paths)} files not run: {reason}", tests=notes)
+    return SuiteResult(
+        name, "not run", note=f"{counted(len(paths), 'file')} not run: {reason}", tests=notes
+    )
 
 
 def compare_with_base(
@@ -496,7 +499,7 @@ def compare_with_base(
     patched.status = _status(patched, bool(regressions))
     others = len(patched.tests) - len(regressions)
     listed = f"; {others} other tests did not pass (listed with reasons)" if others else ""
-    patched.note = f"{against}: {base.counts}; {len(regressions)} regressions{listed}"
+    patched.note = f"{against}: {base.counts}; {counted(len(regressions), 'regression')}{listed}"
     return patched
 
 
