@@ -378,3 +378,14 @@ def test_a_crashed_test_is_named_as_junit_names_it(tmp_path):
         del os.environ["BREAK"]
     suite = compare_with_base(patched, base)
     assert suite.failures == ["regression: tests.test_p::test_p[e#x7Ff] (error)"], suite.failures
+
+
+def test_a_collection_failure_says_why(rebaser, tmp_path, upstream):
+    """A review: two test files of one basename in folders without __init__.py fail to
+    collect with pytest's "import file mismatch", which has no `E` line: the reason read
+    only "collection failure"."""
+    files = {f"tests/{folder}/test_x.py": "def test_a():\n    pass\n" for folder in "ab"}
+    result, suite = overlay_files(rebaser, tmp_path, upstream, files)
+    reasons = [note["reason"] for note in suite["tests"]]
+    assert any("import file mismatch" in reason for reason in reasons), reasons
+    assert result.code == ExitCode.TESTS_FAILED, result.out

@@ -580,8 +580,10 @@ def _reason(case: ElementTree.Element) -> tuple[str, str]:
             text = element.text or ""
             message = element.get("message") or text
             lines = [line for line in text.splitlines() if line.startswith((">", "E "))]
-            if message == "collection failure" and lines:  # what failed: its last E line
-                message = f"{message}: {lines[-1].removeprefix('E ')}"
+            if message == "collection failure":  # what failed: its last E line, else its first
+                said = [line for line in text.splitlines() if line.strip()]
+                what = lines[-1].removeprefix("E ") if lines else (said or [""])[0]
+                message = f"{message}: {what.strip()}" if what.strip() else message
             first = message.strip().splitlines()[0] if message.strip() else ""
             raised = [line for line in lines if line[:1] == ">"][-1:]
             starts = [
