@@ -327,7 +327,7 @@ def _run_once(
         return _broken(result, "pytest exited 1, and no test failed", log, tail)
     if not ran and result.read and all(note.gpu_only for note in result.read.values()):
         result.status = "not run"  # each test skipped for want of a GPU, and listed so
-    elif completed.returncode == 5 or not ran:
+    elif code == 5 or not ran:
         result.status, result.note = "failed", "no tests ran"
     return result, None
 
@@ -537,25 +537,19 @@ def _read_junit(junit: Path, name: str, seconds: float, gpu: bool) -> SuiteResul
             continue  # the run's exit status tells
         test = f"{case.get('classname', '')}::{case.get('name', '')}"
         outcome = _outcome(case)
-        if test in result.outcomes:  # pytest's second entry for a test: its teardown's error
-            if result.outcomes[test] != "passed":
-                continue  # the test's own failure decides, counted once
-            result.passed -= 1
+        # pytest's second entry for a test is its teardown's error: the test's own failure
+        # decides, where it failed; the counts come from the outcomes, so it counts once.
+        if result.outcomes.get(test, "passed") != "passed":
+            continue
         result.outcomes[test] = outcome
         if outcome == "passed":
-            result.passed += 1
             continue
         reason, raised = _reason(case)
         needs_gpu = not gpu and bool(_GPU_RE.search(raised))
         result.read[test] = TestNote(test, outcome, reason, gpu_only=needs_gpu)
-        if outcome == "skipped":
-            result.skipped += 1
-            continue
-        if outcome == "failed":
-            result.failed += 1
-        else:
-            result.errors += 1
-        result.failures.append(f"{outcome}: {test}" + (f": {reason}" if reason else ""))
+        if outcome != "skipped":
+            result.failures.append(f"{outcome}: {test}" + (f": {reason}" if reason else ""))
+    _recount(result)
     if result.failed or result.errors:
         result.status = "failed"
     return result
