@@ -20,6 +20,7 @@ from test_apply_synthetic import (
     two_patch_series,
 )
 
+from rebaser.commands.rangediff import PairRow, _paired_by_name
 from rebaser.errors import ExitCode
 
 
@@ -407,3 +408,30 @@ def test_a_patch_rewritten_at_its_stop_is_one_changed_row(rebaser, tmp_path, ups
     text = markdown.read_text()
     assert "| 0002-change-2.patch | 0002-change-2.patch | changed |" in text, text
     assert "removed" not in text.split("<details>")[0] and "1 unchanged, 1 changed." in text
+
+
+def test_the_patch_table_pairs_each_patch_with_its_own_name():
+    """On the real fork (radixark miles-main onto NVIDIA dev, refresh after `apply
+    --keep-going`), git range-diff paired the branch's 0016 with the old 0024 (alike diffs)
+    and left the old 0016 "removed": a patch file of the same name is the same patch
+    (its Forkkit-Patch trailer), paired with itself first; git's pairing stands for the
+    rest, a renamed patch included."""
+    rows = [
+        PairRow("0016-a.patch", None, "removed"),
+        PairRow("0024-b.patch", "0016-a.patch", "changed"),
+        PairRow("0014-c.patch", "0014-c.patch", "unchanged"),
+        PairRow("0029-d.patch", None, "removed"),
+        PairRow(None, "0029-d.patch", "added"),
+        PairRow("0003-old-name.patch", "0003-new-name.patch", "changed"),
+        PairRow("0005-e.patch", "0031-f.patch", "changed"),
+        PairRow(None, "0005-e.patch", "added"),
+    ]
+    assert _paired_by_name(rows) == [
+        PairRow("0016-a.patch", "0016-a.patch", "changed"),
+        PairRow("0024-b.patch", None, "removed"),
+        PairRow("0014-c.patch", "0014-c.patch", "unchanged"),
+        PairRow("0029-d.patch", "0029-d.patch", "changed"),
+        PairRow("0003-old-name.patch", "0003-new-name.patch", "changed"),
+        PairRow(None, "0031-f.patch", "added"),
+        PairRow("0005-e.patch", "0005-e.patch", "changed"),
+    ]

@@ -76,16 +76,23 @@ def range_diff(git: Git, old: Series, new: list[tuple[str, str]], start: str) ->
 
 
 def _paired_by_name(rows: list[PairRow]) -> list[PairRow]:
-    """git pairs commits by how alike their diffs are: a patch resolved at its stop into
-    another change reads removed, then added. A patch file of the same name on both sides
-    is the same patch: one row, changed, where the new series has it."""
-    removed = {row.old for row in rows if row.new is None}
-    again = removed & {row.new for row in rows if row.old is None}
-    return [
-        PairRow(row.new, row.new, "changed") if row.old is None and row.new in again else row
-        for row in rows
-        if not (row.new is None and row.old in again)
-    ]
+    """git pairs commits by how alike their diffs are, so a patch reworked at its stop can
+    read removed, then added, or be paired with another patch. A patch file of the same
+    name on both sides is the same patch (its Forkkit-Patch trailer): paired with itself
+    first, where the new series has it; git's pairing stands for the rest (a renamed patch)."""
+    both = {row.old for row in rows} & {row.new for row in rows} - {None}
+    paired = []
+    for row in rows:
+        if row.new in both:
+            same = row.old == row.new and row.status == "unchanged"
+            paired.append(PairRow(row.new, row.new, "unchanged" if same else "changed"))
+        elif row.new is not None and row.old in both:
+            paired.append(PairRow(None, row.new, "added"))
+        elif row.old not in both:
+            paired.append(row)
+        if row.new in both and row.old not in both | {None}:  # git paired it with another
+            paired.append(PairRow(row.old, None, "removed"))
+    return paired
 
 
 def to_markdown(diff: RangeDiff, title: str) -> str:
