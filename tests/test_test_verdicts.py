@@ -389,3 +389,22 @@ def test_a_collection_failure_says_why(rebaser, tmp_path, upstream):
     reasons = [note["reason"] for note in suite["tests"]]
     assert any("import file mismatch" in reason for reason in reasons), reasons
     assert result.code == ExitCode.TESTS_FAILED, result.out
+
+
+def test_an_expected_failure_says_it_was_expected(tmp_path):
+    """A review: junit writes an xfail as a skip whose message is the xfail's reason, so the
+    report read "skipped: known bug 12", as if the test had not run."""
+    test = (
+        "import pytest\n\n\n@pytest.mark.xfail(reason='known bug 12')\ndef test_marked():\n"
+        "    assert False\n\n\ndef test_called():\n    pytest.xfail('flaky upstream')\n\n\n"
+        "def test_skipped():\n    pytest.skip('not here')\n\n\ndef test_passes():\n    pass\n"
+    )
+    tree = tree_of(tmp_path / "tree", {"tests/test_x.py": test})
+    result = run_pytest(tree, ["tests/test_x.py"], "x")
+    reasons = {test.rpartition("::")[2]: note.reason for test, note in result.read.items()}
+    assert reasons == {
+        "test_marked": "expected to fail: known bug 12",
+        "test_called": "expected to fail: flaky upstream",
+        "test_skipped": "not here",
+    }, reasons
+    assert result.status == "passed" and (result.passed, result.skipped) == (1, 3), result

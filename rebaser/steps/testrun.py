@@ -573,6 +573,8 @@ def _reason(case: ElementTree.Element) -> tuple[str, str]:
         if element is not None:
             text = element.text or ""
             message = element.get("message") or text
+            if element.get("type") == "pytest.xfail":  # junit writes an xfail as a skip
+                message = f"expected to fail: {message}"
             lines = [line for line in text.splitlines() if line.startswith((">", "E "))]
             if message == "collection failure":  # what failed: its last E line, else its first
                 said = [line for line in text.splitlines() if line.strip()]
