@@ -230,3 +230,28 @@ def test_a_folder_renamed_upstream_takes_the_edits_and_the_added_files(
     assert "* 2" in (tree / "pkg/extensions/gamma.py").read_text()
     statuses = {step["name"][:4]: step["status"] for step in carried.report["steps"][1:]}
     assert statuses["0002"] == "cherry-pick", "the added file followed the folder's rename"
+
+
+def test_a_patch_made_on_another_base_is_cherry_picked_from_its_blobs(rebaser, tmp_path, upstream):
+    """`refresh` keeps a patch the branch left off as it was, made on the old base, and moves
+    the series' @base: its diff no longer applies there, so it had no commit and took a
+    per-file `git apply --3way`, which left both sides' new functions in conflict. A commit
+    made from the blobs it names is cherry-picked, then merged by syntax, as any patch is."""
+    triple = edit(
+        CALC, "def div(a, b):\n", "def triple(a):\n    return 3 * a\n\n\ndef div(a, b):\n"
+    )
+    square = edit(
+        CALC, "def div(a, b):\n", "def square(a):\n    return a * a\n\n\ndef div(a, b):\n"
+    )
+    series = build_series(
+        tmp_path / "proj", upstream, "v1", [Change("fork: triple", {"pkg/calc.py": triple})]
+    )
+    v2 = upstream.commit({"pkg/calc.py": square}, "upstream: square", tag="v2")
+    series.write_text(series.read_text().replace("@name demo\n", f"@name demo\n@base git:{v2}\n"))
+    report = tmp_path / "r.json"
+    result = apply(rebaser, series, upstream, "v2", "--json", str(report))
+    assert result.code == ExitCode.OK, result.out + result.err
+    data = json.loads(report.read_text())
+    assert [step["status"] for step in data["steps"]] == ["laid", "structured merge"], data["steps"]
+    merged = (Path(data["worktree"]) / "pkg/calc.py").read_text()
+    assert "def triple(a):" in merged and "def square(a):" in merged and "<<<<<<<" not in merged

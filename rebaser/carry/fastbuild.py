@@ -12,6 +12,9 @@ no index, no `commit-tree` per patch. Two checks keep that honest:
 
 Where either fails the commits stop before that patch, and Replay builds the rest with
 `git apply` as before. The commits are the same objects Replay's commit_tree would make.
+
+A patch made on another base (`refresh` keeps one the branch left off as it was) gets a
+commit from its blobs alone (from_blobs), as `git am -3` merges with them.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from rebaser.series.export import EXPORT_CONFIG, DIFF_FLAGS
-from rebaser.repo.git import FORKKIT_IDENTITY, Git
+from rebaser.repo.git import FORKKIT_IDENTITY, Git, commit_tree
 from rebaser.series.patches import Patch
-from rebaser.carry.rawdiff import FileDiff, diff_section, parse_diff
+from rebaser.carry.rawdiff import ABSENT, FileDiff, diff_section, parse_diff
 
 Tree = dict[str, tuple[str, str]]  # path -> (mode, blob id)
 
@@ -71,7 +74,7 @@ def _edits(repo: Git, base_sha: str, patches: list[Patch]) -> list[_Edit]:
             break
         edits.append(_Edit(patch, identity, files, modes))
     wanted = {diff.new_blob for edit in edits for diff in edit.files if not diff.deleted}
-    present = _blobs_present(repo, wanted)
+    present = blobs_present(repo, wanted)
     for position, edit in enumerate(edits):
         if any(not diff.deleted and diff.new_blob not in present for diff in edit.files):
             return edits[:position]
@@ -100,7 +103,47 @@ def _follow(tree: Tree, files: list[FileDiff]) -> Optional[dict[str, str]]:
     return modes
 
 
-def _blobs_present(repo: Git, shas: set[str]) -> set[str]:
+def from_blobs(repo: Git, base_sha: str, patch: Patch, index: dict[str, str]) -> Optional[str]:
+    """A commit whose diff is the patch's, for a patch whose preimages the base does not
+    hold: its parent is the base's tree with the preimage blobs the patch names over it,
+    so a cherry-pick merges each file with its preimage as the merge base. None where the
+    repository lacks a blob it names or its diff comes out otherwise (a mode change, a
+    stale `index` line). `index`: the environment naming a private index file."""
+    files = parse_diff(patch.raw)
+    named = {blob for diff in files or [] for blob in (diff.old_blob, diff.new_blob)} - {ABSENT}
+    if not files or blobs_present(repo, named) != named:
+        return None
+    if not repo.run("read-tree", base_sha, env=index, check=False).ok:
+        return None
+    trees = []
+    for before in (True, False):
+        entries = _index_info(files, before)
+        if not repo.run(
+            "update-index", "-z", "--index-info", stdin=entries, env=index, check=False
+        ).ok:
+            return None  # e.g. a file where the base has a folder
+        trees.append(repo.out("write-tree", env=index))
+    person, date = patch.person, patch.date
+    message = f"recorded base of {patch.name}\n"
+    parent = commit_tree(repo, trees[0], [base_sha], message, author=person, date=date)
+    commit = commit_tree(repo, trees[1], [parent], patch.message, author=person, date=date)
+    return commit if _matching_diffs(repo, [commit], [patch]) == 1 else None
+
+
+def _index_info(files: list[FileDiff], before: bool) -> bytes:
+    """The patch's files before or after it, as `update-index -z --index-info` sets them
+    (mode 0 removes one)."""
+    entries = []
+    for diff in files:
+        blob = diff.old_blob if before else diff.new_blob
+        if blob == ABSENT:
+            entries.append(f"0 {'0' * 40}\t{diff.path}\0")
+        else:
+            entries.append(f"{diff.new_mode or '100644'} {blob}\t{diff.path}\0")
+    return "".join(entries).encode()
+
+
+def blobs_present(repo: Git, shas: set[str]) -> set[str]:
     if not shas:
         return set()
     query = "".join(f"{sha}\n" for sha in sorted(shas)).encode()

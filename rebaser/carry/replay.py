@@ -22,7 +22,7 @@ from rebaser.errors import RebaserError
 from rebaser.repo import refs, tempdirs
 from rebaser.repo.git import Git, commit_tree
 from rebaser.series.patches import Patch, Series
-from rebaser.carry.fastbuild import build_commits
+from rebaser.carry.fastbuild import build_commits, from_blobs
 from rebaser.upstream import pypi_cache
 
 
@@ -90,6 +90,7 @@ class Replay:
         self._skipped: set[int] = set()  # patches that did not apply on their recorded base
         # The index's commits descend from one built around a gap: off the series' chain.
         self._off_chain = False
+        self._from_blobs: dict[int, Optional[str]] = {}  # pick_commit's, by position
 
     def prefetch(self) -> None:
         """Start commits() in a thread: it needs only the repository, so it runs while the
@@ -174,6 +175,20 @@ class Replay:
             self.repo.run("update-ref", self._refs[position], commit)
         self._cached()[self._refs[position]] = commit
         return commit
+
+    def pick_commit(self, patch: Patch) -> Optional[str]:
+        """The commit a cherry-pick of the patch merges: its own (commit_of), else, for a
+        patch that does not apply on its recorded base, one made from the blobs its diff
+        names (fastbuild.from_blobs: ort and the structured merge then merge it, where a
+        per-file `git apply --3way` did); None when the repository lacks them."""
+        own = self.commit_of(patch)
+        position = self.patches.index(patch)
+        if own is not None or position not in self._skipped:
+            return own
+        if position not in self._from_blobs:
+            side = {"GIT_INDEX_FILE": self._index["GIT_INDEX_FILE"] + "-blobs"}
+            self._from_blobs[position] = from_blobs(self.repo, self.base_sha, patch, side)
+        return self._from_blobs[position]
 
     @property
     def did_not_apply(self) -> list[str]:

@@ -239,18 +239,18 @@ def _export(series: Series, git: Git, branch: str) -> tuple[Refreshed, Writes]:
 
 def _left_on_the_old_base(series: Series, kept: dict[str, str], base: Optional[str]) -> str:
     """The patches left off the branch stay as they were, made on the old `@base`: once it
-    moves, their diffs no longer apply on it, and an apply can neither cherry-pick them nor
-    tell what upstream did to them."""
+    moves, their diffs no longer apply on it. An apply still merges them with the blobs
+    they name, where the repository has them, but cannot tell what upstream did to them."""
     listed = [patch.name for patch in series.patches if patch.name in kept]
     if not base or not listed:
         return ""
     numbers = ", ".join(number_of(name) for name in listed)
     return (
         f"warning: {numbers} (left off the branch) stay as they were, made on the old @base; "
-        f"on {base} an apply can neither cherry-pick them nor tell what upstream did to them "
-        f"(their proposal: review). To keep that, bring each onto the branch first (`rebaser "
-        f"retry {number_of(listed[0])}` in its worktree, resolve, `rebaser continue`), then "
-        "refresh"
+        f"on {base} an apply merges them with the blobs they name but cannot tell what "
+        "upstream did to them (their proposal: review). To have them judged, bring each onto "
+        f"the branch first (`rebaser retry {number_of(listed[0])}` in its worktree, resolve, "
+        "`rebaser continue`), then refresh"
     )
 
 

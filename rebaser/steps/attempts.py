@@ -61,7 +61,7 @@ def apply_patch(worktree: Git, patch: Patch, context: SeriesContext) -> PatchOut
     commit = None
     applied = _apply_exactly(worktree, patch)
     if applied is None:
-        commit = context.replay.commit_of(patch) if context.replay else None
+        commit = context.replay.pick_commit(patch) if context.replay else None
         applied = _merged(worktree, patch, commit, lambda: context.structured(patch))
     if applied is None or not applied.applied:
         notes = applied.detail if applied is not None else ""
