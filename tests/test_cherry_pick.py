@@ -255,3 +255,26 @@ def test_a_patch_made_on_another_base_is_cherry_picked_from_its_blobs(rebaser, t
     assert [step["status"] for step in data["steps"]] == ["laid", "structured merge"], data["steps"]
     merged = (Path(data["worktree"]) / "pkg/calc.py").read_text()
     assert "def triple(a):" in merged and "def square(a):" in merged and "<<<<<<<" not in merged
+
+
+def test_merge_drivers_the_tree_names_are_used_as_git_rebase_uses_them(rebaser, tmp_path, upstream):
+    """A review: the lane's scratch repository writes no file, so git found no
+    .gitattributes there and merged a `merge=union` file as text (the patch dropped) and a
+    `merge=binary` one line by line (carried, where git rebase stops)."""
+    attributes = {
+        ".gitattributes": "CHANGES merge=union\n",
+        "data/.gitattributes": "* merge=binary\n",
+    }
+    lines = "".join(f"{n}\n" for n in range(1, 7))
+    upstream.commit({**attributes, "CHANGES": lines, "data/table": lines}, "base", tag="base")
+    changes = [
+        Change("fork: a change noted", {"CHANGES": lines + "fork\n"}),
+        Change("fork: a table row", {"data/table": lines.replace("2\n", "two\n")}),
+    ]
+    series = fork_series(upstream, tmp_path / "proj", "base", changes)
+    upstream.commit(
+        {"CHANGES": lines + "up\n", "data/table": lines.replace("5\n", "five\n")}, "up", tag="tip"
+    )
+    carried = carry_beside_git_rebase(rebaser, tmp_path, upstream, series, "base")
+    assert sorted(carried.rebased) == ["fork: a change noted"], carried.rebased
+    assert list(carried.statuses.values())[1:] == ["cherry-pick", "dropped"], carried.statuses

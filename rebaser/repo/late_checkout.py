@@ -23,12 +23,14 @@ _PATTERNS = Path("info") / "sparse-checkout"
 _SPARSE = ("-c", "core.sparseCheckout=true", "-c", "core.sparseCheckoutCone=false")
 _NONE = "# rebaser: files not written yet (see rebaser/repo/late_checkout.py)\n!/*\n"
 _ALL = "/*\n"
+_ATTRIBUTES = ".gitattributes\n"
 
 
-def begin(worktree: Git, git_dir: Path) -> None:
-    """Fill the index of a worktree made with `--no-checkout` from HEAD, writing no file."""
+def begin(worktree: Git, git_dir: Path, attributes: bool = False) -> None:
+    """Fill the index of a worktree made with `--no-checkout` from HEAD, writing no file
+    but, with `attributes`, the `.gitattributes` files (merges read their drivers there)."""
     (git_dir / _PATTERNS).parent.mkdir(exist_ok=True)
-    (git_dir / _PATTERNS).write_text(_NONE)
+    (git_dir / _PATTERNS).write_text(_NONE + (_ATTRIBUTES if attributes else ""))
     worktree.run(*_SPARSE, "read-tree", "-m", "-u", "HEAD")
 
 

@@ -86,7 +86,8 @@ def _made(root: Path, real_git_dir: Path, head: str) -> Git:
         config.write(f"[include]\n\tpath = {_quoted(common / 'config')}\n")
         config.write(_OWN_CONFIG.format(root=_quoted(root)))
     (git_dir / "HEAD").write_text(f"{head}\n")
-    late_checkout.begin(scratch, git_dir)  # the index; no file written
+    # The index; no file written but the .gitattributes, as ort reads merge drivers there.
+    late_checkout.begin(scratch, git_dir, attributes=True)
     return scratch
 
 
