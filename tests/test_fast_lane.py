@@ -95,11 +95,11 @@ def test_the_fast_lane_makes_the_per_patch_paths_branch_and_report(rebaser, tmp_
     ]
 
 
-def test_a_lane_is_cut_where_git_apply_and_ort_make_different_files(rebaser, tmp_path, upstream):
+def test_where_git_apply_and_ort_make_different_files_ort_wins(rebaser, tmp_path, upstream):
     """Upstream adds two lines above a run of identical blocks: git apply finds the patch's
-    context one line up (a block too early), ort puts the change in its own block. The
-    per-patch path applies exactly first, so the lane stops before that patch, the per-patch
-    path applies it, and a lane carries the rest."""
+    context one line up (a block too early), ort puts the change in its own block, as git
+    rebase does. Both paths keep ort's file (the lane was cut there, and the per-patch path
+    kept git apply's, reported `offset`: a review found the edit in the wrong copy)."""
     blocks = "x\ny\nz\n" * 6
     upstream.commit({"pkg/blocks.txt": blocks}, "blocks", tag="base")
     git(upstream.path, "checkout", "-q", "-b", "fork")
@@ -121,9 +121,11 @@ def test_a_lane_is_cut_where_git_apply_and_ort_make_different_files(rebaser, tmp
         data = json.loads(report.read_text())
         reports[lane] = (git(upstream.path, "rev-parse", data["branch"]), data["steps"])
     assert reports[True] == reports[False]
-    assert [step["status"] for step in reports[True][1]] == ["laid", "offset", "clean"]
+    steps = reports[True][1]
+    assert [step["status"] for step in steps] == ["laid", "cherry-pick", "clean"], steps
+    assert "git apply would have placed a hunk elsewhere" in steps[1]["detail"], steps[1]
     lines = (Path(data["worktree"]) / "pkg/blocks.txt").read_text().splitlines()
-    assert lines.index("Y") == 9  # where git apply puts it (ort: line 13)
+    assert lines.index("Y") == 12  # in its own block, as git rebase puts it (git apply: 9)
     assert git(Path(data["worktree"]), "status", "--porcelain") == ""
 
 

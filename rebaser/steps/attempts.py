@@ -58,10 +58,11 @@ def apply_patch(worktree: Git, patch: Patch, context: SeriesContext) -> PatchOut
     a patch that fails all of them is left with conflict markers.
     """
     superseded = superseded_in(files_under(worktree.path), patch, worktree)
-    commit = None
+    commit = context.replay.pick_commit(patch) if context.replay else None
     applied = _apply_exactly(worktree, patch)
+    if applied is not None and commit:
+        applied = _as_ort_merges(worktree, patch, commit, applied)
     if applied is None:
-        commit = context.replay.pick_commit(patch) if context.replay else None
         applied = _merged(worktree, patch, commit, lambda: context.structured(patch))
     if applied is None or not applied.applied:
         notes = applied.detail if applied is not None else ""
@@ -70,6 +71,24 @@ def apply_patch(worktree: Git, patch: Patch, context: SeriesContext) -> PatchOut
         return in_upstream(patch, context, applied.detail)
     applied.superseded = superseded
     return applied
+
+
+def _as_ort_merges(worktree: Git, patch: Patch, commit: str, exact: PatchOutcome) -> PatchOutcome:
+    """The exact apply's result where ort's cherry-pick of the patch's commit makes the
+    same tree, else ort's (git rebase's: an apply at an offset can land a hunk in another
+    copy of its context, or recreate a folder upstream renamed). Where ort conflicts, the
+    exact apply's, as git apply would leave it."""
+    applied_tree = worktree.out("write-tree")
+    worktree.discard_changes()
+    if worktree.run(*_CHERRY_PICK, commit, check=False).ok:
+        if worktree.out("write-tree") == applied_tree:
+            return exact
+        landed = worktree.out("diff", "--cached", "--name-only", "HEAD", "--").split()
+        moved = sorted(set(landed) - set(patch.touched_paths))
+        if landed:
+            return PatchOutcome(StepStatus.CHERRY_PICK, cherry_picked(moved, not moved))
+    worktree.discard_changes()
+    return _apply_exactly(worktree, patch) or exact
 
 
 def _merged(

@@ -12,8 +12,8 @@ upstream checks, keep-going), and the lane resumes after it.
 Statuses come from two git calls afterwards. A patch is `clean` where the tree held its
 preimage blobs, `offset` where `git apply` would have placed its hunks elsewhere
 (rawdiff.apply_exactly, git's own search) and ort made the same file, else `cherry-pick`.
-Where the exact apply would have made a different file than ort, the lane is cut before
-that patch and the per-patch path applies it as it always has.
+Where the exact apply would have made a different file than ort, ort's is kept
+(`cherry-pick`: git rebase's result), as the per-patch path does.
 
 git's sequencer runs in a scratch repository in memory (scratch.py): neither the apply's
 worktree nor its branch moves until the lane's commits are known; then one checkout moves
@@ -303,23 +303,27 @@ def _order(
 
 def _row(
     patch: Patch, files: list[FileDiff], changed: dict[str, _Change], before: Texts, lane: Git
-) -> Optional[StepRow]:
-    """The patch's row, as the per-patch path would write it; None when that path would
-    have made a different tree (an exact apply that ort does differently)."""
+) -> StepRow:
+    """The patch's row, as the per-patch path writes it: where an exact apply makes ort's
+    files, `clean` or `offset`, else `cherry-pick` (attempts._as_ort_merges)."""
     applied = [apply_exactly(before[diff.path], diff) for diff in files]
     offsets = [note for result in applied if result is not None for note in result[1]]
     moved = sorted(set(changed) - set(patch.touched_paths))
-    if all(result is not None for result in applied) and not moved:
-        if set(changed) != set(patch.touched_paths) or any(
-            changed[diff.path].after != (ABSENT if diff.deleted else _blob_id(result[0]))
+    exact = all(result is not None for result in applied) and not moved
+    if (
+        exact
+        and set(changed) == set(patch.touched_paths)
+        and all(
+            changed[diff.path].after == (ABSENT if diff.deleted else _blob_id(result[0]))
             for diff, result in zip(files, applied)
             if result is not None
-        ):
-            return None  # git apply would have made another file than ort: cut the lane
+        )
+    ):
         status = StepStatus.OFFSET if offsets else StepStatus.CLEAN
         detail = "; ".join(offsets)
-    else:  # git apply fails, or ort followed upstream's renames (git rebase's result)
-        status, detail = StepStatus.CHERRY_PICK, cherry_picked(moved)
+    else:  # git apply fails or makes another file, or ort followed upstream's renames: git
+        # rebase's result, ort's
+        status, detail = StepStatus.CHERRY_PICK, cherry_picked(moved, exact)
     superseded = superseded_in(lambda path: decoded(before.get(path)), patch, lane)
     return patch_row(patch, status, detail, superseded)
 

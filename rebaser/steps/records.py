@@ -112,10 +112,12 @@ class StepResult:
     stop: Optional[Stop] = None
 
 
-def cherry_picked(renamed: Sequence[str] = ()) -> str:
-    """The detail of a patch that git's ort merged (per patch or in a fast lane)."""
+def cherry_picked(renamed: Sequence[str] = (), elsewhere: bool = False) -> str:
+    """The detail of a patch that git's ort merged (per patch or in a fast lane);
+    `elsewhere`: git apply would have applied it, making another file."""
     where = f"; followed upstream's renames to {', '.join(renamed)}" if renamed else ""
-    return f"context drifted; merged by git's ort cherry-pick{where}"
+    other = "; git apply would have placed a hunk elsewhere" if elsewhere else ""
+    return f"context drifted; merged by git's ort cherry-pick{where}{other}"
 
 
 def patch_row(patch: Patch, status: StepStatus, detail: str, superseded: Sequence[str]) -> StepRow:
