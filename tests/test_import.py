@@ -140,3 +140,23 @@ def test_import_in_one_export_equals_the_per_commit_export(rebaser, tmp_path, fo
     for patch, sha in zip(names, nonempty):
         assert patch.path.read_text(encoding="utf-8") == export_patch(Git(fork.path), sha)
     assert "Forkkit-Patch" not in (target / names[3].name).read_text()
+
+
+def test_a_file_with_carriage_returns_inside_its_lines_is_carried(rebaser, tmp_path, upstream):
+    """A review: a lone CR inside a line (a progress bar's output, old Mac line ends) made
+    import refuse the commit ("cannot parse the diff"): the patch was read with Python's
+    newline translation, which split such lines. git rebase carries it."""
+    upstream.commit({"pkg/log.txt": "1\n2\nbar\r50%\rdone\n3\n"}, "a log", tag="base")
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+    (upstream.path / "pkg/log.txt").write_bytes(b"1\n2\nbar\r75%\rdone\n3\n")
+    git(upstream.path, "commit", "-qam", "fork: the log at 75%")
+    git(upstream.path, "checkout", "-q", "main")
+    upstream.commit({"pkg/other.py": "Y = 2\n"}, "upstream moves on", tag="tip")
+    arguments = ["--repo", upstream.path, "--range", "base..fork", "--series-dir"]
+    imported = rebaser("import", *arguments, tmp_path / "s", "--name", "f")
+    assert imported.code == ExitCode.OK, imported.out + imported.err
+    report = tmp_path / "r.json"
+    applied = apply(rebaser, tmp_path / "s" / "series", upstream, "tip", "--json", report)
+    assert applied.code == ExitCode.OK, applied.out + applied.err
+    tree = Path(json.loads(report.read_text())["worktree"])
+    assert (tree / "pkg/log.txt").read_bytes() == b"1\n2\nbar\r75%\rdone\n3\n"

@@ -11,9 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-import unidiff
-
-from rebaser.series.patches import Patch
+from rebaser.series.patches import Patch, parsed_diff
 
 _WORD_RE = re.compile(r"\w+")
 
@@ -37,7 +35,7 @@ def file_lines(patch: Patch) -> dict[str, FileLines]:
 @functools.lru_cache(maxsize=256)  # asked again for every later patch that fails
 def _file_lines(raw: bytes) -> dict[str, FileLines]:
     result = {}
-    for patched in unidiff.PatchSet(raw.decode("utf-8")):
+    for patched in parsed_diff(raw.decode("utf-8")):
         if patched.is_removed_file:
             continue
         lines = [line for hunk in patched for line in hunk if meaningful(line.value)]

@@ -19,6 +19,7 @@ import unidiff
 
 from rebaser.carry.rawdiff import decoded, parse_diff, rejected_hunks
 from rebaser.repo.git import Git
+from rebaser.series.patches import parsed_diff
 
 Reader = Callable[[str], Optional[str]]  # a file's text, None when there is no such file
 
@@ -117,7 +118,7 @@ def diagnose(patch_text: str, tree: Path) -> list[HunkReport]:
 def diagnose_with(patch_text: str, read: Reader) -> list[HunkReport]:
     """Check every hunk of a patch against the files `read` gives."""
     reports = []
-    for patched in unidiff.PatchSet(patch_text):
+    for patched in parsed_diff(patch_text):
         path = patched.source_file[2:] if patched.source_file.startswith("a/") else patched.path
         if patched.is_added_file:
             continue

@@ -31,6 +31,7 @@ import email.errors
 import email.header
 import email.parser
 import email.utils
+import io
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -163,14 +164,15 @@ class Patch:
     @classmethod
     def load(cls, path: Path, entry: Optional[str] = None) -> "Patch":
         where = str(path)
-        try:
-            text = path.read_text(encoding="utf-8")
+        try:  # lines end at "\n" only: a diff's lines may hold a "\r" of their file's
+            exact = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError as exc:
             raise RebaserError(
                 f"the patch is not UTF-8 (byte {exc.start}: {exc.reason})",
                 where=where,
                 next_step="re-export it as UTF-8 (`rebaser refresh` writes UTF-8)",
             ) from exc
+        text = exact.replace("\r\n", "\n").replace("\r", "\n")  # the message: as read_text
         header, _, rest = text.partition("\n\n")
         diff_at = rest.find("diff --git ")
         if not header.startswith("From ") or diff_at < 0:
@@ -190,7 +192,7 @@ class Patch:
             body = _message_of(body)
         body = body.strip("\n")
         try:
-            patch_set = unidiff.PatchSet(text)
+            patch_set = parsed_diff(exact)
         except unidiff.UnidiffParseError as exc:
             raise RebaserError(f"cannot parse the diff: {exc}", where=where) from exc
         files = [
@@ -221,6 +223,12 @@ class Patch:
             ],
             entry=entry or path.name,
         )
+
+
+def parsed_diff(text: str) -> unidiff.PatchSet:
+    """unidiff's reading of a patch, its lines ending at "\n" only (unidiff splits a string
+    at every line end Python knows, "\r" included, which a file's own lines may hold)."""
+    return unidiff.PatchSet(io.StringIO(text, newline="\n"))
 
 
 @dataclass

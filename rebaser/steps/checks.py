@@ -10,11 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-import unidiff
 
 from rebaser.codemods import AnchorNotFound, Codemods
 from rebaser.repo.git import Git
-from rebaser.series.patches import Series, SymbolSpec
+from rebaser.series.patches import Series, SymbolSpec, parsed_diff
 from rebaser.wording import counted
 
 _MARKER_RE = re.compile(r"^(<{7}|>{7}) |^={7}$|^\|{7} ")
@@ -135,7 +134,7 @@ def _patches_own(series: Series) -> Callable[[str, Optional[str]], bool]:
     blank_at_end: set[str] = set()
     for patch in series.patches:
         # The loader's paths (git's quoting undone), in unidiff's order of the same diff.
-        diffs = unidiff.PatchSet(patch.raw.decode("utf-8", errors="replace"))
+        diffs = parsed_diff(patch.raw.decode("utf-8", errors="replace"))
         for change, diff in zip(patch.files, diffs):
             lines = [line for hunk in diff for line in hunk]
             added.update(
