@@ -7,6 +7,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from synthetic import AUTHOR, CALC, SyntheticUpstream, edit, git
 from test_apply_synthetic import (
     CONFLICT_FIXED,
@@ -17,6 +19,7 @@ from test_apply_synthetic import (
 )
 
 from rebaser.carry import resolutions
+from rebaser.series import confinement
 from rebaser.errors import ExitCode
 from rebaser.series.export import export_patch
 from rebaser.repo.git import Git
@@ -205,3 +208,45 @@ def test_each_conflict_gets_the_text_that_took_its_place_in_a_long_file():
         before = max(b.b + b.size for b in blocks if b.a + b.size <= conflict.start)
         after = min(b.b for b in blocks if b.a >= conflict.end)
         assert text == "".join(resolved[before:after])
+
+
+@pytest.mark.parametrize("written", [0, 1])
+def test_a_record_interrupted_while_written_is_no_record(upstream, monkeypatch, written):
+    """A review: a kill while `continue` wrote a record left its preimage alone (every later
+    command refused the series) or an empty postimage, which the next apply replayed: the
+    conflict's lines deleted, "applied, verified". A record now appears whole or not at
+    all; what a kill leaves is hidden, never read, and replaced by the next record."""
+    series = load_series(conflicting_history(upstream))
+    patch = series.patches[0]
+    first = stop_at(upstream, "v2", "first")
+    resolutions.snapshot(first, first.unmerged_paths())
+    (first.path / "pkg/calc.py").write_text(RESOLVED)
+    first.run("add", "pkg/calc.py")
+    first.commit(patch.message, author=AUTHOR, date="1700000000 +0000")
+    real = confinement.write_record
+    calls = []
+
+    def killed(series_dir, parts, text):
+        calls.append(parts[-1])
+        if len(calls) > written:
+            real(series_dir, parts, "")  # the file made, its text not written yet
+            raise KeyboardInterrupt
+        real(series_dir, parts, text)
+
+    monkeypatch.setattr(confinement, "write_record", killed)
+    with pytest.raises(KeyboardInterrupt):
+        resolutions.record(first, patch, series)
+    monkeypatch.setattr(confinement, "write_record", real)
+    confinement.check_records(series.patches_dir, [patch.name])  # nothing refused
+    second = stop_at(upstream, "v3", "second")
+    assert not resolutions.replay(second, patch, series)
+    (again,) = resolutions.record(first, patch, series)  # `continue` again: recorded whole
+    resolutions.snapshot(second, second.unmerged_paths())
+    (second.path / "pkg/calc.py").write_text(edit(RESOLVED, "return -a", "return 0 - a"))
+    second.run("add", "pkg/calc.py")
+    second.commit(patch.message, author=AUTHOR, date="1700000000 +0000")
+    (recorded,) = resolutions.record(second, patch, series)  # replaces the record
+    assert recorded == again
+    folder = series.patches_dir / "resolutions" / patch.name / recorded
+    assert (folder / "postimage").read_text() == "    return 2 * b * a\n"
+    assert sorted(entry.name for entry in folder.parent.iterdir()) == [recorded]

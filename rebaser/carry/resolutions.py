@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 from rebaser.carry import linematch
 from rebaser.repo.git import Git
-from rebaser.series.confinement import RECORDS, read_record, record_parts, write_record
+from rebaser.series.confinement import RECORDS, read_record, record_parts, write_record_folder
 from rebaser.series.patches import Patch, Series
 
 FOLDER = RECORDS
@@ -141,10 +141,8 @@ def record(worktree: Git, patch: Patch, series: Series) -> list[str]:
         marked_lines = marked.splitlines(keepends=True)
         resolved_lines = shown.stdout.splitlines(keepends=True)
         for conflict, text in _resolutions(marked_lines, resolved_lines):
-            for name, content in (("preimage", conflict.preimage), ("postimage", text)):
-                write_record(
-                    series.patches_dir, record_parts(patch.name, conflict.id, name), content
-                )
+            texts = {"preimage": conflict.preimage, "postimage": text}
+            write_record_folder(series.patches_dir, patch.name, conflict.id, texts)
             recorded.append(conflict.id)
     source.unlink()
     return recorded

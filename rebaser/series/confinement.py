@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shutil
 import stat
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Sequence
@@ -220,6 +221,44 @@ def write_record(series_dir: Path, parts: Sequence[str], text: str) -> None:
             out.write(text.encode("utf-8"))
     finally:
         os.close(folder)
+
+
+def write_record_folder(series_dir: Path, patch: str, conflict: str, texts: dict[str, str]) -> None:
+    """A conflict's record written whole or not at all: its files go to a hidden folder
+    beside it, which then takes the record's name (the one it replaces, if any, set aside
+    first). A kill leaves the old record or none, and hidden folders, which check_records
+    and replay never read and the next record of the conflict replaces."""
+    staged, old = f".staged-{conflict}", f".replaced-{conflict}"
+    folder_path = series_dir / RECORDS / patch
+    for way in (series_dir / RECORDS, folder_path):  # no link on the way to what goes
+        if os.path.lexists(way):
+            _plain_folder(series_dir, way)
+    for leftover in (staged, old):
+        _remove_hidden(folder_path / leftover)
+    for name, text in texts.items():
+        write_record(series_dir, (RECORDS, patch, staged, name), text)
+    folder = os.open(series_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for depth in (1, 2):
+            folder = _step(series_dir, series_dir.joinpath(*(RECORDS, patch)[:depth]), folder)
+        try:
+            os.rename(staged, conflict, src_dir_fd=folder, dst_dir_fd=folder)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EISDIR, errno.ENOTDIR):
+                raise _confined_error(series_dir, folder_path / conflict, exc) from None
+            os.rename(conflict, old, src_dir_fd=folder, dst_dir_fd=folder)
+            os.rename(staged, conflict, src_dir_fd=folder, dst_dir_fd=folder)
+    finally:
+        os.close(folder)
+    _remove_hidden(folder_path / old)
+
+
+def _remove_hidden(path: Path) -> None:
+    """A hidden folder (or anything else) a record's write left, never through a link."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
 
 
 def _read_confined(series_dir: Path, parts: Sequence[str], path: Path) -> bytes:
