@@ -211,3 +211,20 @@ def test_ctrl_c_while_applying_can_be_continued(rebaser, tmp_path, upstream):
     # The half-applied patch is applied again from scratch, not "merged 3-way".
     statuses = [step["status"] for step in json.loads(report.read_text())["steps"]]
     assert statuses == ["laid", "clean", "clean"]
+
+
+def test_ctrl_c_as_a_finished_apply_ends_keeps_its_report(rebaser, tmp_path, upstream):
+    """A review: the state went before the report was written, so a Ctrl-C there lost the
+    JSON report (an hour of tests with --test cpu) and advised a `continue` that had nothing
+    to go on. The report is written first: the Ctrl-C leaves it, and a `continue` that
+    verifies again and ends the apply."""
+    series = two_patch_series(tmp_path, upstream, overlay=OVERLAY)
+    report = tmp_path / "r.json"
+    point = FaultPoint("rebaser.sequencer.state:ApplyState.clear", "before", 1)
+    args = apply_args(series, upstream, "--test", "none", "--json", str(report))
+    interrupted = run_with_fault(point, args, how="interrupt")
+    assert interrupted.returncode == ExitCode.INTERRUPTED, interrupted.stdout + interrupted.stderr
+    assert json.loads(report.read_text())["exit_code"] == ExitCode.OK
+    done = rebaser("continue", "--repo", upstream.path)
+    assert done.code == ExitCode.OK, done.out + done.err
+    assert "no apply" in rebaser("status", "--repo", upstream.path).out

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
-from rebaser.commands.output import Output, write_json
+from rebaser.commands.output import Output, write_json, write_text
 from rebaser.config import series_file
 from rebaser.errors import ExitCode
 from rebaser.sequencer import machine
@@ -102,6 +102,6 @@ def _shown(report: Report, out: Output, asked: Optional[Path]) -> ExitCode:
     `continue`) and where this command is asked to, then print it."""
     targets = {Path(target).resolve() for target in (report.json_target, asked) if target}
     for target in targets:
-        write_json(target, report.to_json())
+        write_text(target, report.json_text())
     out.report(report)
     return ExitCode(report.exit_code)

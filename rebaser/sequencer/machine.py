@@ -579,8 +579,7 @@ class _Run:
             state.save()
             return self._finish(state.steps, checks, [], ExitCode.VERIFY_FAILED)
         if missing:  # a partial series: its tests say nothing about the series
-            state.clear()
-            return self._finish(state.steps, checks, [], ExitCode.NOT_APPLIED)
+            return self._ended(self._finish(state.steps, checks, [], ExitCode.NOT_APPLIED))
         suites: list[SuiteResult] = []
         if state.test != "none":
             self._starting("tests")
@@ -594,11 +593,22 @@ class _Run:
                 progress=self.progress,
                 fork=self._fork_tests,
             )
-        state.clear()
         failed = any(suite.status == "failed" for suite in suites)
-        return self._finish(
-            state.steps, checks, suites, ExitCode.TESTS_FAILED if failed else ExitCode.OK
-        )
+        code = ExitCode.TESTS_FAILED if failed else ExitCode.OK
+        return self._ended(self._finish(state.steps, checks, suites, code))
+
+    def _ended(self, report: Report) -> Report:
+        """The report of an apply that has ended, written where the apply was asked to
+        (`--json`) before its state goes: a Ctrl-C until then leaves a `continue` (which
+        verifies again), never an ended branch without its report. The command writes it
+        again with its notices, and says so where it cannot (a failure here is left to it)."""
+        if report.json_target:
+            with contextlib.suppress(OSError):
+                target = Path(report.json_target)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(report.json_text(), encoding="utf-8")
+        self.state.clear()
+        return report
 
     def _proposed(self, rows: list[StepRow]) -> list[StepRow]:
         """The rows with keep/drop proposals (sequencer/proposals.py); a retry's branch

@@ -4,6 +4,7 @@ in progress. The commands print it (commands/output.py) and write it as JSON."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -44,6 +45,10 @@ class Report:
         if self.stop:
             titled.append((f"stopped at {code}{self.stop.patch}{code}", self.stop))
         return titled
+
+    def json_text(self) -> str:
+        """The JSON report as every file of it is written: indented, one trailing newline."""
+        return json.dumps(self.to_json(), indent=2) + "\n"
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -143,6 +148,10 @@ class StatusView:
     stopped: Optional[Stop]
     running: Optional[str]  # the step under way when it was interrupted (or is running)
     notes: list[str]  # the truth about the worktree, and what can be done next
+
+    def json_text(self) -> str:
+        """The JSON report as every file of it is written: indented, one trailing newline."""
+        return json.dumps(self.to_json(), indent=2) + "\n"
 
     def to_json(self) -> dict[str, Any]:
         return {"in_progress": True, **asdict(self)}
