@@ -77,13 +77,17 @@ def test_kill_then_status_and_continue(rebaser, tmp_path, upstream, killed_apply
     assert rebaser("status", "--repo", upstream.path).out.strip() == "no apply in progress"
 
 
+@pytest.mark.parametrize("lock_name", ["index.lock", "HEAD.lock", "the branch's lock"])
 @pytest.mark.parametrize("when", ["after a kill", "at a stop"])
-def test_gits_lock_in_the_worktree_is_named_with_how_to_go_on(rebaser, tmp_path, upstream, when):
+def test_gits_lock_in_the_worktree_is_named_with_how_to_go_on(
+    rebaser, tmp_path, upstream, when, lock_name
+):
     """kill -9 of rebaser's process group kills its git too, which can leave git's
-    index.lock in the worktree: `continue` and `skip` then failed with git's raw "File
-    exists" (exit 5) while `status` said continue redoes the step. A `git commit` waiting
-    for its editor holds the same lock without having it open, so it is never taken away:
-    `status`, `continue` and `skip` name it and say how to go on, touching nothing."""
+    index.lock in the worktree (or HEAD's lock, or the branch's: a later review):
+    `continue` and `skip` then failed with git's raw "File exists" (exit 5) while `status`
+    said continue redoes the step. A `git commit` waiting for its editor holds the same lock
+    without having it open, so it is never taken away: `status`, `continue` and `skip` name
+    it and say how to go on, touching nothing."""
     series = two_patch_series(tmp_path, upstream, overlay=OVERLAY)
     if when == "after a kill":
         point = KILL_POINTS["patch in the index, not committed"]
@@ -96,9 +100,12 @@ def test_gits_lock_in_the_worktree_is_named_with_how_to_go_on(rebaser, tmp_path,
         assert stopped.code == ExitCode.NOT_APPLIED, stopped.out + stopped.err
         verb, after = "skip", ExitCode.NOT_APPLIED  # the other patch is left off
     (admin,) = (upstream.path / ".git" / "worktrees").iterdir()
-    lock = admin / "index.lock"
-    lock.write_text("")
     worktree = (admin / "gitdir").read_text().strip().removesuffix("/.git")
+    lock = admin / lock_name
+    if lock_name == "the branch's lock":
+        branch = git(worktree, "symbolic-ref", "--short", "HEAD")
+        lock = upstream.path / ".git" / "refs" / "heads" / f"{branch}.lock"
+    lock.write_text("")
     head = git(worktree, "rev-parse", "HEAD")
     status = rebaser("status", "--repo", upstream.path)
     assert f"git's lock {lock} is there" in status.out and f"`rm {lock}`" in status.out

@@ -35,29 +35,33 @@ def worktree_of(state: ApplyState) -> Git:
         )
     workspace.check_is_worktree(path, Path(state.repo))
     git = Git(path)
-    _leave_interrupted(git)
+    _leave_interrupted(git, state.branch)
     workspace.check_on_branch(git, state.branch)
     return git
 
 
-def _leave_interrupted(worktree: Git) -> None:
+def _leave_interrupted(worktree: Git, branch: str) -> None:
     """Back on the branch with every file written, whatever a kill left half done."""
     git_dir = workspace.worktree_git_dir(worktree.path)
-    if (locked := _locked(git_dir)) is not None:
+    if (locked := _locked(git_dir, branch)) is not None:
         said, next_step = locked
         raise RebaserError(said, next_step=next_step, code=ExitCode.ENVIRONMENT)
     fastlane.leave_interrupted(git_dir)
     late_checkout.finish(worktree, git_dir)
 
 
-def _locked(git_dir: Path) -> Optional[tuple[str, str]]:
-    """git's lock on the worktree's index, if there (what to say, what to do next): a git
-    command of the user's runs there (a commit waiting for its editor holds it without
-    having it open), or a git was killed with its rebaser (kill -9 of the process group).
-    Which cannot be told safely, so rebaser touches nothing and says how to go on, where
-    git's own error named neither."""
-    lock = git_dir / "index.lock"
-    if not lock.exists():
+def _locked(git_dir: Path, branch: str) -> Optional[tuple[str, str]]:
+    """git's lock on the worktree's index, its HEAD or the branch, if there (what to say,
+    what to do next): a git command of the user's runs there (a commit waiting for its
+    editor holds them without having them open), or a git was killed with its rebaser
+    (kill -9 of the process group). Which cannot be told safely, so rebaser touches nothing
+    and says how to go on, where git's own error named neither."""
+    named = git_dir / "commondir"  # a linked worktree's; the main one's git dir is common
+    common = (git_dir / named.read_text().strip()).resolve() if named.is_file() else git_dir
+    locks = [git_dir / "index.lock", git_dir / "HEAD.lock"]
+    locks.append(common / "refs" / "heads" / f"{branch}.lock")
+    lock = next((lock for lock in locks if lock.exists()), None)
+    if lock is None:
         return None
     return (
         f"git's lock {lock} is there: a git command is running in the worktree (a commit "
@@ -84,7 +88,7 @@ def describe(state: ApplyState) -> list[str]:
         lines.append(f"the worktree is on {current or 'a detached HEAD'}, not on {state.branch}")
         lines.append(f"next: `git switch {state.branch}` there before continuing or aborting")
         return lines
-    if (locked := _locked(workspace.worktree_git_dir(Path(state.worktree)))) is not None:
+    if locked := _locked(workspace.worktree_git_dir(Path(state.worktree)), state.branch):
         said, next_step = locked
         return [*lines, said, f"next: {next_step}"]
     if state.stopped:
@@ -164,7 +168,7 @@ def drop(repo: Git, branch: str, worktree: Path) -> str:
     if worktree.is_dir():
         workspace.check_is_worktree(worktree, repo.path)
         git = Git(worktree)
-        _leave_interrupted(git)
+        _leave_interrupted(git, branch)
         workspace.check_on_branch(git, branch)
         saved = workspace.save_uncommitted(
             git, "forkkit: work in progress saved by rebaser abort\n"
