@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 from faults import (
@@ -235,3 +236,28 @@ def test_ctrl_c_as_a_finished_apply_ends_keeps_its_report(rebaser, tmp_path, ups
     done = rebaser("continue", "--repo", upstream.path)
     assert done.code == ExitCode.OK, done.out + done.err
     assert "no apply" in rebaser("status", "--repo", upstream.path).out
+
+
+def test_a_skip_killed_as_it_sets_the_work_aside_says_where_it_is(rebaser, tmp_path, upstream):
+    """A review: a `skip` killed after it set the stop's work aside (the worktree reset to
+    the stop) left `status` saying "fix it there" over a clean worktree, and the backup ref
+    named nowhere. status names the ref, and `skip` again ends the skip, naming it too."""
+    series = two_patch_series(tmp_path, upstream, overlay=OVERLAY)
+    upstream.commit({"pkg/calc.py": edit(CALC, "a + b", "b + a")}, "v2", tag="v2")
+    stopped = apply(rebaser, series, upstream, "v2", "--test", "none")
+    assert stopped.code == ExitCode.NOT_APPLIED, stopped.out + stopped.err
+    (admin,) = (upstream.path / ".git" / "worktrees").iterdir()
+    worktree = (admin / "gitdir").read_text().strip().removesuffix("/.git")
+    (Path(worktree) / "notes.txt").write_text("my notes\n")
+    point = FaultPoint("rebaser.repo.git:Git.discard_changes", "after", 1)
+    died = run_with_fault(point, ["skip", "--repo", str(upstream.path)])
+    assert died.returncode == 137, died.stdout + died.stderr
+    assert not (Path(worktree) / "notes.txt").exists()
+    (kept,) = git(
+        upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups"
+    ).split()
+    status = rebaser("status", "--repo", upstream.path)
+    assert "skip" in status.out and kept in status.out, status.out
+    again = rebaser("skip", "--repo", upstream.path)
+    assert again.code == ExitCode.NOT_APPLIED, again.out + again.err
+    assert kept in again.out, again.out

@@ -5,7 +5,7 @@ is set aside goes to a backup ref first."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from rebaser.carry import resolutions
 from rebaser.errors import RebaserError
@@ -119,9 +119,11 @@ class SetAside:
         )
 
 
-def set_aside(worktree: Git, branch: str, patch: Patch, stopped_at: str) -> Optional[SetAside]:
-    """Back the branch up to where it stopped; anything done since goes to a backup ref
-    (None when nothing was done)."""
+def set_aside(
+    worktree: Git, branch: str, patch: Patch, stopped_at: str, noted: Callable[[str], None]
+) -> Optional[SetAside]:
+    """Back the branch up to where it stopped; anything done since goes to a backup ref,
+    `noted` before anything is reset (None when nothing was done)."""
     head = worktree.out("rev-parse", "HEAD")
     entries = worktree.status_entries()
     if not entries and head == stopped_at:
@@ -130,6 +132,7 @@ def set_aside(worktree: Git, branch: str, patch: Patch, stopped_at: str) -> Opti
     kept = recovery.snapshot(worktree, message) if entries else head
     backup = refs.backup(branch, f"skipped-{patch.number}")
     worktree.run("update-ref", backup, kept)
+    noted(backup)
     worktree.discard_changes(stopped_at)  # untracked files are in the backup
     # What the patch does not touch is the user's: untracked or staged new files (not the
     # stop's .rej files), changed files, and files changed in commits made since the stop.

@@ -286,17 +286,24 @@ def skip(repo_hint: Optional[Path], progress: Progress, plan: Plan = standard_pl
                 next_step="`rebaser continue` after fixing it, or `rebaser abort`",
             )
         worktree = recovery.worktree_of(state)  # refuses a branch the user switched to
-        kept = fix.set_aside(worktree, state.branch, step.patch, state.stopped_head)
-        detail = "skipped by `rebaser skip`" + (f"; {kept.describe()}" if kept else "")
+
+        def noted(ref: str) -> None:  # a kill from here on leaves the ref named (status)
+            state.set_aside = ref
+            state.save()
+
+        earlier = state.set_aside  # a skip killed after it set the work aside
+        kept = fix.set_aside(worktree, state.branch, step.patch, state.stopped_head, noted)
+        said = kept.describe() if kept else earlier and f"the work on it is kept at {earlier}"
+        detail = "skipped by `rebaser skip`" + (f"; {said}" if said else "")
         row = StepRow(
             step.name, StepStatus.SKIPPED, detail, step.patch.touched_paths, stop=state.stopped
         )
-        state.stopped = None
+        state.stopped, state.set_aside = None, None
         run = _Run(state, series, steps, progress, "skip")
         run.record(StepResult(row, state.stopped_head))
         report = run.drive()
-        if kept and (kept.changed or kept.new):
-            report.notices.append(f"skip: {kept.describe()}")
+        if kept and (kept.changed or kept.new) or not kept and earlier:
+            report.notices.append(f"skip: {said}")
         return report
 
 

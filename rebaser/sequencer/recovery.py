@@ -91,7 +91,16 @@ def describe(state: ApplyState) -> list[str]:
     if locked := _locked(workspace.worktree_git_dir(Path(state.worktree)), state.branch):
         said, next_step = locked
         return [*lines, said, f"next: {next_step}"]
-    if state.stopped:
+    if state.stopped and state.set_aside:
+        lines.append(
+            f"a `rebaser skip` was interrupted: the work on {state.stopped.patch} is kept at "
+            f"{state.set_aside}, the worktree is back at the stop"
+        )
+        lines.append(
+            "next: `rebaser skip` ends it; or bring that work back (`git checkout "
+            f"{state.set_aside} -- .`), then `rebaser continue`"
+        )
+    elif state.stopped:
         lines.append(
             "next: fix it there, `git add`, then `rebaser continue` (or `rebaser skip`, "
             "`rebaser abort`)"

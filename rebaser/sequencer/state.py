@@ -60,6 +60,7 @@ class ApplyState:
     fast_lane: bool = True  # carry runs of patches in one git rebase (apply --no-fast-lane)
     triage: bool = True  # keep/drop proposals on the report's rows (sequencer/proposals.py)
     retry_step: Optional[int] = None  # `rebaser retry`: the one step to run, then verification
+    set_aside: Optional[str] = None  # a `skip`'s backup of the stop's work, until it ends
 
     @property
     def repo_git(self) -> Git:
