@@ -55,6 +55,16 @@ def stop_at(upstream, tag: str, name: str) -> Git:
     return Git(tree)
 
 
+def resolved(worktree: Git, patch, text: str) -> Git:
+    """The stop in `worktree` snapshotted, then fixed with `text` and committed, as a user
+    does before `continue` records it."""
+    resolutions.snapshot(worktree, worktree.unmerged_paths())
+    (worktree.path / "pkg/calc.py").write_text(text)
+    worktree.run("add", "pkg/calc.py")
+    worktree.commit(patch.message, author=AUTHOR, date="1700000000 +0000")
+    return worktree
+
+
 def plain_git(cwd: Path, *args: str) -> bool:
     """git as the user runs it (rebaser's runner turns rerere off): whether it succeeded."""
     command = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
@@ -66,11 +76,7 @@ def test_record_then_replay_on_another_base_matches_git_rerere(tmp_path, upstrea
     patch = series.patches[0]
 
     # Ours: stop on v2, snapshot, resolve + commit, record; then replay on v3.
-    first = stop_at(upstream, "v2", "first")
-    resolutions.snapshot(first, first.unmerged_paths())
-    (first.path / "pkg/calc.py").write_text(RESOLVED)
-    first.run("add", "pkg/calc.py")
-    first.commit(patch.message, author=AUTHOR, date="1700000000 +0000")
+    first = resolved(stop_at(upstream, "v2", "first"), patch, RESOLVED)
     ids = resolutions.record(first, patch, series)
     folder = series.patches_dir / "resolutions" / patch.name / ids[0]
     assert len(ids) == 1 and (folder / "postimage").read_text() == "    return 2 * b * a\n"
@@ -218,11 +224,7 @@ def test_a_record_interrupted_while_written_is_no_record(upstream, monkeypatch, 
     all; what a kill leaves is hidden, never read, and replaced by the next record."""
     series = load_series(conflicting_history(upstream))
     patch = series.patches[0]
-    first = stop_at(upstream, "v2", "first")
-    resolutions.snapshot(first, first.unmerged_paths())
-    (first.path / "pkg/calc.py").write_text(RESOLVED)
-    first.run("add", "pkg/calc.py")
-    first.commit(patch.message, author=AUTHOR, date="1700000000 +0000")
+    first = resolved(stop_at(upstream, "v2", "first"), patch, RESOLVED)
     real = confinement.write_record
     calls = []
 
@@ -241,10 +243,7 @@ def test_a_record_interrupted_while_written_is_no_record(upstream, monkeypatch, 
     second = stop_at(upstream, "v3", "second")
     assert not resolutions.replay(second, patch, series)
     (again,) = resolutions.record(first, patch, series)  # `continue` again: recorded whole
-    resolutions.snapshot(second, second.unmerged_paths())
-    (second.path / "pkg/calc.py").write_text(edit(RESOLVED, "return -a", "return 0 - a"))
-    second.run("add", "pkg/calc.py")
-    second.commit(patch.message, author=AUTHOR, date="1700000000 +0000")
+    resolved(second, patch, edit(RESOLVED, "return -a", "return 0 - a"))
     (recorded,) = resolutions.record(second, patch, series)  # replaces the record
     assert recorded == again
     folder = series.patches_dir / "resolutions" / patch.name / recorded
