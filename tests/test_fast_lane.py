@@ -95,19 +95,20 @@ def test_the_fast_lane_makes_the_per_patch_paths_branch_and_report(rebaser, tmp_
     ]
 
 
-def test_where_git_apply_and_ort_make_different_files_ort_wins(rebaser, tmp_path, upstream):
-    """Upstream adds two lines above a run of identical blocks: git apply finds the patch's
-    context one line up (a block too early), ort puts the change in its own block, as git
-    rebase does. Both paths keep ort's file (the lane was cut there, and the per-patch path
-    kept git apply's, reported `offset`: a review found the edit in the wrong copy)."""
-    blocks = "x\ny\nz\n" * 6
-    upstream.commit({"pkg/blocks.txt": blocks}, "blocks", tag="base")
+BLOCKS = "x\ny\nz\n" * 6
+FOURTH_CHANGED = "x\ny\nz\n" * 3 + "x\nY\nz\n" + "x\ny\nz\n" * 2
+
+
+def blocks_carried(rebaser, tmp_path, upstream, tip_blocks: str) -> tuple[list[dict], Path]:
+    """A fork that changes the fourth of six identical blocks (and then calc.py), carried
+    onto a tip whose blocks file is `tip_blocks`, with and without the fast lane: the
+    steps (the same both ways) and the worktree."""
+    upstream.commit({"pkg/blocks.txt": BLOCKS}, "blocks", tag="base")
     git(upstream.path, "checkout", "-q", "-b", "fork")
-    fourth_changed = "x\ny\nz\n" * 3 + "x\nY\nz\n" + "x\ny\nz\n" * 2
-    upstream.commit({"pkg/blocks.txt": fourth_changed}, "Y in the fourth block")
+    upstream.commit({"pkg/blocks.txt": FOURTH_CHANGED}, "Y in the fourth block")
     upstream.commit({"pkg/calc.py": edit(CALC, "a + b", "b + a")}, "calc: commute add")
     git(upstream.path, "checkout", "-q", "main")
-    upstream.commit({"pkg/blocks.txt": "q\nq\n" + blocks}, "two lines on top", tag="tip")
+    upstream.commit({"pkg/blocks.txt": tip_blocks}, "upstream's blocks", tag="tip")
     arguments = ["--repo", str(upstream.path), "--range", "base..fork", "--series-dir"]
     from rebaser.cli import main
 
@@ -121,12 +122,30 @@ def test_where_git_apply_and_ort_make_different_files_ort_wins(rebaser, tmp_path
         data = json.loads(report.read_text())
         reports[lane] = (git(upstream.path, "rev-parse", data["branch"]), data["steps"])
     assert reports[True] == reports[False]
-    steps = reports[True][1]
+    worktree = Path(data["worktree"])
+    assert git(worktree, "status", "--porcelain") == ""
+    return reports[True][1], worktree
+
+
+def test_where_git_apply_and_ort_make_different_files_ort_wins(rebaser, tmp_path, upstream):
+    """Upstream adds two lines above a run of identical blocks: git apply finds the patch's
+    context one line up (a block too early), ort puts the change in its own block, as git
+    rebase does. Both paths keep ort's file (the lane was cut there, and the per-patch path
+    kept git apply's, reported `offset`: a review found the edit in the wrong copy)."""
+    steps, worktree = blocks_carried(rebaser, tmp_path, upstream, "q\nq\n" + BLOCKS)
     assert [step["status"] for step in steps] == ["laid", "cherry-pick", "clean"], steps
-    assert "git apply would have placed a hunk elsewhere" in steps[1]["detail"], steps[1]
-    lines = (Path(data["worktree"]) / "pkg/blocks.txt").read_text().splitlines()
+    assert "git apply's file differs from ort's" in steps[1]["detail"], steps[1]
+    lines = (worktree / "pkg/blocks.txt").read_text().splitlines()
     assert lines.index("Y") == 12  # in its own block, as git rebase puts it (git apply: 9)
-    assert git(Path(data["worktree"]), "status", "--porcelain") == ""
+
+
+def test_where_ort_finds_the_change_upstream_git_apply_is_not_kept(rebaser, tmp_path, upstream):
+    """A review: upstream made the same change and added lines above the blocks; ort's pick
+    was empty (git rebase drops the commit), and the per-patch path fell back to the exact
+    apply, which changed another block too, reported `clean`."""
+    steps, worktree = blocks_carried(rebaser, tmp_path, upstream, "q\nq\n" + FOURTH_CHANGED)
+    assert [step["status"] for step in steps] == ["laid", "in upstream", "clean"], steps
+    assert (worktree / "pkg/blocks.txt").read_text() == "q\nq\n" + FOURTH_CHANGED
 
 
 def test_the_fast_lane_reports_offsets_as_git_apply_does(rebaser, tmp_path, upstream, monkeypatch):

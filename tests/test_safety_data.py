@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from synthetic import ADD_DOC, CALC, DOUBLE_MUL, calc_series, edit, git
+from synthetic import ADD_DOC, CALC, DOUBLE_MUL, Change, build_series, calc_series, edit, git
 from test_apply_synthetic import apply, two_patch_series, worktree_of
 
 from rebaser.errors import ExitCode
@@ -168,3 +168,35 @@ def test_a_worktree_path_that_is_a_file_is_refused_and_no_branch_is_left(
         assert result.code == ExitCode.USAGE, result.err
         assert str(where) in result.err and afile.read_text() == "mine\n"
         assert git(upstream.path, "branch", "--list", "forkkit/*") == ""
+
+
+def test_a_file_a_later_patch_stops_ignoring_survives_patch_by_patch(rebaser, tmp_path, upstream):
+    """A review: patch by patch, the cherry-pick after each exact apply reset the worktree
+    with `git clean`, which deleted a file of the user's, ignored at the stop, once a
+    carried patch dropped the rule that ignored it; the apply exited 0. The file stays, and
+    the verification names it, as git rebase and the fast lane leave it."""
+    base = upstream.commit({".gitignore": "*.local\n"}, "ignore local files", tag="ignoring")
+    patched = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
+    series = build_series(
+        tmp_path / "proj",
+        upstream,
+        "ignoring",
+        [
+            Change("fork: double mul", {"pkg/calc.py": patched}),
+            Change("fork: no ignore rule", {".gitignore": ""}),
+            Change(
+                "fork: document add", {"pkg/calc.py": edit(patched, "(a, b):\n", "(a, b):  # +\n")}
+            ),
+        ],
+        extra_directives=f"@base git:{base}\n",  # the patches' own commits: cherry-picks
+    )
+    upstream.commit({"pkg/calc.py": edit(CALC, "a * b", "b * a")}, "v2", tag="v2")
+    report = tmp_path / "r.json"
+    stopped = apply(rebaser, series, upstream, "v2", "--no-fast-lane", "--json", report)
+    assert stopped.code == ExitCode.NOT_APPLIED, stopped.out + stopped.err
+    tree = worktree_of(report)
+    (tree / "pkg/calc.py").write_text(edit(CALC, "    return a * b\n", "    return 2 * b * a\n"))
+    git(tree, "add", "pkg/calc.py")
+    (tree / "notes.local").write_text("my notes\n")
+    rebaser("continue", "--repo", upstream.path)
+    assert (tree / "notes.local").read_text() == "my notes\n"

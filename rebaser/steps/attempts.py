@@ -79,16 +79,25 @@ def _as_ort_merges(worktree: Git, patch: Patch, commit: str, exact: PatchOutcome
     copy of its context, or recreate a folder upstream renamed). Where ort conflicts, the
     exact apply's, as git apply would leave it."""
     applied_tree = worktree.out("write-tree")
-    worktree.discard_changes()
+    _undo(worktree)
     if worktree.run(*_CHERRY_PICK, commit, check=False).ok:
         if worktree.out("write-tree") == applied_tree:
             return exact
-        landed = worktree.out("diff", "--cached", "--name-only", "HEAD", "--").split()
+        if not (
+            landed := worktree.changed_paths("--cached", "HEAD", "--")
+        ):  # git rebase drops it: upstream has it
+            return PatchOutcome(StepStatus.IN_UPSTREAM, EMPTY_PICK)
         moved = sorted(set(landed) - set(patch.touched_paths))
-        if landed:
-            return PatchOutcome(StepStatus.CHERRY_PICK, cherry_picked(moved, not moved))
-    worktree.discard_changes()
+        return PatchOutcome(StepStatus.CHERRY_PICK, cherry_picked(moved, not moved))
+    _undo(worktree)
     return _apply_exactly(worktree, patch) or exact
+
+
+def _undo(worktree: Git) -> None:
+    """Back to HEAD after an apply or a pick that added to the index only what it wrote: a
+    hard reset removes those files, and no `git clean` runs (an untracked file of the
+    user's, ignored at the stop, may no longer be ignored after an earlier patch)."""
+    worktree.run("reset", "--quiet", "--hard", "HEAD", "--")
 
 
 def _merged(
@@ -206,7 +215,7 @@ def _cherry_pick(
     picked, results = _pick(worktree, patch, commit, by_syntax)
     if not picked:
         return PatchOutcome(StepStatus.FAILED, structured.notes(results, applied=False))
-    landed = worktree.out("diff", "--cached", "--name-only", "HEAD", "--").split()
+    landed = worktree.changed_paths("--cached", "HEAD", "--")
     if not landed:
         return PatchOutcome(StepStatus.IN_UPSTREAM, EMPTY_PICK)
     moved = sorted(set(landed) - set(patch.touched_paths))

@@ -116,7 +116,8 @@ def cherry_picked(renamed: Sequence[str] = (), elsewhere: bool = False) -> str:
     """The detail of a patch that git's ort merged (per patch or in a fast lane);
     `elsewhere`: git apply would have applied it, making another file."""
     where = f"; followed upstream's renames to {', '.join(renamed)}" if renamed else ""
-    other = "; git apply would have placed a hunk elsewhere" if elsewhere else ""
+    other = "; git apply's file differs from ort's (ort's kept, as git rebase keeps it)"
+    other = other if elsewhere else ""
     return f"context drifted; merged by git's ort cherry-pick{where}{other}"
 
 
