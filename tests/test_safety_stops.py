@@ -10,8 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from synthetic import git
-from test_apply_synthetic import CONFLICT_FIXED
+from synthetic import CALC, Change, build_series, edit, git
+from test_apply_synthetic import CONFLICT_FIXED, apply
 from test_keep_going import apply_onto_v2, series_with_a_knock_on, statuses
 from test_retry import BRANCH, kept_going
 
@@ -226,3 +226,24 @@ def test_a_state_file_with_a_wrong_field_is_named_and_abort_ends_it(
     aborted = rebaser("abort", "--repo", upstream.path)
     assert aborted.code == ExitCode.OK, aborted.out + aborted.err
     assert not path.exists()
+
+
+def test_markers_left_in_a_file_whose_name_has_a_space_are_refused(rebaser, tmp_path, upstream):
+    """A review: `continue` listed the staged files split at whitespace, so a file named
+    `my calc.py` was looked for as `my` and `calc.py`, and the markers left in it went
+    unseen into the branch."""
+    upstream.commit({"pkg/my calc.py": CALC}, "a file with a space", tag="spaced")
+    changed = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
+    series = build_series(
+        tmp_path / "proj", upstream, "spaced", [Change("fork: double", {"pkg/my calc.py": changed})]
+    )
+    upstream.commit({"pkg/my calc.py": edit(CALC, "a * b", "b * a")}, "v2", tag="v2")
+    report = tmp_path / "r.json"
+    stopped = apply(rebaser, series, upstream, "v2", "--json", report)
+    assert stopped.code == ExitCode.NOT_APPLIED, stopped.out + stopped.err
+    tree = Path(json.loads(report.read_text())["worktree"])
+    assert "<<<<<<<" in (tree / "pkg/my calc.py").read_text()
+    git(tree, "add", "pkg/my calc.py")  # markers and all
+    refused = rebaser("continue", "--repo", upstream.path)
+    assert refused.code == ExitCode.USAGE, refused.out + refused.err
+    assert "conflict markers left in pkg/my calc.py" in refused.err, refused.err

@@ -422,8 +422,13 @@ class Git:
         self.run("clean", "--quiet", "-d", "--force")
 
     def unmerged_paths(self) -> list[str]:
-        out = self.run("diff", "--name-only", "-z", "--diff-filter=U").stdout  # names as they are
-        return sorted(set(filter(None, out.split("\0"))))
+        return sorted(set(self.changed_paths("--diff-filter=U")))
+
+    def changed_paths(self, *args: str) -> list[str]:
+        """`git diff --name-only` with `args`, each path as it is (a space, or a byte git
+        would quote, kept)."""
+        out = self.run("diff", "--name-only", "-z", *args).stdout
+        return [path for path in out.split("\0") if path]
 
     def commit(self, message: str, *, author: str, date: str, allow_empty: bool = False) -> str:
         """Commit the index (or `paths`) with a fixed committer, so shas are reproducible."""

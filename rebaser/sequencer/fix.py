@@ -32,7 +32,7 @@ def take_fix(
     files is not asked twice)."""
     _refuse_unfinished(worktree, name, status)
     _refuse_lost_commits(worktree, name, stopped_at)
-    staged = worktree.out("diff", "--cached", "--name-only").split()
+    staged = worktree.changed_paths("--cached")
     _refuse_several_commits(worktree, name, stopped_at, bool(staged))
     if staged:
         first = series.patches[0]
@@ -169,7 +169,7 @@ def _refuse_unfinished(worktree: Git, name: str, status: Optional[list[str]] = N
             next_step="apply them by hand, delete the .rej files, `git add` your changes, "
             "then `rebaser continue`",
         )
-    staged = worktree.out("diff", "--cached", "--name-only").split()
+    staged = worktree.changed_paths("--cached")
     files = [path for path in staged if (worktree.path / path).is_file()]
     markers = find_conflict_markers(worktree.path, files)
     if not markers.ok:
@@ -178,7 +178,7 @@ def _refuse_unfinished(worktree: Git, name: str, status: Optional[list[str]] = N
             where=where,
             next_step="resolve them, `git add`, then `rebaser continue`",
         )
-    if unstaged := worktree.out("diff", "--name-only").split():
+    if unstaged := worktree.changed_paths():
         raise RebaserError(
             f"{name}: unstaged changes in {', '.join(unstaged)}",
             where=where,

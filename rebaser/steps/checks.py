@@ -44,8 +44,8 @@ def verify(worktree: Git, base_sha: str, series: Series) -> list[Check]:
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forkkit-verify") as pool:
         committed = pool.submit(_committed, worktree)
         whitespace = pool.submit(_diff_check, worktree, base_sha, series)
-        changed = worktree.out("diff", "--name-only", "--no-renames", base_sha, "HEAD", "--")
-        existing = [path for path in changed.splitlines() if (worktree.path / path).is_file()]
+        changed = worktree.changed_paths("--no-renames", base_sha, "HEAD", "--")
+        existing = [path for path in changed if (worktree.path / path).is_file()]
         markers = find_conflict_markers(worktree.path, existing)
         python = [path for path in existing if path.endswith(".py")]
         compiles = _per_file("python compiles", worktree.path, python)
