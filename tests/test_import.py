@@ -160,3 +160,23 @@ def test_a_file_with_carriage_returns_inside_its_lines_is_carried(rebaser, tmp_p
     assert applied.code == ExitCode.OK, applied.out + applied.err
     tree = Path(json.loads(report.read_text())["worktree"])
     assert (tree / "pkg/log.txt").read_bytes() == b"1\n2\nbar\r75%\rdone\n3\n"
+
+
+def test_a_conflict_in_a_file_with_carriage_returns_stops_and_says_where(
+    rebaser, tmp_path, upstream
+):
+    """A later review: the stop's hunk report read the patch with newline translation, and
+    a patch git's own reader could not take (a path with a space beside it) crashed the
+    apply (exit 6) where git rebase stops at the conflict."""
+    upstream.commit({"f.txt": "a\nb\rX\nd\n", "my file.txt": "one\n"}, "base", tag="base")
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+    upstream.commit({"f.txt": "a\nc\rY\nd\n", "my file.txt": "two\n"}, "fork: both")
+    git(upstream.path, "checkout", "-q", "main")
+    upstream.commit({"f.txt": "a\nu\rZ\nd\n"}, "upstream: f", tag="tip")
+    arguments = ["--repo", upstream.path, "--range", "base..fork", "--series-dir"]
+    assert rebaser("import", *arguments, tmp_path / "s", "--name", "f").code == ExitCode.OK
+    for lane in ([], ["--no-fast-lane"]):
+        stopped = apply(rebaser, tmp_path / "s" / "series", upstream, "tip", "--force", *lane)
+        assert stopped.code == ExitCode.NOT_APPLIED, stopped.out + stopped.err
+        assert "f.txt" in stopped.out
+        assert rebaser("abort", "--repo", upstream.path).code == ExitCode.OK

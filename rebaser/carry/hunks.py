@@ -65,7 +65,8 @@ def failing_hunks(worktree: Git, patch_file: Path, conflicts: Sequence[str]) -> 
     """
     check = worktree.run("apply", "--check", "--reject", "--verbose", str(patch_file), check=False)
     rejected = {(path, int(line)) for path, line in _REJECTED_RE.findall(check.stderr)}
-    return _kept(diagnose(patch_file.read_text(), worktree.path), rejected, conflicts)
+    text = patch_file.read_bytes().decode("utf-8", errors="replace")  # its lines as written
+    return _kept(diagnose(text, worktree.path), rejected, conflicts)
 
 
 def hunks_in_texts(
