@@ -258,6 +258,34 @@ def test_a_skip_killed_as_it_sets_the_work_aside_says_where_it_is(rebaser, tmp_p
     ).split()
     status = rebaser("status", "--repo", upstream.path)
     assert "skip" in status.out and kept in status.out, status.out
+    (Path(worktree) / "scratch.txt").write_text("left\n")  # as a kill before the clean leaves
     again = rebaser("skip", "--repo", upstream.path)
     assert again.code == ExitCode.NOT_APPLIED, again.out + again.err
     assert kept in again.out, again.out
+    backups = git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups")
+    assert len(backups.split()) == 2 and kept in backups.split(), backups  # none overwritten
+    assert git(upstream.path, "show", f"{kept}:notes.txt") == "my notes"
+
+
+def test_a_continue_after_a_killed_skip_forgets_the_skip(rebaser, tmp_path, upstream):
+    """A later review: after a killed `skip`, the user took the work back as status says and
+    continued; the next stop was still described as an interrupted skip, whose advice would
+    overwrite that stop's own work."""
+    series = two_patch_series(tmp_path, upstream, overlay=OVERLAY)
+    v2 = edit(edit(CALC, "a + b", "b + a"), "a * b", "b * a")  # both patches stop
+    upstream.commit({"pkg/calc.py": v2}, "v2", tag="v2")
+    assert apply(rebaser, series, upstream, "v2", "--test", "none").code == ExitCode.NOT_APPLIED
+    (admin,) = (upstream.path / ".git" / "worktrees").iterdir()
+    worktree = Path((admin / "gitdir").read_text().strip().removesuffix("/.git"))
+    fixed = edit(v2, "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n')
+    (worktree / "pkg/calc.py").write_text(fixed)
+    git(worktree, "add", "pkg/calc.py")
+    point = FaultPoint("rebaser.repo.git:Git.discard_changes", "after", 1)
+    assert run_with_fault(point, ["skip", "--repo", str(upstream.path)]).returncode == 137
+    (kept,) = git(
+        upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups"
+    ).split()
+    git(worktree, "checkout", kept, "--", ".")
+    resumed = rebaser("continue", "--repo", upstream.path)
+    assert resumed.code == ExitCode.NOT_APPLIED, resumed.out + resumed.err  # at 0002
+    assert "interrupted" not in rebaser("status", "--repo", upstream.path).out

@@ -130,7 +130,7 @@ def set_aside(
         return None
     message = f"forkkit: work on {patch.name} set aside by rebaser skip\n"
     kept = recovery.snapshot(worktree, message) if entries else head
-    backup = refs.backup(branch, f"skipped-{patch.number}")
+    backup = _unused(worktree, refs.backup(branch, f"skipped-{patch.number}"))
     worktree.run("update-ref", backup, kept)
     noted(backup)
     worktree.discard_changes(stopped_at)  # untracked files are in the backup
@@ -148,6 +148,16 @@ def set_aside(
         seen = touched | set(new) | set(changed)
         changed += [path for path in committed.split("\0") if path and path not in seen]
     return SetAside(backup, sorted(changed), sorted(new))
+
+
+def _unused(worktree: Git, ref: str) -> str:
+    """`ref`, or `ref-2`, `ref-3`... where a ref of that name exists (made in the same
+    second: a skip killed after it set the work aside, then run again)."""
+    name, number = ref, 1
+    while worktree.run("rev-parse", "--verify", "--quiet", name, check=False).ok:
+        number += 1
+        name = f"{ref}-{number}"
+    return name
 
 
 def _refuse_unfinished(worktree: Git, name: str, status: Optional[list[str]] = None) -> None:

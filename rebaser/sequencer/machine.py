@@ -205,7 +205,7 @@ def resume(repo_hint: Optional[Path], progress: Progress, plan: Plan = standard_
             if state.stopped.phase == StopPhase.APPLY:
                 _take_fix(state, series, steps[state.next_step], worktree)
             state.head = worktree.out("rev-parse", "HEAD")  # the user's fix is on the branch
-        state.stopped = None
+        state.stopped, state.set_aside = None, None  # a skip's set-aside work: taken back
         state.save()
         return _Run(state, series, steps, progress, "continue").drive()
 
@@ -293,7 +293,8 @@ def skip(repo_hint: Optional[Path], progress: Progress, plan: Plan = standard_pl
 
         earlier = state.set_aside  # a skip killed after it set the work aside
         kept = fix.set_aside(worktree, state.branch, step.patch, state.stopped_head, noted)
-        said = kept.describe() if kept else earlier and f"the work on it is kept at {earlier}"
+        before = f"what an interrupted skip set aside is kept at {earlier}" if earlier else ""
+        said = "; ".join(filter(None, [kept.describe() if kept else "", before]))
         detail = "skipped by `rebaser skip`" + (f"; {said}" if said else "")
         row = StepRow(
             step.name, StepStatus.SKIPPED, detail, step.patch.touched_paths, stop=state.stopped
@@ -302,7 +303,7 @@ def skip(repo_hint: Optional[Path], progress: Progress, plan: Plan = standard_pl
         run = _Run(state, series, steps, progress, "skip")
         run.record(StepResult(row, state.stopped_head))
         report = run.drive()
-        if kept and (kept.changed or kept.new) or not kept and earlier:
+        if kept and (kept.changed or kept.new) or earlier:
             report.notices.append(f"skip: {said}")
         return report
 
