@@ -587,7 +587,7 @@ class _Run:
             state.save()
             return self._finish(state.steps, checks, [], ExitCode.VERIFY_FAILED)
         if missing:  # a partial series: its tests say nothing about the series
-            return self._ended(self._finish(state.steps, checks, [], ExitCode.NOT_APPLIED))
+            return self._ended(checks, [], ExitCode.NOT_APPLIED)
         suites: list[SuiteResult] = []
         if state.test != "none":
             self._starting("tests")
@@ -603,13 +603,19 @@ class _Run:
             )
         failed = any(suite.status == "failed" for suite in suites)
         code = ExitCode.TESTS_FAILED if failed else ExitCode.OK
-        return self._ended(self._finish(state.steps, checks, suites, code))
+        return self._ended(checks, suites, code)
 
-    def _ended(self, report: Report) -> Report:
+    def _ended(self, checks: list[Check], suites: list[SuiteResult], code: ExitCode) -> Report:
         """The report of an apply that has ended, written where the apply was asked to
         (`--json`) before its state goes: a Ctrl-C until then leaves a `continue` (which
-        verifies again), never an ended branch without its report. The command writes it
-        again with its notices, and says so where it cannot (a failure here is left to it)."""
+        verifies again), never an ended branch without its report. An error while the
+        report is made (the triage's git failing) ends the apply all the same. The command
+        writes the report again with its notices, and says so where it cannot."""
+        try:
+            report = self._finish(self.state.steps, checks, suites, code)
+        except Exception:  # not a Ctrl-C
+            self.state.clear()
+            raise
         if report.json_target:
             with contextlib.suppress(OSError):
                 target = Path(report.json_target)
