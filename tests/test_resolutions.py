@@ -77,7 +77,8 @@ def test_record_then_replay_on_another_base_matches_git_rerere(tmp_path, upstrea
 
     # Ours: stop on v2, snapshot, resolve + commit, record; then replay on v3.
     first = resolved(stop_at(upstream, "v2", "first"), patch, RESOLVED)
-    ids = resolutions.record(first, patch, series)
+    ids, beyond = resolutions.record(first, patch, series)
+    assert beyond == []
     folder = series.patches_dir / "resolutions" / patch.name / ids[0]
     assert len(ids) == 1 and (folder / "postimage").read_text() == "    return 2 * b * a\n"
     assert (folder / "preimage").read_text() == (
@@ -242,10 +243,23 @@ def test_a_record_interrupted_while_written_is_no_record(upstream, monkeypatch, 
     confinement.check_records(series.patches_dir, [patch.name])  # nothing refused
     second = stop_at(upstream, "v3", "second")
     assert not resolutions.replay(second, patch, series)
-    (again,) = resolutions.record(first, patch, series)  # `continue` again: recorded whole
+    (again,), _ = resolutions.record(first, patch, series)  # `continue` again: recorded whole
     resolved(second, patch, edit(RESOLVED, "return -a", "return 0 - a"))
-    (recorded,) = resolutions.record(second, patch, series)  # replaces the record
+    (recorded,), _ = resolutions.record(second, patch, series)  # replaces the record
     assert recorded == again
     folder = series.patches_dir / "resolutions" / patch.name / recorded
     assert (folder / "postimage").read_text() == "    return 2 * b * a\n"
     assert sorted(entry.name for entry in folder.parent.iterdir()) == [recorded]
+
+
+def test_a_fix_that_changes_lines_outside_its_conflict_is_not_recorded(upstream):
+    """A review: a fix that also edited the line after its conflict was recorded with that
+    line, and its replay kept the old line too (a statement twice, "resolution replayed");
+    one that edited a line elsewhere lost that edit on replay. git rerere merges the whole
+    file. Such a fix is not recorded, and the row says why."""
+    series = load_series(conflicting_history(upstream))
+    patch = series.patches[0]
+    beyond = RESOLVED.replace("def neg(a):", "def neg(a):  # and here")
+    first = resolved(stop_at(upstream, "v2", "first"), patch, beyond)
+    assert resolutions.record(first, patch, series) == ([], ["pkg/calc.py"])
+    assert not resolutions.recorded_for(series, patch)

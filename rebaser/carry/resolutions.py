@@ -121,31 +121,39 @@ def snapshot(worktree: Git, conflicts: Sequence[str]) -> None:
         target.unlink(missing_ok=True)
 
 
-def record(worktree: Git, patch: Patch, series: Series) -> list[str]:
-    """Record how the committed fix (HEAD) resolved the snapshotted conflicts; their ids."""
+def record(worktree: Git, patch: Patch, series: Series) -> tuple[list[str], list[str]]:
+    """Record how the committed fix (HEAD) resolved the snapshotted conflicts: their ids,
+    and the files not recorded because the fix changed lines outside their conflicts too
+    (a record holds a conflict's text only: replayed, those edits would be lost, or a line
+    edited next to a conflict kept twice; git rerere merges the whole file instead)."""
     source = _snapshot_file(worktree)
     if not source.is_file():
-        return []
+        return [], []
     try:
         files = json.loads(source.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         files = None
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         source.unlink()  # not a snapshot rebaser wrote: nothing to record from it
-        return []
-    recorded = []
+        return [], []
+    recorded, beyond = [], []
     for path, marked in files.items():
         shown = worktree.run("show", f"HEAD:{path}", check=False)
         if not shown.ok:  # the fix deleted the file: nothing to replay
             continue
         marked_lines = marked.splitlines(keepends=True)
         resolved_lines = shown.stdout.splitlines(keepends=True)
-        for conflict, text in _resolutions(marked_lines, resolved_lines):
+        pairs = _resolutions(marked_lines, resolved_lines)
+        texts = {conflict.id: text for conflict, text in pairs}
+        if _substitute(marked_lines, [c for c, _ in pairs], texts) != shown.stdout:
+            beyond.append(path)
+            continue
+        for conflict, text in pairs:
             texts = {"preimage": conflict.preimage, "postimage": text}
             write_record_folder(series.patches_dir, patch.name, conflict.id, texts)
             recorded.append(conflict.id)
     source.unlink()
-    return recorded
+    return recorded, beyond
 
 
 def parse_conflicts(lines: list[str]) -> list[Conflict]:

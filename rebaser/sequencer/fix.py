@@ -92,11 +92,17 @@ def _refuse_several_commits(worktree: Git, name: str, stopped_at: str, staged: b
 def record_resolution(worktree: Git, patch: Patch, series: Series) -> str:
     """After the user's fix of a conflict stop: remember it beside the series; what to add
     to the row's detail."""
-    recorded = resolutions.record(worktree, patch, series)
-    if not recorded:
-        return ""
-    folder = resolutions.folder_for(series, patch).relative_to(series.patches_dir)
-    return f"; {len(recorded)} resolution(s) recorded in {folder}/"
+    recorded, beyond = resolutions.record(worktree, patch, series)
+    said = ""
+    if recorded:
+        folder = resolutions.folder_for(series, patch).relative_to(series.patches_dir)
+        said = f"; {len(recorded)} resolution(s) recorded in {folder}/"
+    if beyond:
+        said += (
+            f"; not recorded: the fix of {', '.join(beyond)} changed lines outside its "
+            "conflicts too (a replay would lose them)"
+        )
+    return said
 
 
 @dataclass(frozen=True)
