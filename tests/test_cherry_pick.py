@@ -286,3 +286,32 @@ def test_merge_drivers_the_tree_names_are_used_as_git_rebase_uses_them(rebaser, 
     carried = carry_beside_git_rebase(rebaser, tmp_path, upstream, series, "base")
     assert sorted(carried.rebased) == ["fork: a change noted"], carried.rebased
     assert list(carried.statuses.values())[1:] == ["cherry-pick", "dropped"], carried.statuses
+
+
+def test_a_file_whose_name_is_not_utf8_is_carried_and_stops_as_git_does(
+    rebaser, tmp_path, upstream
+):
+    """A review: a conflict in `caf\\xe9.txt` crashed the stop's report (exit 6), and once
+    the patches' commits were remembered the lane crashed on the same name when it applied
+    cleanly; git rebase carries it, and stops at its conflict."""
+    name = "caf\udce9.txt"  # the byte 0xe9, as Python holds a file name that is not UTF-8
+    lines = "".join(f"{letter}\n" for letter in "abcdefghij")
+    upstream.commit({name: lines, "g.txt": lines}, "base", tag="base")
+    git(upstream.path, "checkout", "-q", "-b", "fork")
+    upstream.commit({name: lines.replace("d\n", "D\n")}, "fork: d")
+    upstream.commit({"g.txt": lines.replace("d\n", "D\n")}, "fork: g")
+    git(upstream.path, "checkout", "-q", "main")
+    upstream.commit({name: lines.replace("j\n", "J\n")}, "upstream: j", tag="tip")
+    upstream.commit({"g.txt": lines.replace("d\n", "X\n")}, "upstream: g", tag="tip2")
+    arguments = ["--repo", upstream.path, "--range", "base..fork", "--series-dir"]
+    assert rebaser("import", *arguments, tmp_path / "s", "--name", "f").code == ExitCode.OK
+    series = tmp_path / "s" / "series"
+    for _ in range(2):  # the second, from remembered commits, through the lane
+        applied = apply(rebaser, series, upstream, "tip", "--force", "--test", "none")
+        assert applied.code == ExitCode.OK, applied.out + applied.err
+    git(upstream.path, "tag", "-f", "tip3", "tip2")
+    upstream.commit({name: lines.replace("d\n", "X\n")}, "upstream: d", tag="tip4")
+    for lane in ([], ["--no-fast-lane"]):
+        stopped = apply(rebaser, series, upstream, "tip4", "--force", "--test", "none", *lane)
+        assert stopped.code == ExitCode.NOT_APPLIED, stopped.out + stopped.err
+        assert rebaser("abort", "--repo", upstream.path).code == ExitCode.OK

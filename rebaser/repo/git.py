@@ -289,7 +289,8 @@ class Git:
             return {}
         unique = list(dict.fromkeys(names))
         batched = [name for name in unique if _batchable(name)]
-        stdin = "".join(f"{n}\n" for n in batched).encode()
+        # a path that is not UTF-8 is held as Python holds file names (surrogate escapes)
+        stdin = "".join(f"{n}\n" for n in batched).encode("utf-8", "surrogateescape")
         out = self.output_bytes("cat-file", "--batch", stdin=stdin) if batched else b""
         found: dict[str, Optional[bytes]] = {}
         cursor = 0
@@ -426,9 +427,9 @@ class Git:
 
     def changed_paths(self, *args: str) -> list[str]:
         """`git diff --name-only` with `args`, each path as it is (a space, or a byte git
-        would quote, kept)."""
-        out = self.run("diff", "--name-only", "-z", *args).stdout
-        return [path for path in out.split("\0") if path]
+        would quote, kept; one that is not UTF-8 as Python holds file names)."""
+        out = self.output_bytes("diff", "--name-only", "-z", *args)
+        return [path.decode("utf-8", "surrogateescape") for path in out.split(b"\0") if path]
 
     def commit(self, message: str, *, author: str, date: str, allow_empty: bool = False) -> str:
         """Commit the index (or `paths`) with a fixed committer, so shas are reproducible."""

@@ -347,7 +347,7 @@ def _carried(worktree: Git, head: str) -> dict[str, dict[str, _Change]]:
         changed = carried.setdefault(sha.decode(), {})
         for meta, path in zip(fields[::2], fields[1::2]):
             _, _, before, after, _ = meta.lstrip(b"\n")[1:].decode().split(" ")
-            changed[path.decode()] = _Change(before, after)
+            changed[path.decode("utf-8", "surrogateescape")] = _Change(before, after)
     return carried
 
 
