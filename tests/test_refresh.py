@@ -435,3 +435,19 @@ def test_the_patch_table_pairs_each_patch_with_its_own_name():
         PairRow(None, "0031-f.patch", "added"),
         PairRow("0005-e.patch", "0005-e.patch", "changed"),
     ]
+
+
+def test_uncommitted_changes_on_the_branch_are_refused_by_refresh(rebaser, tmp_path, upstream):
+    """A review: a fix left uncommitted in the branch's worktree was not exported, and both
+    `refresh` and `refresh --check` said the series was up to date (exit 0)."""
+    series = calc_series(tmp_path, upstream, [("demo: doc", ADD_DOC)])
+    report = tmp_path / "r.json"
+    assert apply(rebaser, series, upstream, "v1", "--json", report).code == ExitCode.OK
+    tree = Path(json.loads(report.read_text())["worktree"])
+    (tree / "pkg/calc.py").write_text(edit(ADD_DOC, "def neg(a):", "def negate(a):"))
+    before = snapshot(series.parent)
+    for check in ([], ["--check"]):
+        refused = rebaser("refresh", "--series", series, "--repo", tree, *check)
+        assert refused.code == ExitCode.USAGE, refused.out + refused.err
+        assert "uncommitted changes on forkkit/demo/v1: pkg/calc.py" in refused.err
+    assert snapshot(series.parent) == before

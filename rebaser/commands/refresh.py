@@ -138,6 +138,7 @@ def refresh(
             next_step="name a branch made by `rebaser apply` (`git branch --list 'forkkit/*'` "
             "lists them), or pass --repo for the repository that has it",
         )
+    _refuse_uncommitted(git, branch)
     if not write:
         return _export(series, git, branch)[0]
     with repository_lock(git, "refresh"):
@@ -181,6 +182,24 @@ def _keep_what_it_replaces(
 
 def _files_in(folder: Path) -> list[Path]:
     return sorted(path for path in folder.rglob("*") if path.is_file() and not path.is_symlink())
+
+
+def _refuse_uncommitted(git: Git, branch: str) -> None:
+    """Refresh exports the branch's commits: a fix still uncommitted in its worktree would
+    be left out while the series read "up to date" (`--check` too)."""
+    if git.out("rev-parse", "--abbrev-ref", "HEAD") != branch:
+        return  # the branch is not checked out here: its commits are all there is
+    changed = git.changed_paths("HEAD", "--")
+    if changed:
+        raise RebaserError(
+            f"uncommitted changes on {branch}: {', '.join(changed[:5])}"
+            + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+            + "; refresh exports the branch's commits",
+            where=str(git.path),
+            next_step="commit them (into the patch they belong to: `git commit --fixup`, "
+            "then `git rebase -i --autosquash`; or as a commit of their own, a new patch) or "
+            "set them aside (`git stash`), then refresh",
+        )
 
 
 def _refuse_a_stopped_apply(git: Git, branch: str) -> None:
