@@ -1001,3 +1001,20 @@ def test_a_path_too_long_for_one_argument_is_not_put_on_a_command_line(tmp_path)
     found = triage._defined(shas[1], ["alpha_name", "beta_name"])
     assert set(found) == {"alpha_name", "beta_name"}
     assert triage._at_base(found) == {"alpha_name"}
+
+
+def test_a_change_applied_on_top_of_one_upstream_has_is_kept(carry_changes, upstream):
+    """A review: 0001 is in upstream as it is; 0002, same topic and file, applies with a
+    change of its own, upstream lacking it. It was proposed for drop as a follow-up of 0001
+    (once another patch stopped and the triage ran), and following that loses the change."""
+    clamped = CALC.replace("    return a - b\n", "    return max(a - b, 0)\n")
+    history(upstream, 3, {2: {"pkg/calc.py": clamped}, 3: {"pkg/d.py": "X = 5\n"}})
+    changes = [
+        Change("calc: clamp sub at zero", {"pkg/calc.py": clamped}),
+        Change("calc: triple mul", {"pkg/calc.py": clamped.replace("a * b", "3 * a * b")}),
+        *[Change(f"{n}: x two", {f"pkg/{n}.py": "X = 2\n"}) for n in "abc"],
+        Change("d: x two", {"pkg/d.py": "X = 2\n"}),  # stops: upstream wrote X = 5
+    ]
+    rows, _, _ = carry_changes(changes)
+    assert [rows[n]["status"] for n in ("0001", "0002")] == ["in upstream", "clean"], rows
+    assert rows["0002"]["proposal"] == "keep", rows["0002"]

@@ -626,6 +626,8 @@ def _follows(row: Row, dropped: list[Row], common: set[str]) -> Optional[str]:
     if row.needs is not None and any(r.patch.number == row.needs for r in dropped):
         return f"builds on {row.needs}, proposed for drop"
     for earlier in reversed(dropped):
+        if row.status in APPLIED and earlier.status == "in upstream":
+            continue  # upstream has that one as it is: a change applied on top still counts
         link = _link(row.patch, earlier.patch, common)
         if link:
             return f"{link}, proposed for drop"
