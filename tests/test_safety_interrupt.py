@@ -285,7 +285,7 @@ def test_a_continue_after_a_killed_skip_forgets_the_skip(rebaser, tmp_path, upst
     (kept,) = git(
         upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups"
     ).split()
-    git(worktree, "checkout", kept, "--", ".")
+    git(worktree, "checkout", kept, "--", "pkg/calc.py")  # as status says, file by file
     resumed = rebaser("continue", "--repo", upstream.path)
     assert resumed.code == ExitCode.NOT_APPLIED, resumed.out + resumed.err  # at 0002
     assert "interrupted" not in rebaser("status", "--repo", upstream.path).out

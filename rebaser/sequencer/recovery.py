@@ -93,12 +93,13 @@ def describe(state: ApplyState) -> list[str]:
         return [*lines, said, f"next: {next_step}"]
     if state.stopped and state.set_aside:
         lines.append(
-            f"a `rebaser skip` was interrupted: the work on {state.stopped.patch} is kept at "
-            f"{state.set_aside}, the worktree is back at the stop"
+            f"a `rebaser skip` was interrupted: what was done for {state.stopped.patch} since "
+            f"the stop is kept at {state.set_aside}"
         )
         lines.append(
-            "next: `rebaser skip` ends it; or bring that work back (`git checkout "
-            f"{state.set_aside} -- .`), then `rebaser continue`"
+            "next: `rebaser skip` ends it; or take the fix back file by file (`git checkout "
+            f"{state.set_aside} -- <path>`: the ref holds your untracked files too), then "
+            "`rebaser continue`"
         )
     elif state.stopped:
         lines.append(
