@@ -157,3 +157,13 @@ def test_retry_probes_only_the_patch_it_retries(rebaser, tmp_path, upstream, mon
         ("0003-change-3.patch", "failed"),
     ]
     assert rows[0]["proposal"] == "keep" and rows[0]["collides_with"] is None
+
+
+def test_a_retry_names_no_none_for_the_blocked_patch(rebaser, tmp_path, upstream):
+    """A review: after `retry 0002`, the row of 0003 (blocked on 0002) read "needs None
+    first": the retry's rows do not say which patch it needs."""
+    series, tree = kept_going(rebaser, tmp_path, upstream)
+    report = tmp_path / "retry.json"
+    rebaser("retry", "0002", "--series", series, "--repo", tree, "--json", report)
+    reasons = [row.get("reason", "") for row in json.loads(report.read_text())["steps"]]
+    assert not any("None" in reason for reason in reasons), reasons

@@ -729,12 +729,13 @@ def keep_reason(
             "manual": "resolved by hand",
         }.get(row.status, f"applied ({row.status})")
     if row.status == "blocked":
+        needs = row.needs or "a patch left off before it"  # not named after a retry's
         if own:
             also = f"; on its own it also conflicts in {', '.join(own)}"
-            return f"needs {row.needs} first{also}" + (
+            return f"needs {needs} first{also}" + (
                 f" ({_collided(collision)})" if collision else ""
             )
-        return f"needs {row.needs} first; nothing of its own conflicts"
+        return f"needs {needs} first; nothing of its own conflicts"
     if left_off:
         return "a conflict with the patches left off before it, not upstream's: resolve after them"
     if collision is None:
