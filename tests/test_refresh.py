@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT
 from fake_pypi import wheel_bytes
-from synthetic import DOUBLE_MUL, Change, build_series, calc_series, edit, git
+from synthetic import CALC, DOUBLE_MUL, Change, build_series, calc_series, edit, git
 from test_apply_synthetic import (
     ADD_DOC,
     CONFLICT_FIXED,
@@ -451,3 +451,21 @@ def test_uncommitted_changes_on_the_branch_are_refused_by_refresh(rebaser, tmp_p
         assert refused.code == ExitCode.USAGE, refused.out + refused.err
         assert "uncommitted changes on forkkit/demo/v1: pkg/calc.py" in refused.err
     assert snapshot(series.parent) == before
+
+
+def test_a_branch_without_patches_has_no_range_diff_and_says_why(rebaser, tmp_path, upstream):
+    """A review: with every patch left off the branch, `refresh --check` printed git
+    range-diff's whole usage text (an empty range is refused)."""
+    v1 = git(upstream.path, "rev-parse", "v1")
+    series = calc_series(
+        tmp_path, upstream, [("demo: doc", ADD_DOC)], extra_directives=f"@base git:{v1}\n"
+    )
+    upstream.commit(
+        {"pkg/calc.py": edit(CALC, "def add(a, b):\n", "def add(a, b):  # v2\n")}, "v2", tag="v2"
+    )
+    report = tmp_path / "r.json"
+    apply(rebaser, series, upstream, "v2", "--keep-going", "--json", report)
+    tree = Path(json.loads(report.read_text())["worktree"])
+    checked = rebaser("refresh", "--series", series, "--repo", tree, "--check")
+    assert "no range-diff: the branch holds none of the patches" in checked.out, checked.out
+    assert "usage:" not in checked.out + checked.err

@@ -48,8 +48,10 @@ def range_diff(git: Git, old: Series, new: list[tuple[str, str]], start: str) ->
     base = _old_base(git, old.base)
     if base is None:
         return RangeDiff(note=f"no range-diff: the series' @base {old.base} is not available here")
+    if not new:  # git range-diff refuses an empty range, with its usage text
+        return RangeDiff(note="no range-diff: the branch holds none of the patches")
     base_sha, env = base
-    new_tip = new[-1][0] if new else start
+    new_tip = new[-1][0]
     try:
         old_tip = _commit_series(git, old, base_sha, env)
         result = git.run(
@@ -58,7 +60,7 @@ def range_diff(git: Git, old: Series, new: list[tuple[str, str]], start: str) ->
     except _DoesNotApply as failed:
         return RangeDiff(note=f"no range-diff: {failed} does not apply exactly on @base {old.base}")
     except RebaserError as error:  # the summary is extra: refresh itself goes on
-        return RangeDiff(note=f"no range-diff: {error.what}")
+        return RangeDiff(note=f"no range-diff: {error.what.splitlines()[0]}")
     old_names = [patch.name for patch in old.patches]
     new_names = [name for _, name in new]
     rows = []
