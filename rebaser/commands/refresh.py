@@ -138,11 +138,12 @@ def refresh(
             next_step="name a branch made by `rebaser apply` (`git branch --list 'forkkit/*'` "
             "lists them), or pass --repo for the repository that has it",
         )
-    _refuse_uncommitted(git, branch)
     if not write:
+        _refuse_uncommitted(git, branch)
         return _export(series, git, branch)[0]
     with repository_lock(git, "refresh"):
         _refuse_a_stopped_apply(git, branch)
+        _refuse_uncommitted(git, branch)
         refreshed, writes = _export(series, git, branch)
         refreshed.kept_at = _keep_what_it_replaces(git, branch, series, refreshed.files)
         for write_one in writes:  # in order: a removed patch's records before its file
@@ -189,6 +190,9 @@ def _refuse_uncommitted(git: Git, branch: str) -> None:
     be left out while the series read "up to date" (`--check` too)."""
     if git.out("rev-parse", "--abbrev-ref", "HEAD") != branch:
         return  # the branch is not checked out here: its commits are all there is
+    unfinished = state_store.load(git)
+    if unfinished is not None and unfinished.branch == branch:
+        return  # a stop's changes: `--check` shows the difference, a refresh is refused
     changed = git.changed_paths("HEAD", "--")
     if changed:
         raise RebaserError(
