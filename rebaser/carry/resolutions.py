@@ -149,8 +149,8 @@ def record(worktree: Git, patch: Patch, series: Series) -> tuple[list[str], list
             beyond.append(path)
             continue
         for conflict, text in pairs:
-            texts = {"preimage": conflict.preimage, "postimage": text}
-            write_record_folder(series.patches_dir, patch.name, conflict.id, texts)
+            record_files = {"preimage": conflict.preimage, "postimage": text}
+            write_record_folder(series.patches_dir, patch.name, conflict.id, record_files)
             recorded.append(conflict.id)
     source.unlink()
     return recorded, beyond

@@ -149,9 +149,5 @@ class StatusView:
     running: Optional[str]  # the step under way when it was interrupted (or is running)
     notes: list[str]  # the truth about the worktree, and what can be done next
 
-    def json_text(self) -> str:
-        """The JSON report as every file of it is written: indented, one trailing newline."""
-        return json.dumps(self.to_json(), indent=2) + "\n"
-
     def to_json(self) -> dict[str, Any]:
         return {"in_progress": True, **asdict(self)}

@@ -76,21 +76,15 @@ def apply_patch(worktree: Git, patch: Patch, context: SeriesContext) -> PatchOut
 def _as_ort_merges(worktree: Git, patch: Patch, commit: str, exact: PatchOutcome) -> PatchOutcome:
     """The exact apply's result where ort's cherry-pick of the patch's commit makes the
     same tree, else ort's (git rebase's: an apply at an offset can land a hunk in another
-    copy of its context, or recreate a folder upstream renamed). Where ort conflicts, the
-    exact apply's, as git apply would leave it."""
+    copy of its context, or recreate a folder upstream renamed; an empty pick is `in
+    upstream`). Where ort conflicts, the exact apply's, as git apply would leave it."""
     applied_tree = worktree.out("write-tree")
     _undo(worktree)
-    if worktree.run(*_CHERRY_PICK, commit, check=False).ok:
-        if worktree.out("write-tree") == applied_tree:
-            return exact
-        if not (
-            landed := worktree.changed_paths("--cached", "HEAD", "--")
-        ):  # git rebase drops it: upstream has it
-            return PatchOutcome(StepStatus.IN_UPSTREAM, EMPTY_PICK)
-        moved = sorted(set(landed) - set(patch.touched_paths))
-        return PatchOutcome(StepStatus.CHERRY_PICK, cherry_picked(moved, not moved))
-    _undo(worktree)
-    return _apply_exactly(worktree, patch) or exact
+    picked = _cherry_pick(worktree, patch, commit, lambda: False, elsewhere=True)
+    if picked.status == StepStatus.FAILED:
+        _undo(worktree)
+        return _apply_exactly(worktree, patch) or exact
+    return exact if worktree.out("write-tree") == applied_tree else picked
 
 
 def _undo(worktree: Git) -> None:
@@ -207,11 +201,15 @@ def _apply_exactly(worktree: Git, patch: Patch) -> Optional[PatchOutcome]:
 
 
 def _cherry_pick(
-    worktree: Git, patch: Patch, commit: str, by_syntax: Callable[[], bool]
+    worktree: Git,
+    patch: Patch,
+    commit: str,
+    by_syntax: Callable[[], bool],
+    elsewhere: bool = False,
 ) -> PatchOutcome:
     """Merge the patch's own commit onto HEAD with ort, then the structured merge of the
     Python files it left in conflict; FAILED on conflicts (left in place, what the
-    structured merge did in the detail)."""
+    structured merge did in the detail). `elsewhere`: git apply would have applied it."""
     picked, results = _pick(worktree, patch, commit, by_syntax)
     if not picked:
         return PatchOutcome(StepStatus.FAILED, structured.notes(results, applied=False))
@@ -222,7 +220,7 @@ def _cherry_pick(
     if results:
         notes = structured.notes(results, applied=True)
         return PatchOutcome(StepStatus.STRUCTURED_MERGE, f"{cherry_picked(moved)}; {notes}")
-    return PatchOutcome(StepStatus.CHERRY_PICK, cherry_picked(moved))
+    return PatchOutcome(StepStatus.CHERRY_PICK, cherry_picked(moved, elsewhere and not moved))
 
 
 def _pick(

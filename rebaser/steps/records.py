@@ -117,8 +117,7 @@ def cherry_picked(renamed: Sequence[str] = (), elsewhere: bool = False) -> str:
     `elsewhere`: git apply would have applied it, making another file."""
     where = f"; followed upstream's renames to {', '.join(renamed)}" if renamed else ""
     other = "; git apply's file differs from ort's (ort's kept, as git rebase keeps it)"
-    other = other if elsewhere else ""
-    return f"context drifted; merged by git's ort cherry-pick{where}{other}"
+    return f"context drifted; merged by git's ort cherry-pick{where}{other if elsewhere else ''}"
 
 
 def patch_row(patch: Patch, status: StepStatus, detail: str, superseded: Sequence[str]) -> StepRow:
