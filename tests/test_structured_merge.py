@@ -1022,3 +1022,44 @@ def test_both_sides_adding_enum_members_stays_a_conflict(tmp_path):
     base = "import enum\n\n\nclass Op(enum.Enum):\n    ADD = 1\n    SUB = 2\n"
     text, resolved, kept = reviewed(tmp_path, base, base + "    MUL = 3\n", base + "    XOR = 3\n")
     assert kept and not resolved, text
+
+
+TOPK = "import torch\n\n\ndef select(scores, k):\n    return torch.topk(scores, k=k, dim=-1)\n"
+
+
+def test_a_patch_that_changes_the_called_function_stays_a_conflict(carried):
+    """The item merge kept upstream's `torch.topk` and gave it the patch's keyword: the
+    patch's switch to its own function was lost, and the call raised a TypeError."""
+    patched = "from pkg.topk import dsa_topk\n" + TOPK.replace(
+        "torch.topk(scores, k=k, dim=-1)", 'dsa_topk(scores, k=k, dim=-1, backend="flashinfer")'
+    )
+    upstream = TOPK.replace("dim=-1)", "dim=-1, sorted=False)")
+    row, tree = carried(TOPK, patched, upstream)
+    assert row["status"] == "dropped", row["detail"]
+    assert "the patch also changes the statement around these items" in row["detail"]
+
+
+@pytest.mark.parametrize(
+    "base, ours, theirs",
+    [
+        (  # the patch only switches the called function
+            TOPK,
+            TOPK.replace("dim=-1)", "dim=-1, sorted=False)"),
+            TOPK.replace("torch.topk(scores, k=k, dim=-1)", "dsa_topk(scores, k=k, dim=-1)"),
+        ),
+        (  # the patch switches the module the names come from
+            "from apex.normalization import FusedLayerNorm\n\nNorm = FusedLayerNorm\n",
+            "from apex.normalization import FusedLayerNorm, FusedRMSNorm\n\nNorm = FusedLayerNorm\n",
+            "from te.pytorch import FusedLayerNorm, LayerNormLinear\n\nNorm = FusedLayerNorm\n",
+        ),
+        (  # ... or its leading dots
+            "from .norms import Fused\n\nNorm = Fused\n",
+            "from .norms import Fused, RMS\n\nNorm = Fused\n",
+            "from ..norms import Fused, Linear\n\nNorm = Fused\n",
+        ),
+    ],
+    ids=["callee", "module", "relative"],
+)
+def test_what_the_patch_changes_besides_the_items_is_never_dropped(tmp_path, base, ours, theirs):
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert kept and not resolved, text

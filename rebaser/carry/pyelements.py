@@ -67,9 +67,11 @@ class _Statement:
         return () if isinstance(found, cst.ImportStar) else found
 
     def around(self) -> str:
-        """The statement's code without the container, whitespace left out: what a side
-        changed besides the items."""
-        return " ".join(self.source.replace(_CODE(self.container), "\0", 1).split())
+        """The statement's code without the container's items, whitespace left out: what a
+        side changed besides the items (the function called and the module imported from
+        are the container's own)."""
+        outside = self.source.replace(_CODE(self.container), "\0", 1)
+        return " ".join(f"{outside} {_head(self.container)}".split())
 
     def fixed(self) -> list[str]:
         """A def's positional-only and star parameters (which the merge keeps as they are)."""
@@ -79,6 +81,15 @@ class _Statement:
         parts = [*container.posonly_params, container.star_arg, container.star_kwarg]
         codes = [_CODE(part) if isinstance(part, cst.CSTNode) else "" for part in parts]
         return ["".join(code.replace(",", "").split()) for code in codes]
+
+
+def _head(container: cst.CSTNode) -> str:
+    """What a container holds besides its items: a call's function, an import's module."""
+    if isinstance(container, cst.Call):
+        return _CODE(container.func)
+    if isinstance(container, cst.ImportFrom):
+        return "." * len(container.relative) + (_CODE(container.module) if container.module else "")
+    return ""
 
 
 @dataclass
