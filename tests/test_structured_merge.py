@@ -1063,3 +1063,14 @@ def test_a_patch_that_changes_the_called_function_stays_a_conflict(carried):
 def test_what_the_patch_changes_besides_the_items_is_never_dropped(tmp_path, base, ours, theirs):
     text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
     assert kept and not resolved, text
+
+
+def test_an_edit_to_one_of_two_identical_statements_upstream_cut_to_one_stays(tmp_path):
+    """Statements are known by name and count: upstream deleting the first of two `result =
+    None` made the second look like the first, and the patch's edit of the deleted one
+    landed on the one upstream kept."""
+    base = "def run(step):\n    result = None\n    out = step()\n    result = None\n    return out\n"
+    ours = base.replace("    result = None\n    out", "    out", 1)
+    theirs = base.replace("result = None", "result = 0", 1)
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert kept and not resolved, text

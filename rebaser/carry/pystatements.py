@@ -57,7 +57,9 @@ class StatementMerge:
 
     def merge(self, facts: Facts) -> Outcome:
         """(first line, end, the new lines, reason) in upstream's lines, or why not."""
-        refusal = self._shared_line() or self._refusal() or self._lost_words()
+        refusal = (
+            self._shared_line() or self._uncountable(facts) or self._refusal() or self._lost_words()
+        )
         if refusal:
             return refusal
         order = _order(self.keyed["base"], self.keyed["ours"], self.keyed["theirs"])
@@ -114,6 +116,17 @@ class StatementMerge:
             for before, child in zip(place.children, place.children[1:]):
                 if pysyntax.first_line(child.node) < before.end:
                     return "statements share a line here: merged by line, it would be written twice"
+        return None
+
+    def _uncountable(self, facts: Facts) -> Optional[str]:
+        """A statement the base writes more than once in one place, where a side adds or
+        removes one of them: counted, the others' keys shift (upstream deleting the first
+        of two `x = None` made the second look like the first, and the patch's edit went to
+        it). The base's own file tells: a side's lines here hold other hunks too."""
+        for key in self.changes:
+            counts = {sum(k[:-1] == key[:-1] for k in keys) for keys in self.keyed.values()}
+            if key[:-1] in facts.repeated and len(counts) > 1:
+                return f"{label(key)} is written more than once here, and not as often on each side"
         return None
 
     def _refusal(self) -> Optional[str]:

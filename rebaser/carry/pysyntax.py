@@ -615,6 +615,21 @@ class Facts:
         return (before - after) if before is not None and after is not None else set()
 
     @functools.cached_property
+    def repeated(self) -> set[Key]:
+        """The statements the base writes more than once in one statement list (`x = None`
+        twice in a body), by key_of()."""
+        try:
+            tree = parse(self._texts[0])
+        except (SyntaxError, ValueError):
+            return set()
+        found = set()
+        for node in ast.walk(tree):
+            for _, _, body in _bodies(node):
+                keys = collections.Counter(key_of(statement) for statement in body)
+                found |= {key for key, count in keys.items() if count > 1}
+        return found
+
+    @functools.cached_property
     def patch_binds(self) -> set[str]:
         """Every name the patch's version of the file binds somewhere."""
         try:
