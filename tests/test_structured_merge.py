@@ -1069,8 +1069,64 @@ def test_an_edit_to_one_of_two_identical_statements_upstream_cut_to_one_stays(tm
     """Statements are known by name and count: upstream deleting the first of two `result =
     None` made the second look like the first, and the patch's edit of the deleted one
     landed on the one upstream kept."""
-    base = "def run(step):\n    result = None\n    out = step()\n    result = None\n    return out\n"
+    base = (
+        "def run(step):\n    result = None\n    out = step()\n    result = None\n    return out\n"
+    )
     ours = base.replace("    result = None\n    out", "    out", 1)
     theirs = base.replace("result = None", "result = 0", 1)
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert kept and not resolved, text
+
+
+CALL_WITH_COMMENT = dedent(
+    """
+    def build(args, spec):
+        return GPTModel(
+            spec,  # type: ignore[arg-type]
+            vocab_size=args.vocab_size,
+        )
+    """
+)
+DICT_WITH_COMMENT = dedent(
+    """
+    DEFAULTS = {
+        "topk": 2048,
+        # --- deprecated ---
+        "legacy_topk": 1024,
+    }
+    """
+)
+CALL_WITH_TRAILING_COMMENT = "cfg = Config(\n    a=1,\n    b=2,  # must match the checkpoint\n)\n"
+
+
+def _added(text: str, after: str, line: str) -> str:
+    return text.replace(after, after + line, 1)
+
+
+@pytest.mark.parametrize(
+    "base, ours, theirs",
+    [
+        (  # the first argument's comment copied onto upstream's new keyword
+            CALL_WITH_COMMENT,
+            _added(CALL_WITH_COMMENT, "vocab_size,\n", "        rotary_base=args.rotary_base,\n"),
+            _added(CALL_WITH_COMMENT, "vocab_size,\n", "        topk_backend=args.backend,\n"),
+        ),
+        (  # a comment line written again above the patch's new entry
+            DICT_WITH_COMMENT,
+            _added(DICT_WITH_COMMENT, "1024,\n", '    "legacy_mask": None,\n'),
+            _added(DICT_WITH_COMMENT, "1024,\n", '    "topk_backend": "torch",\n'),
+        ),
+        (  # the comment of the item upstream changed moved onto the patch's new one
+            CALL_WITH_TRAILING_COMMENT,
+            CALL_WITH_TRAILING_COMMENT.replace("b=2", "b=3"),
+            _added(CALL_WITH_TRAILING_COMMENT, "checkpoint\n", "    c=True,\n"),
+        ),
+    ],
+    ids=["copied-onto-an-item", "copied-above-an-item", "moved-onto-an-item"],
+)
+def test_a_comment_is_never_copied_or_moved_onto_another_item(tmp_path, base, ours, theirs):
+    """LibCST keeps a comment inside the comma before it: the item merge, reusing commas,
+    carried comments to items no side wrote them beside (a `type: ignore` hiding errors on
+    the patch's new line)."""
     text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
     assert kept and not resolved, text

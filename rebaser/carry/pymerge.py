@@ -395,6 +395,9 @@ def _check(lines: Lines, sides: dict[str, Side], facts: Facts, whole: _Whole) ->
     lost = _lost_comment(text, sides)
     if lost:
         return f"the result would lose the comment {lost!r}"
+    misplaced = _misplaced_comment(lines, sides)
+    if misplaced:
+        return misplaced
     problem = pysyntax.parses(text)
     if problem:
         return f"the result would not compile ({problem})"
@@ -423,6 +426,23 @@ def _lost_comment(text: str, sides: dict[str, Side]) -> Optional[str]:
         for part, count in added.items():
             if text.count(part) < count:
                 return part
+    return None
+
+
+def _misplaced_comment(lines: Lines, sides: dict[str, Side]) -> Optional[str]:
+    """A comment the result writes more often than either side (copied), or beside code no
+    side writes it beside (moved): LibCST keeps a comment inside the comma before it, and
+    the item merge, reusing commas, carried comments to items nobody wrote them on."""
+    placed = [pysyntax.placed_comments(side.lines) for side in sides.values()]
+    counts = [collections.Counter(comment for comment, _ in found) for found in placed]
+    result = pysyntax.placed_comments(lines)
+    for comment, count in collections.Counter(comment for comment, _ in result).items():
+        if count > max(side[comment] for side in counts):
+            return f"the result would write the comment {comment!r} {count} times"
+    anchored = {pair for found in placed for pair in found}
+    for comment, beside in result:
+        if (comment, beside) not in anchored:
+            return f"the result would move the comment {comment!r} beside {beside or 'nothing'}"
     return None
 
 

@@ -548,6 +548,23 @@ def unbound(text: str) -> frozenset[str]:
     return frozenset(used_names(parse(text)))
 
 
+def placed_comments(lines: Lines) -> list[tuple[str, str]]:
+    """From each `#` to its line's end (a `#` in a string too, which every side holding
+    the line holds alike), with what it sits beside: the code before it on its line, or,
+    alone on its line, the next line of code (whitespace left out of both)."""
+    found = []
+    for number, line in enumerate(lines):
+        if "#" not in line:
+            continue
+        at = line.index("#")
+        beside = "".join(line[:at].split())
+        if not beside:  # on a line of its own: it belongs to the code below
+            below = (later.strip() for later in lines[number + 1 :])
+            beside = "".join(next((code for code in below if code[:1] not in "#"), "").split())
+        found.append((line[at:].rstrip(), beside))
+    return found
+
+
 def parses(text: str) -> Optional[str]:
     """None when the text compiles, else what is wrong (line and message)."""
     try:
