@@ -1130,3 +1130,85 @@ def test_a_comment_is_never_copied_or_moved_onto_another_item(tmp_path, base, ou
     the patch's new line)."""
     text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
     assert kept and not resolved, text
+
+
+def _both_add(base: str, old: str, upstream: str, patch: str) -> tuple[str, str, str]:
+    return base, base.replace(old, upstream, 1), base.replace(old, patch, 1)
+
+
+@pytest.mark.parametrize(
+    "base, ours, theirs",
+    [
+        _both_add(  # a header comment above the import both sides add names to
+            "# Copyright (c) 2024, NVIDIA CORPORATION.\n\nfrom typing import Optional, Union\n",
+            "Union",
+            "Union, List",
+            "Union, Tuple",
+        ),
+        _both_add(  # a comment above the call both sides add keywords to
+            TOPK.replace("    return", "    # top-k over the last dim\n    return"),
+            "dim=-1)",
+            "dim=-1, sorted=False)",
+            "dim=-1, largest=True)",
+        ),
+        _both_add(  # a comment at the end of the import both sides add names to
+            "import os\nfrom .layers import Linear, Norm  # noqa: F401\n\nX = 1\n",
+            "Norm",
+            "Norm, Attention",
+            "Norm, DSA",
+        ),
+        _both_add(  # a `#` in a string of the call both sides add keywords to
+            'def add(p):\n    p.add_argument("--n", type=int, help="# of heads")\n',
+            "type=int",
+            "type=int, default=1",
+            "type=int, required=False",
+        ),
+    ],
+    ids=["header-above", "comment-above", "noqa-after", "hash-in-a-string"],
+)
+def test_a_comment_on_a_statement_whose_items_merge_stays_with_it(tmp_path, base, ours, theirs):
+    """The comment check refused these: it read a comment's place from the whole line, and
+    the item merge changes the line."""
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert resolved and not kept, (kept, text)
+
+
+PROPERTY_AND_SETTER = dedent(
+    """
+    class A:
+        @property
+        def name(self):
+            return 1
+
+        @name.setter
+        def name(self, value):
+            pass
+
+
+    class B:
+        def forward(self, x):
+            return x
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "base, ours, theirs",
+    [
+        (  # a property and its setter, two defs of one name, elsewhere in the file
+            PROPERTY_AND_SETTER,
+            PROPERTY_AND_SETTER + "\n    def reset(self):\n        return None\n",
+            PROPERTY_AND_SETTER + '\n    def name(self):\n        return "b"\n',
+        ),
+        (  # a name assigned twice, as code does
+            "def f(a):\n    x = compute(a, 1)\n    x = x * 2\n    return x\n",
+            "def f(a):\n    x = compute(\n        a, 1\n    )\n    x = x * 2\n    return x\n",
+            "def f(a):\n    x = compute(a, 1)\n    x = x + 1\n    x = x * 2\n    return x\n",
+        ),
+    ],
+    ids=["property-and-setter", "reassigned"],
+)
+def test_a_name_bound_twice_differently_still_merges(tmp_path, base, ours, theirs):
+    """Only a statement written twice word for word makes counted keys ambiguous."""
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert resolved and not kept, (kept, text)

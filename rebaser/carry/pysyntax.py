@@ -550,19 +550,24 @@ def unbound(text: str) -> frozenset[str]:
 
 def placed_comments(lines: Lines) -> list[tuple[str, str]]:
     """From each `#` to its line's end (a `#` in a string too, which every side holding
-    the line holds alike), with what it sits beside: the code before it on its line, or,
-    alone on its line, the next line of code (whitespace left out of both)."""
+    the line holds alike), with the head of the code it sits beside: the code before it on
+    its line or, alone on its line, the next line of code; up to the first bracket, `=`,
+    `:` or comma, whitespace left out (the item or statement the line starts, whatever an
+    item merge adds to it)."""
     found = []
     for number, line in enumerate(lines):
         if "#" not in line:
             continue
         at = line.index("#")
-        beside = "".join(line[:at].split())
-        if not beside:  # on a line of its own: it belongs to the code below
+        beside = line[:at]
+        if not beside.strip():  # on a line of its own: it belongs to the code below
             below = (later.strip() for later in lines[number + 1 :])
-            beside = "".join(next((code for code in below if code[:1] not in "#"), "").split())
-        found.append((line[at:].rstrip(), beside))
+            beside = next((code for code in below if code[:1] not in "#"), "")
+        found.append((line[at:].rstrip(), "".join(_HEAD.split(beside, 1)[0].split())))
     return found
+
+
+_HEAD = re.compile(r"[(\[{=:,]")
 
 
 def parses(text: str) -> Optional[str]:
@@ -633,8 +638,8 @@ class Facts:
 
     @functools.cached_property
     def repeated(self) -> set[Key]:
-        """The statements the base writes more than once in one statement list (`x = None`
-        twice in a body), by key_of()."""
+        """The statements the base writes more than once, word for word, in one statement
+        list (`x = None` twice in a body), by key_of()."""
         try:
             tree = parse(self._texts[0])
         except (SyntaxError, ValueError):
@@ -642,8 +647,8 @@ class Facts:
         found = set()
         for node in ast.walk(tree):
             for _, _, body in _bodies(node):
-                keys = collections.Counter(key_of(statement) for statement in body)
-                found |= {key for key, count in keys.items() if count > 1}
+                written = collections.Counter((key_of(s), ast.dump(s)) for s in body)
+                found |= {key for (key, _), count in written.items() if count > 1}
         return found
 
     @functools.cached_property
