@@ -10,8 +10,12 @@ in blocks whose size comes from a memory budget and the shapes (``rows_per_block
   float32, with the same masks as upstream's ``fused_qk_topk_naive``: additive mask,
   packed/varlen bounds and key positions, which also carry context-parallel offsets), select
   its top-k with the configured backend and tie policy (``dsa_topk.select_topk``), keep only
-  the int32 indices. Selection is row-wise, so the result is identical, bit for bit, to
-  selecting over the whole score matrix at once.
+  the int32 indices. Selection is row-wise: a row's keys depend only on its scores. The
+  fused scorer gives a row the same score bits in any block (upstream's, below). The torch
+  scorer's matmul may round a score differently for another block shape, so its blocks
+  take a fixed budget, never one from free memory: the same input gives the same keys run
+  after run, but where two keys score within a rounding step of each other, the one kept
+  may differ from a selection over the whole score matrix at once.
 * indexer loss (``indexer_loss``): an autograd function over exactly the given indices. The
   sparse loss computes index and attention logits only at the selected keys (gather); the
   dense loss runs block by block. The backward recomputes each block and differentiates it,
@@ -25,8 +29,8 @@ block under DSAttention's masks; with cuDNN the torch scorer runs. Each layer lo
 INFO, which scorer and selector it uses.
 
 Blocks are sized by the scorer in use (TileLang holds one float32 score per key and row, the
-torch scorer a [heads, sk] product per row) within a budget taken from the device's free
-memory (``block_budget``). When the masks are per-row key bounds over identity key positions
+torch scorer a [heads, sk] product per row) within a budget (``block_budget``): for the fused
+scorer a share of the device's free memory, for the torch scorer the fixed default. When the masks are per-row key bounds over identity key positions
 (causal rows, packed sequences), a block scores only the columns its rows can see (the union
 of their bounds) and hands the bounds to the selection, which reads each row's own range
 once: no masking pass, and no second pass over a [rows, sk] block (``dsa_topk``'s filtered
@@ -83,18 +87,22 @@ class BlockwisePlan:
     """How a layer scores and selects when a top-k backend is configured."""
 
     policy: dsa_topk.TopkPolicy
-    # None: a share of the device's free memory (block_budget).
+    # None: block_budget's (a share of the free memory for the fused scorer).
     budget_bytes: Optional[int] = None
     use_tilelang: bool = False
     layer: Optional[int] = None
 
 
-def block_budget(budget_bytes: Optional[int], device: torch.device) -> int:
+def block_budget(
+    budget_bytes: Optional[int], device: torch.device, follows_free_memory: bool = True
+) -> int:
     """Bytes a block may use: the given budget, else on CUDA a share of the free memory
-    (at least DEFAULT_BUDGET_BYTES), else DEFAULT_BUDGET_BYTES."""
+    (at least DEFAULT_BUDGET_BYTES), else DEFAULT_BUDGET_BYTES. `follows_free_memory`
+    False: always the default where none is given (a block's shape may change its scores'
+    rounding, and free memory changes from run to run)."""
     if budget_bytes is not None:
         return budget_bytes
-    if device.type != "cuda":
+    if device.type != "cuda" or not follows_free_memory:
         return DEFAULT_BUDGET_BYTES
     try:
         free, _ = torch.cuda.mem_get_info(device)
@@ -324,8 +332,10 @@ def select_topk(
     """int32 top-k indices [b, sq, min(index_topk, sk)], scored and selected block by block.
 
     q: [sq, b, heads, dim], k: [sk, b, dim], weights: [sq, b, heads]; the masks as in
-    upstream's ``fused_qk_topk_naive``. Equal, bit for bit, to selecting from the full
-    score matrix with ``dsa_topk.select_topk``.
+    upstream's ``fused_qk_topk_naive``. Equal to selecting from the full score matrix with
+    ``dsa_topk.select_topk`` wherever a block's scores are the full matrix's bits: always
+    with the fused scorer; with the torch scorer, where its matmul rounds no score
+    differently in a block (the module's docstring).
     """
     masks = RowMasks.normalized(
         mask, varlen_starts, varlen_ends, key_positions, sk=k.size(0), device=q.device
@@ -374,7 +384,7 @@ def _select_blocks(
     if width == 0 or sq == 0:
         return _Selection(out, values, [])
     scorer = _pick_scorer(plan, q, k, use_relu)
-    budget = block_budget(plan.budget_bytes, q.device)
+    budget = block_budget(plan.budget_bytes, q.device, follows_free_memory=scorer.fused)
     per_row = b * sk * scorer.bytes_per_key(heads)
     if scorer.fused:  # beside the scores: the selection's candidates and outputs
         per_row += b * _FP32 * 2 * (dsa_topk.candidate_slots(width, sk) + width)

@@ -204,6 +204,31 @@ def test_the_budget_comes_from_free_device_memory(monkeypatch):
     assert dsa_blockwise.block_budget(None, cuda) == 2 * gib  # the fallback
 
 
+def test_the_torch_scorer_takes_the_fixed_budget(monkeypatch):
+    """A block's shape may change how the torch scorer's matmul rounds a score, so its
+    blocks never follow the free memory, which changes from run to run: the same input
+    selects the same keys (a review found 1-row blocks keeping another of two keys one
+    rounding step apart)."""
+    gib = 1 << 30
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (100 * gib, 140 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
+    assert dsa_blockwise.block_budget(None, cuda, follows_free_memory=False) == 2 * gib
+    assert dsa_blockwise.block_budget(5, cuda, follows_free_memory=False) == 5
+    asked = []
+    budget = dsa_blockwise.block_budget
+    monkeypatch.setattr(
+        dsa_blockwise,
+        "block_budget",
+        lambda *args, **kwargs: asked.append(kwargs) or budget(*args, **kwargs),
+    )
+    q, k, weights = torch.randn(6, 1, 2, 8), torch.randn(9, 1, 8), torch.rand(6, 1, 2)
+    plan = dsa_blockwise.BlockwisePlan(policy=TopkPolicy("torch", tie_break=1))
+    dsa_blockwise.select_topk(q, k, weights, 4, plan)
+    assert asked == [{"follows_free_memory": False}]
+
+
 def test_large_blocks_are_aligned_and_capped():
     """Blocks of at least ROW_ALIGN rows start on its multiples (TileLang groups rows as in
     upstream's call); none exceeds MAX_BLOCK_ROWS."""
