@@ -1212,3 +1212,42 @@ def test_a_name_bound_twice_differently_still_merges(tmp_path, base, ours, their
     """Only a statement written twice word for word makes counted keys ambiguous."""
     text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
     assert resolved and not kept, (kept, text)
+
+
+DOCUMENTED_FIELDS = dedent(
+    '''
+    from dataclasses import dataclass
+
+
+    @dataclass
+    class TransformerConfig:
+        num_layers: int = 0
+        """Number of transformer layers."""
+    '''
+)
+
+
+def test_both_sides_add_fields_with_their_docstrings(carried):
+    """Megatron's config classes document each field with a string right below it: a
+    field and its docstring are one item, so both sides' new fields merge as fields do."""
+    upstream = '\n    mtp_num_layers: int = 0\n    """Number of multi-token-prediction layers."""\n'
+    patch = '\n    topk_backend: str = "torch"\n    """Top-k backend of the DSA indexer."""\n'
+    row, tree = carried(DOCUMENTED_FIELDS, DOCUMENTED_FIELDS + patch, DOCUMENTED_FIELDS + upstream)
+    assert row["status"] == "structured merge", row["detail"]
+    assert "upstream's mtp_num_layers first, then the patch's topk_backend" in row["detail"]
+    assert merged(tree) == DOCUMENTED_FIELDS + upstream + patch
+
+
+@pytest.mark.parametrize(
+    "upstream_doc, patch_doc",
+    [('"""Layers, counted."""', '"""Number of transformer layers."""'), (None, '"""Layers."""')],
+    ids=["both-change-it", "upstream-deletes-it"],
+)
+def test_a_field_docstring_both_sides_change_stays_a_conflict(tmp_path, upstream_doc, patch_doc):
+    """A docstring is part of its field: upstream changing it while the patch changes the
+    field is a change of one item by both."""
+    doc = '    """Number of transformer layers."""\n'
+    ours = DOCUMENTED_FIELDS.replace(doc, f"    {upstream_doc}\n" if upstream_doc else "")
+    theirs = DOCUMENTED_FIELDS.replace("int = 0", "int = 12").replace(doc, f"    {patch_doc}\n")
+    text, resolved, kept = reviewed(tmp_path, DOCUMENTED_FIELDS, ours, theirs)
+    assert kept and not resolved, text
