@@ -125,7 +125,7 @@ class StatementMerge:
         it). The base's own file tells: a side's lines here hold other hunks too."""
         for key in self.changes:
             counts = {sum(k[:-1] == key[:-1] for k in keys) for keys in self.keyed.values()}
-            if key[:-1] in facts.repeated and len(counts) > 1:
+            if len(counts) > 1 and key[:-1] in facts.repeated:
                 return f"{label(key)} is written more than once here, and not as often on each side"
         return None
 

@@ -656,17 +656,27 @@ class Facts:
 
     @functools.cached_property
     def repeated(self) -> set[Key]:
-        """The statements the base writes more than once, word for word, in one statement
-        list (`x = None` twice in a body), by key_of()."""
+        """The key_of() of each statement the base writes more than once, word for word, in
+        one statement list (`x = None` twice in a body)."""
         try:
             tree = parse(self._texts[0])
         except (SyntaxError, ValueError):
             return set()
-        found = set()
-        for node in ast.walk(tree):
-            for _, _, body in _bodies(node):
-                written = collections.Counter((key_of(s), ast.dump(s)) for s in body)
-                found |= {key for (key, _), count in written.items() if count > 1}
+        lines = source_lines(self._texts[0])
+        found: set[Key] = set()
+        lists = [tree]
+        while lists:
+            for _, _, body in _bodies(lists.pop()):
+                # Statements alike in first line and length first: a whole class is read
+                # only where another looks like it.
+                spans = [(first_line(s), s.end_lineno or s.lineno) for s in body]
+                alike = collections.Counter((lines[a], b - a) for a, b in spans)
+                texts = [
+                    "".join(lines[a:b]) if alike[lines[a], b - a] > 1 else None for a, b in spans
+                ]
+                written = collections.Counter(text for text in texts if text is not None)
+                found |= {key_of(s) for s, text in zip(body, texts) if written.get(text, 0) > 1}
+                lists.extend(body)
         return found
 
     @functools.cached_property
