@@ -1251,3 +1251,45 @@ def test_a_field_docstring_both_sides_change_stays_a_conflict(tmp_path, upstream
     theirs = DOCUMENTED_FIELDS.replace("int = 0", "int = 12").replace(doc, f"    {patch_doc}\n")
     text, resolved, kept = reviewed(tmp_path, DOCUMENTED_FIELDS, ours, theirs)
     assert kept and not resolved, text
+
+
+def test_a_section_string_below_an_assignment_is_never_written_twice(tmp_path):
+    """A string right below an assignment read as its docstring: each side's new item put
+    between them took the string, and the merge wrote it twice. A docstring is set apart
+    by blank lines with its assignment, as Megatron writes them; a string followed right
+    away by code heads that code's section, and merges as a statement of its own."""
+    base = 'class C:\n    a = 1\n    """---- Section B ----"""\n    b = 2\n'
+    ours = base.replace("a = 1\n", "a = 1\n    a2 = 5\n")
+    theirs = base.replace("a = 1\n", "a = 1\n    a3 = 6\n")
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert resolved and not kept, kept
+    assert text == base.replace("a = 1\n", "a = 1\n    a2 = 5\n    a3 = 6\n")
+    spaced = base.replace("b = 2", "\n    b = 2")  # in the base it reads as a's docstring
+    text, resolved, kept = reviewed(
+        tmp_path / "spaced",
+        spaced,
+        spaced.replace("a = 1\n", "a = 1\n    a2 = 5\n"),
+        spaced.replace("a = 1\n", "a = 1\n    a3 = 6\n"),
+    )
+    assert resolved and not kept, kept
+    assert text == spaced.replace("a = 1\n", "a = 1\n    a2 = 5\n    a3 = 6\n")
+
+
+@pytest.mark.parametrize("first, second", [('x = "a"', "x = 'a'"), ("x = None", "x=None")])
+def test_one_statement_twice_in_two_spellings_keeps_its_hunk_a_conflict(tmp_path, first, second):
+    """Written twice means the same code, however spelled: quotes and spacing too."""
+    base = f"class C:\n    {first}\n\n    def f(self):\n        return 1\n\n    {second}\n"
+    ours = base.replace(f"    {first}\n\n", "", 1)
+    theirs = base.replace(first, "x = 1", 1)
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert kept and not resolved, text
+
+
+def test_a_string_each_sides_new_item_takes_is_not_written_twice(tmp_path):
+    """Each side puts a field, set apart by a blank line, between an assignment and the
+    string below it: on each side the string reads as the new field's docstring."""
+    base = 'class C:\n    a = 1\n    """Section B."""\n\n    b = 2\n'
+    ours = base.replace("a = 1\n", "a = 1\n\n    a2 = 5\n")
+    theirs = base.replace("a = 1\n", "a = 1\n\n    a3 = 6\n")
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert kept == ["line 3: the result would write the string 'Section B.' 2 times"], text

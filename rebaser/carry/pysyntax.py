@@ -95,21 +95,28 @@ def children(lines: Lines, statements: Sequence[ast.stmt], floor: int) -> tuple[
     string right below an assignment is its docstring, one item with it (as Megatron's
     config classes document each field)."""
     found: list[Child] = []
+    spaced: list[bool] = []  # whether a blank line (or the list's start) comes before each
     previous = floor
-    for statement in statements:
+    for number, statement in enumerate(statements):
         first = first_line(statement)
         end = statement.end_lineno or statement.lineno
-        if found and _documents(statement, found[-1], first):
+        blank_before = not found or _blank(lines[previous:first])
+        after = statements[number + 1] if number + 1 < len(statements) else None
+        blank_after = after is None or _blank(lines[end : first_line(after)])
+        if found and spaced[-1] and blank_after and _documents(statement, found[-1], first):
             found[-1] = Child(found[-1].node, found[-1].start, end, lines, statement)
         else:
             found.append(Child(statement, _leading(lines, previous, first), end, lines))
+            spaced.append(blank_before)
         previous = end
     return tuple(found)
 
 
 def _documents(statement: ast.stmt, before: Child, first: int) -> bool:
     """Whether `statement` is the docstring of the assignment `before`: a string on the
-    very next line."""
+    very next line. (children() asks too that blank lines set the two apart from the
+    rest, as Megatron writes its fields: a string followed right away by code heads that
+    code's section.)"""
     return (
         isinstance(statement, ast.Expr)
         and isinstance(statement.value, ast.Constant)
@@ -118,6 +125,10 @@ def _documents(statement: ast.stmt, before: Child, first: int) -> bool:
         and before.docstring is None
         and first == before.end
     )
+
+
+def _blank(lines: Lines) -> bool:
+    return any(not line.strip() for line in lines)
 
 
 def first_line(statement: ast.stmt) -> int:
@@ -656,8 +667,8 @@ class Facts:
 
     @functools.cached_property
     def repeated(self) -> set[Key]:
-        """The key_of() of each statement the base writes more than once, word for word, in
-        one statement list (`x = None` twice in a body)."""
+        """The key_of() of each statement the base writes more than once in one statement
+        list, the same code however spelled (`x = None` twice in a body)."""
         try:
             tree = parse(self._texts[0])
         except (SyntaxError, ValueError):
@@ -667,15 +678,13 @@ class Facts:
         lists = [tree]
         while lists:
             for _, _, body in _bodies(lists.pop()):
-                # Statements alike in first line and length first: a whole class is read
-                # only where another looks like it.
-                spans = [(first_line(s), s.end_lineno or s.lineno) for s in body]
-                alike = collections.Counter((lines[a], b - a) for a, b in spans)
-                texts = [
-                    "".join(lines[a:b]) if alike[lines[a], b - a] > 1 else None for a, b in spans
-                ]
-                written = collections.Counter(text for text in texts if text is not None)
-                found |= {key_of(s) for s, text in zip(body, texts) if written.get(text, 0) > 1}
+                alike = collections.defaultdict(list)  # dumped only where one may equal another
+                for statement in body:
+                    alike[_alike(statement, lines)].append(statement)
+                for group in (group for group in alike.values() if len(group) > 1):
+                    codes = [ast.dump(statement) for statement in group]
+                    written = collections.Counter(codes)
+                    found |= {key_of(s) for s, code in zip(group, codes) if written[code] > 1}
                 lists.extend(body)
         return found
 
@@ -686,6 +695,21 @@ class Facts:
             return all_bound(parse(self._texts[2]))
         except (SyntaxError, ValueError):
             return set()
+
+
+def _alike(statement: ast.stmt, lines: Lines) -> tuple:
+    """What two statements of the same code share, cheap to tell: a def's or class's name,
+    an assignment's targets, a block's first line (whitespace left out), else the kind."""
+    kind = type(statement).__name__
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return (kind, statement.name)
+    if isinstance(statement, ast.Assign):
+        return (kind, *(ast.dump(target) for target in statement.targets))
+    if isinstance(statement, (ast.AnnAssign, ast.AugAssign)):
+        return (kind, ast.dump(statement.target))
+    if any(isinstance(getattr(statement, name, None), list) for name in _BODIES):
+        return (kind, "".join(lines[statement.lineno - 1].split()))
+    return (kind,)
 
 
 def _bound_names(text: str) -> Optional[set[str]]:
