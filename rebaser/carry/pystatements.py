@@ -126,9 +126,15 @@ class StatementMerge:
         it). The base's own file tells: a side's lines here hold other hunks too."""
         for key in self.changes:
             counts = {sum(k[:-1] == key[:-1] for k in keys) for keys in self.keyed.values()}
-            if len(counts) > 1 and key[:-1] in facts.repeated:
+            if len(counts) > 1 and self._twice_in_base(key) and key[:-1] in facts.repeated:
                 return f"{label(key)} is written more than once here, and not as often on each side"
         return None
+
+    def _twice_in_base(self, key: Key) -> bool:
+        """Whether the base's lines here hold two statements of this key with one code (the
+        base's own file is asked only then)."""
+        alike = [child for k, child in self.keyed["base"].items() if k[:-1] == key[:-1]]
+        return any(a.same_code(b) for n, a in enumerate(alike) for b in alike[n + 1 :])
 
     def _refusal(self) -> Optional[str]:
         """Both sides change one item; upstream reworked the place; both change a place
