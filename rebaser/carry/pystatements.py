@@ -11,7 +11,6 @@ upstream left as they were, the patch's new items after the item they follow on 
 from __future__ import annotations
 
 import ast
-import collections
 from dataclasses import dataclass
 from typing import Iterable, Optional, Union
 
@@ -250,11 +249,7 @@ class StatementMerge:
             any(key not in self.keyed["base"] for key in self.keyed[side]) for side in WHO
         ):  # values both chose may be one (an alias), auto() numbers by order
             return "both sides add members to an enum"
-        problem = (
-            self._defined_twice([item.key for item in items])
-            or self._imported_twice(items)
-            or self._strings_twice([item.child for item in items])
-        )
+        problem = self._defined_twice([item.key for item in items]) or self._imported_twice(items)
         if problem:
             return problem
         if pysyntax.is_dataclass(self.places["ours"]):
@@ -272,17 +267,6 @@ class StatementMerge:
     def _changed_by_patch(self, item: _Item) -> bool:
         base = self.keyed["base"]
         return item.key not in base or not item.child.same_code(base[item.key])
-
-    def _strings_twice(self, children: list[Child]) -> Optional[str]:
-        """A string statement (a docstring, or one of its own) the merged list writes more
-        often than either side: a string right below an assignment reads as its docstring,
-        and an item each side put between them each took it."""
-        merged = _strings(children)
-        ours, theirs = (_strings(self.keyed[side].values()) for side in WHO)
-        for string, count in merged.items():
-            if count > max(ours[string], theirs[string]):
-                return f"the result would write the string {string[:40]!r} {count} times"
-        return None
 
     def _defined_twice(self, keys: list[Key]) -> Optional[str]:
         """A name (or flag) the merged list defines more often than either side did."""
@@ -360,18 +344,6 @@ class StatementMerge:
 def label(key: Key) -> str:
     kind, name = key[0], key[1]
     return {"name": f"{name}", "flag": f"flag {name}"}.get(kind, "the same statement")
-
-
-def _strings(children: Iterable[Child]) -> collections.Counter:
-    """The string statements of these children, their docstrings too, by value."""
-    statements = [part for child in children for part in (child.node, child.docstring)]
-    return collections.Counter(
-        node.value.value
-        for node in statements
-        if isinstance(node, ast.Expr)
-        and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str)
-    )
 
 
 def _counts(keys: Iterable[Key]) -> dict[tuple[str, str], int]:

@@ -42,15 +42,14 @@ class Child:
     start: int  # first line (0-based), its leading comments and blank lines included
     end: int  # one past its last line
     lines: Lines = field(compare=False, repr=False)  # the lines it was parsed from
-    docstring: Optional[ast.stmt] = None  # the string right below an assignment: its doc
 
     def text(self) -> str:
         return "".join(self.lines[self.start : self.end])
 
     @functools.cached_property
     def code(self) -> str:
-        """The statement's meaning (its docstring's too), formatting left out."""
-        return ast.dump(self.node) + (ast.dump(self.docstring) if self.docstring else "")
+        """The statement's meaning, formatting left out."""
+        return ast.dump(self.node)
 
     @functools.cached_property
     def source(self) -> str:
@@ -91,44 +90,16 @@ class Place:
 
 
 def children(lines: Lines, statements: Sequence[ast.stmt], floor: int) -> tuple[Child, ...]:
-    """The statements as spans; `floor` is the first line the first one may claim. A
-    string right below an assignment is its docstring, one item with it (as Megatron's
-    config classes document each field)."""
-    found: list[Child] = []
-    spaced: list[bool] = []  # whether a blank line (or the list's start) comes before each
+    """The statements as spans; `floor` is the first line the first one may claim."""
+    found = []
     previous = floor
-    for number, statement in enumerate(statements):
+    for statement in statements:
         first = first_line(statement)
+        start = _leading(lines, previous, first)
         end = statement.end_lineno or statement.lineno
-        blank_before = not found or _blank(lines[previous:first])
-        after = statements[number + 1] if number + 1 < len(statements) else None
-        blank_after = after is None or _blank(lines[end : first_line(after)])
-        if found and spaced[-1] and blank_after and _documents(statement, found[-1], first):
-            found[-1] = Child(found[-1].node, found[-1].start, end, lines, statement)
-        else:
-            found.append(Child(statement, _leading(lines, previous, first), end, lines))
-            spaced.append(blank_before)
+        found.append(Child(statement, start, end, lines))
         previous = end
     return tuple(found)
-
-
-def _documents(statement: ast.stmt, before: Child, first: int) -> bool:
-    """Whether `statement` is the docstring of the assignment `before`: a string on the
-    very next line. (children() asks too that blank lines set the two apart from the
-    rest, as Megatron writes its fields: a string followed right away by code heads that
-    code's section.)"""
-    return (
-        isinstance(statement, ast.Expr)
-        and isinstance(statement.value, ast.Constant)
-        and isinstance(statement.value.value, str)
-        and isinstance(before.node, (ast.Assign, ast.AnnAssign))
-        and before.docstring is None
-        and first == before.end
-    )
-
-
-def _blank(lines: Lines) -> bool:
-    return any(not line.strip() for line in lines)
 
 
 def first_line(statement: ast.stmt) -> int:
