@@ -1254,27 +1254,6 @@ def test_a_field_docstring_both_sides_change_stays_a_conflict(tmp_path, upstream
     assert kept and not resolved, text
 
 
-def test_a_section_string_below_an_assignment_is_never_written_twice(tmp_path):
-    """Read as the docstring of the assignment above it, a string went to each side's new
-    item put between them, and the merge wrote it twice: a string is a statement of its
-    own, whatever the blank lines around it."""
-    base = 'class C:\n    a = 1\n    """---- Section B ----"""\n    b = 2\n'
-    ours = base.replace("a = 1\n", "a = 1\n    a2 = 5\n")
-    theirs = base.replace("a = 1\n", "a = 1\n    a3 = 6\n")
-    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
-    assert resolved and not kept, kept
-    assert text == base.replace("a = 1\n", "a = 1\n    a2 = 5\n    a3 = 6\n")
-    spaced = base.replace("b = 2", "\n    b = 2")
-    text, resolved, kept = reviewed(
-        tmp_path / "spaced",
-        spaced,
-        spaced.replace("a = 1\n", "a = 1\n    a2 = 5\n"),
-        spaced.replace("a = 1\n", "a = 1\n    a3 = 6\n"),
-    )
-    assert resolved and not kept, kept
-    assert text == spaced.replace("a = 1\n", "a = 1\n    a2 = 5\n    a3 = 6\n")
-
-
 @pytest.mark.parametrize("first, second", [('x = "a"', "x = 'a'"), ("x = None", "x=None")])
 def test_one_statement_twice_in_two_spellings_keeps_its_hunk_a_conflict(tmp_path, first, second):
     """Written twice means the same code, however spelled: quotes and spacing too."""
@@ -1285,12 +1264,21 @@ def test_one_statement_twice_in_two_spellings_keeps_its_hunk_a_conflict(tmp_path
     assert kept and not resolved, text
 
 
-def test_a_string_below_an_assignment_stays_below_both_sides_new_items(tmp_path):
-    """Each side puts an assignment, set apart by a blank line, between an assignment and
-    the string below it: the string is written once, after both."""
-    base = 'class C:\n    a = 1\n    """Section B."""\n\n    b = 2\n'
-    ours = base.replace("a = 1\n", "a = 1\n\n    a2 = 5\n")
-    theirs = base.replace("a = 1\n", "a = 1\n\n    a3 = 6\n")
+@pytest.mark.parametrize(
+    "base, added",
+    [
+        ('class C:\n    a = 1\n    """---- Section B ----"""\n    b = 2\n', "    {}\n"),
+        ('class C:\n    a = 1\n    """---- Section B ----"""\n\n    b = 2\n', "    {}\n"),
+        ('class C:\n    a = 1\n    """---- Section B ----"""\n\n    b = 2\n', "\n    {}\n"),
+    ],
+    ids=["section", "spaced-section", "spaced-items"],
+)
+def test_a_string_below_an_assignment_is_written_once_below_both_sides_items(tmp_path, base, added):
+    """Read as the docstring of the assignment above it, a string went to each side's new
+    item put between them, and the merge wrote it twice: a string is a statement of its
+    own, whatever the blank lines around it."""
+    at = "a = 1\n"
+    ours, theirs = (base.replace(at, at + added.format(new)) for new in ("a2 = 5", "a3 = 6"))
     text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
     assert resolved and not kept, kept
-    assert text == base.replace("a = 1\n", "a = 1\n\n    a2 = 5\n\n    a3 = 6\n")
+    assert text == base.replace(at, at + added.format("a2 = 5") + added.format("a3 = 6"))
