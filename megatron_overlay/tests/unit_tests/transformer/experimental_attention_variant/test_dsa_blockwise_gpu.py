@@ -90,9 +90,9 @@ def test_dsattention_at_128k_torch_and_flashinfer_select_the_same_keys(
         expected = brute_force_row(q, k, weights, row, tie_break)
         selected = found["torch"][0, row]
         assert sorted(selected[selected >= 0].tolist()) == expected, row
-    # Blocks take at most their budget (a share of the free memory); beside them only the
-    # [LONG, TOPK] int32 indices (1 GiB) and the indexer's inputs. Dense scoring would
-    # need terabytes.
+    # Blocks take at most a share of the free memory (the torch scorer's fixed 2 GiB is less
+    # on any card this runs on); beside them only the [LONG, TOPK] int32 indices (1 GiB) and
+    # the indexer's inputs. Dense scoring would need terabytes.
     assert max(peaks.values()) < budget + 4, (peaks, budget)
 
 
