@@ -646,9 +646,10 @@ class Facts:
             return set()
         lines = source_lines(self._texts[0])
         found: set[Key] = set()
-        lists = [tree]
-        while lists:
-            for _, _, body in _bodies(lists.pop()):
+        for node in statements(tree):
+            if isinstance(node, (ast.excepthandler, ast.match_case)):
+                continue  # their bodies come with their try or match
+            for _, _, body in _bodies(node):
                 alike = collections.defaultdict(list)  # dumped only where one may equal another
                 for statement in body:
                     alike[_alike(statement, lines)].append(statement)
@@ -656,7 +657,6 @@ class Facts:
                     codes = [ast.dump(statement) for statement in group]
                     written = collections.Counter(codes)
                     found |= {key_of(s) for s, code in zip(group, codes) if written[code] > 1}
-                lists.extend(body)
         return found
 
     @functools.cached_property
