@@ -450,7 +450,7 @@ def _comment_parts(side: Side) -> list[str]:
     """From each `#` to its line's end, in the side's hunk: a `#` in a string too, which is
     then found in the result as well."""
     lines = side.lines[side.span[0] : side.span[1]]
-    return [line[line.index("#") :].rstrip() for line in lines if "#" in line]
+    return [comment for comment, _ in pysyntax.placed_comments(lines)]
 
 
 def _imports_deleted(tree: ast.Module, sides: dict[str, Side], facts: Facts) -> Optional[str]:
