@@ -1282,3 +1282,29 @@ def test_a_string_below_an_assignment_is_written_once_below_both_sides_items(tmp
     text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
     assert resolved and not kept, kept
     assert text == base.replace(at, at + added.format("a2 = 5") + added.format("a3 = 6"))
+
+
+MOVED_FIELDS = (
+    'class C:\n    f0: int = 0\n\n    f1: int = 1\n\n    f2: int = 2\n    """Unused."""\n'
+)
+MOVED_UP = 'class C:\n    f2: int = 2\n    """Unused."""\n\n    f0: int = 0\n'
+
+
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        # upstream moves f2 up and changes f1; the patch moves f2 up and deletes f1
+        (MOVED_UP + "\n    f1: int = 11\n", MOVED_UP),
+        # the same, the sides' roles swapped: upstream deletes what the patch changes
+        (MOVED_UP, MOVED_UP + "\n    f1: int = 11\n"),
+    ],
+    ids=["the-patch-deletes-it", "upstream-deletes-it"],
+)
+def test_a_field_one_side_deletes_where_both_move_fields_stays_a_conflict(tmp_path, ours, theirs):
+    """Both sides moving f2 made git's clean part delete f1 on both sides, and its hunk read
+    as two additions (empty base): the field one side deleted came back as the other's
+    "addition" (review 20). The merged file may hold a statement no more often than the
+    base plus what each side added or removed."""
+    text, resolved, kept = reviewed(tmp_path, MOVED_FIELDS, ours, theirs)
+    assert kept and not resolved, text
+    assert "f1" in kept[0], kept

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Union
 
 from rebaser.carry import linematch, pycontainers, pysyntax
-from rebaser.carry.pystatements import StatementMerge
+from rebaser.carry.pystatements import StatementMerge, label
 from rebaser.carry.pysyntax import Facts, Lines, ModuleNames, Place, Side
 
 
@@ -136,7 +136,7 @@ def merge(
             resolved.append(f"line {line}: {reason}")
             whole = None  # the file changed
     if resolved and not kept:
-        problem = _whole_file(_render(segments), ours, theirs)
+        problem = _whole_file(_render(segments), base, ours, theirs)
         if problem:
             return Merged(diff3, [], [f"every hunk resolved, but {problem}"])
     return Merged(_render(segments), resolved, kept)
@@ -171,11 +171,14 @@ def _join_next(segments: list[Segment], region: Region) -> Optional[list[Segment
     return None
 
 
-def _whole_file(text: str, ours: str, theirs: str) -> Optional[str]:
+def _whole_file(text: str, base: str, ours: str, theirs: str) -> Optional[str]:
     """What the fully resolved file must not do that no single hunk showed."""
     problem = pysyntax.parses(text)
     if problem:
         return f"the merged file would not compile ({problem})"
+    back = _deleted_yet_kept(text, base, ours, theirs)
+    if back:
+        return back
     # Hunks resolved one by one: a def of upstream's in one and the patch's import of the
     # same name in another would shadow each other.
     merged, sides = _defined_at_top(text), [_defined_at_top(ours), _defined_at_top(theirs)]
@@ -185,6 +188,24 @@ def _whole_file(text: str, ours: str, theirs: str) -> Optional[str]:
     lost = sorted(pysyntax.unbound(text) - pysyntax.unbound(ours))
     if lost:
         return f"the merged file would use {', '.join(lost[:3])} without defining or importing it"
+    return None
+
+
+def _deleted_yet_kept(text: str, base: str, ours: str, theirs: str) -> Optional[str]:
+    """A statement of the module's or a class's body that the merged file writes more often
+    than the base plus each side's additions and removals allow: one a side deleted, come
+    back. Both sides moving the fields around it, git merged the deletion as both sides'
+    and the hunk read as two additions, one of them the field the other side deleted."""
+    counts = [pysyntax.body_keys(pysyntax.parse(t)) for t in (text, base, ours, theirs)]
+    merged, before, upstream, patch = counts
+    for (where, key), count in merged.items():
+        if key[0] not in ("name", "names", "flag"):
+            continue  # a statement known by its code: any edit makes it another key
+        allowed = max(0, upstream[where, key] + patch[where, key] - before[where, key])
+        if count > allowed:
+            deleted_by = "the patch" if patch[where, key] < before[where, key] else "upstream"
+            place = f" in class {'.'.join(where)}" if where else ""
+            return f"it would keep {label(key)}{place}, which {deleted_by} deletes"
     return None
 
 

@@ -343,7 +343,8 @@ class StatementMerge:
 
 def label(key: Key) -> str:
     kind, name = key[0], key[1]
-    return {"name": f"{name}", "flag": f"flag {name}"}.get(kind, "the same statement")
+    shown = {"name": name, "names": name.replace(",", ", "), "flag": f"flag {name}"}
+    return shown.get(kind, "the same statement")
 
 
 def _counts(keys: Iterable[Key]) -> dict[tuple[str, str], int]:
