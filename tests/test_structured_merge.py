@@ -1308,3 +1308,15 @@ def test_a_field_one_side_deletes_where_both_move_fields_stays_a_conflict(tmp_pa
     text, resolved, kept = reviewed(tmp_path, MOVED_FIELDS, ours, theirs)
     assert kept and not resolved, text
     assert "f1" in kept[0], kept
+
+
+def test_a_field_both_sides_move_apart_is_written_once(tmp_path):
+    """Upstream moved f2 above the section string, the patch moved it below: the merge
+    wrote it at both places (review 22's fuzzing). Neither side writes it twice."""
+    rest = '    f0: int = 0\n\n    f1: int = 1\n    """doc 1"""\n'
+    base = 'class C:\n    """Section"""\n' + rest + "\n    f2: int = 2\n"
+    ours = 'class C:\n    f2: int = 2\n\n    """Section"""\n\n' + rest
+    theirs = 'class C:\n    """Section"""\n    f2: int = 2\n\n' + rest
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert kept and not resolved, text
+    assert "f2 in class C 2 times" in kept[0], kept

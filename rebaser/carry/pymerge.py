@@ -194,18 +194,22 @@ def _whole_file(text: str, base: str, ours: str, theirs: str) -> Optional[str]:
 def _deleted_yet_kept(text: str, base: str, ours: str, theirs: str) -> Optional[str]:
     """A statement of the module's or a class's body that the merged file writes more often
     than the base plus each side's additions and removals allow: one a side deleted, come
-    back. Both sides moving the fields around it, git merged the deletion as both sides'
-    and the hunk read as two additions, one of them the field the other side deleted."""
+    back (both sides moving the fields around it, git merged the deletion as both sides'
+    and the hunk read as two additions, one of them the field the other side deleted), or
+    one both sides moved, written at both places."""
     counts = [pysyntax.body_keys(pysyntax.parse(t)) for t in (text, base, ours, theirs)]
     merged, before, upstream, patch = counts
     for (where, key), count in merged.items():
         if key[0] not in ("name", "names", "flag"):
             continue  # a statement known by its code: any edit makes it another key
         allowed = max(0, upstream[where, key] + patch[where, key] - before[where, key])
-        if count > allowed:
-            deleted_by = "the patch" if patch[where, key] < before[where, key] else "upstream"
-            place = f" in class {'.'.join(where)}" if where else ""
-            return f"it would keep {label(key)}{place}, which {deleted_by} deletes"
+        if count <= allowed:
+            continue
+        place = f" in class {'.'.join(where)}" if where else ""
+        for side, deleted_by in ((patch, "the patch"), (upstream, "upstream")):
+            if side[where, key] < before[where, key]:
+                return f"it would keep {label(key)}{place}, which {deleted_by} deletes"
+        return f"it would write {label(key)}{place} {count} times"
     return None
 
 
