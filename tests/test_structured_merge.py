@@ -1320,3 +1320,83 @@ def test_a_field_both_sides_move_apart_is_written_once(tmp_path):
     text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
     assert kept and not resolved, text
     assert "f2 in class C 2 times" in kept[0], kept
+
+
+OS_IMPORT = "import os\n"
+UPSTREAMS_IMPORT, PATCHS_IMPORT = "import os\nimport sys\n", "import os\nimport re\n"
+GETTER_SETTER = (
+    "import os\n\n\nclass C:\n    @property\n    def x(self):\n        return self._x\n\n"
+    "    @x.setter\n    def x(self, v):\n        self._x = v\n\n    def m(self):\n        return 1\n"
+)
+SETTER = "\n    @x.setter\n    def x(self, v):\n        self._x = v\n"
+
+
+def _sides(base: str, upstream: tuple[str, str], patch: tuple[str, str]) -> tuple[str, str]:
+    """Upstream's and the patch's files: each adds its import (a hunk the merge resolves,
+    so the whole-file checks run) and makes its own change."""
+    ours = base.replace(OS_IMPORT, UPSTREAMS_IMPORT, 1).replace(*upstream, 1)
+    theirs = base.replace(OS_IMPORT, PATCHS_IMPORT, 1).replace(*patch, 1)
+    return ours, theirs
+
+
+@pytest.mark.parametrize(
+    "base, upstream, patch",
+    [
+        (GETTER_SETTER, (SETTER, ""), (SETTER, "")),  # both delete the setter, x twice in the base
+        (
+            GETTER_SETTER,
+            ("class C:", "class D:"),
+            ("    def m(", "    def pa(self):\n        pass\n\n    def m("),
+        ),
+        (
+            GETTER_SETTER,
+            ("    def m(", "    def up(self):\n        pass\n\n    def m("),
+            ("class C:", "class D:"),
+        ),
+        (  # not Python 3 on the base: the sides' own checks decide
+            OS_IMPORT + '\n\ndef g():\n    print "hi"\n',
+            ('print "hi"', 'print("hi")'),
+            ('print "hi"', 'print("hi")'),
+        ),
+    ],
+    ids=[
+        "both-delete-one-of-two",
+        "upstream-renames-the-class",
+        "the-patch-renames-it",
+        "base-py2",
+    ],
+)
+def test_merges_the_count_check_must_not_refuse(tmp_path, base, upstream, patch):
+    """Review 22 of the count check: a key the base holds twice that both sides delete once,
+    a class one side renames while the other adds to it, and a base that does not parse
+    (it raised SyntaxError out of the merge) were refused or crashed; each merge is right."""
+    ours, theirs = _sides(base, upstream, patch)
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert resolved and not kept, kept
+    assert "import sys\nimport re\n" in text, text
+
+
+@pytest.mark.parametrize(
+    "base, ours, theirs",
+    [
+        (  # the patch backports upstream's rename and moves the method: m0_new twice
+            "class C:\n    def m0(self):\n        return 0\n    f1: int = 1\n\n    f2: int = 2\n",
+            "class C:\n    def m0_new(self):\n        return 0\n    f1: int = 1\n\n    f2: int = 2\n",
+            "class C:\n    f1: int = 1\n    def m0_new(self):\n        return 0\n\n    f2: int = 2\n",
+        ),
+        (  # both sides add u1 with different values at different places
+            "class C:\n    f0: int = 0\n\n    f1: int = 1\n    f2: int = 2\n    def p(self):\n"
+            "        return 100\n",
+            "class C:\n    f0: int = 0\n\n    u1: int = 10\n    f1: int = 1\n    f2: int = 2\n\n"
+            "    def p(self):\n        return 100\n",
+            "class C:\n    u1: int = 9\n\n    f1: int = 1\n    f2: int = 2\n    f0: int = 0\n\n"
+            "    def p(self):\n        return 100\n",
+        ),
+    ],
+    ids=["backported-rename-moved", "both-add-one-field"],
+)
+def test_a_statement_both_sides_add_once_is_not_written_twice(tmp_path, base, ours, theirs):
+    """An addition both sides make counts once, as git counts a change both sides make
+    (review 22: the allowance added them up, and both were written)."""
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert kept and not resolved, text
