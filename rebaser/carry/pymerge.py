@@ -33,8 +33,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from rebaser.carry import linematch, pycontainers, pysyntax
-from rebaser.carry.pystatements import StatementMerge, label
+from rebaser.carry import linematch, pycontainers, pycounts, pysyntax
+from rebaser.carry.pystatements import StatementMerge
 from rebaser.carry.pysyntax import Facts, Lines, ModuleNames, Place, Side
 
 
@@ -176,9 +176,9 @@ def _whole_file(text: str, base: str, ours: str, theirs: str) -> Optional[str]:
     problem = pysyntax.parses(text)
     if problem:
         return f"the merged file would not compile ({problem})"
-    back = _deleted_yet_kept(text, base, ours, theirs)
-    if back:
-        return back
+    counted = pycounts.excess(text, base, ours, theirs)
+    if counted:
+        return counted
     # Hunks resolved one by one: a def of upstream's in one and the patch's import of the
     # same name in another would shadow each other.
     merged, sides = _defined_at_top(text), [_defined_at_top(ours), _defined_at_top(theirs)]
@@ -189,47 +189,6 @@ def _whole_file(text: str, base: str, ours: str, theirs: str) -> Optional[str]:
     if lost:
         return f"the merged file would use {', '.join(lost[:3])} without defining or importing it"
     return None
-
-
-def _deleted_yet_kept(text: str, base: str, ours: str, theirs: str) -> Optional[str]:
-    """A statement of the module's or a class's body that the merged file writes more often
-    than a merge of the three counts gives: one a side deleted, come back (both sides moving
-    the fields around it, git merged the deletion as both sides' and the hunk read as two
-    additions, one of them the field the other side deleted), or one both sides added or
-    moved, written twice. A class one side renamed is not counted (its members would read
-    as new); nor is a file whose base does not parse."""
-    try:
-        merged, before, upstream, patch = (
-            pysyntax.body_keys(pysyntax.parse(t)) for t in (text, base, ours, theirs)
-        )
-    except (SyntaxError, ValueError):
-        return None
-    before_classes, upstream_classes, patch_classes = (
-        {where for where, _ in counts} for counts in (before, upstream, patch)
-    )
-    everywhere = before_classes & upstream_classes & patch_classes
-    for (where, key), count in merged.items():
-        if key[0] not in ("name", "names", "flag") or where not in everywhere:
-            continue  # known by its code, any edit makes it another key; or a renamed class
-        sides = before[where, key], upstream[where, key], patch[where, key]
-        if count <= _merged_count(*sides):
-            continue
-        place = f" in class {'.'.join(where)}" if where else ""
-        for side, deleted_by in ((sides[2], "the patch"), (sides[1], "upstream")):
-            if side < sides[0]:
-                return f"it would keep {label(key)}{place}, which {deleted_by} deletes"
-        return f"it would write {label(key)}{place} {count} times"
-    return None
-
-
-def _merged_count(base: int, ours: int, theirs: int) -> int:
-    """How often a merge writes a statement the base writes `base` times: what a side
-    changes, the change both make once (both deleting one of two setters leaves one)."""
-    if ours == theirs or theirs == base:
-        return ours
-    if ours == base:
-        return theirs
-    return max(0, ours + theirs - base)
 
 
 def _defined_at_top(text: str) -> collections.Counter:

@@ -398,20 +398,6 @@ def statements(tree: ast.AST) -> Iterator[ast.AST]:
 _HOLDS_STATEMENTS = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
-def body_keys(tree: ast.Module) -> collections.Counter:
-    """How often each key_of() stands in the module's body and in each class's body (by
-    the names of the classes around it: (), ("C",), ("C", "Inner")), as (names, key)."""
-    found: collections.Counter = collections.Counter()
-    bodies: list[tuple[tuple[str, ...], list[ast.stmt]]] = [((), tree.body)]
-    while bodies:
-        where, body = bodies.pop()
-        for node in body:
-            found[where, key_of(node)] += 1
-            if isinstance(node, ast.ClassDef):
-                bodies.append(((*where, node.name), node.body))
-    return found
-
-
 def _children(node: ast.AST, kinds: Union[type, tuple[type, ...]]) -> list[ast.AST]:
     """A node's children of `kinds`, in ast.iter_child_nodes' order."""
     found = []

@@ -1,0 +1,248 @@
+"""The structured merge's count check (carry/pycounts.py): a fully resolved file holds
+each named statement of its module's and classes' bodies no more often than a merge of the
+three sides' counts gives. Reviews 20 and 22 found the merges it refuses; review 22's
+second pass the right ones it must not refuse."""
+
+from __future__ import annotations
+
+import pytest
+from test_structured_merge import reviewed
+
+
+MOVED_FIELDS = (
+    'class C:\n    f0: int = 0\n\n    f1: int = 1\n\n    f2: int = 2\n    """Unused."""\n'
+)
+MOVED_UP = 'class C:\n    f2: int = 2\n    """Unused."""\n\n    f0: int = 0\n'
+
+
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        # upstream moves f2 up and changes f1; the patch moves f2 up and deletes f1
+        (MOVED_UP + "\n    f1: int = 11\n", MOVED_UP),
+        # the same, the sides' roles swapped: upstream deletes what the patch changes
+        (MOVED_UP, MOVED_UP + "\n    f1: int = 11\n"),
+    ],
+    ids=["the-patch-deletes-it", "upstream-deletes-it"],
+)
+def test_a_field_one_side_deletes_where_both_move_fields_stays_a_conflict(tmp_path, ours, theirs):
+    """Both sides moving f2 made git's clean part delete f1 on both sides, and its hunk read
+    as two additions (empty base): the field one side deleted came back as the other's
+    "addition" (review 20). The merged file may hold a statement no more often than the
+    base plus what each side added or removed."""
+    text, resolved, kept = reviewed(tmp_path, MOVED_FIELDS, ours, theirs)
+    assert kept and not resolved, text
+    assert "f1" in kept[0], kept
+
+
+def test_a_field_both_sides_move_apart_is_written_once(tmp_path):
+    """Upstream moved f2 above the section string, the patch moved it below: the merge
+    wrote it at both places (review 22's fuzzing). Neither side writes it twice."""
+    rest = '    f0: int = 0\n\n    f1: int = 1\n    """doc 1"""\n'
+    base = 'class C:\n    """Section"""\n' + rest + "\n    f2: int = 2\n"
+    ours = 'class C:\n    f2: int = 2\n\n    """Section"""\n\n' + rest
+    theirs = 'class C:\n    """Section"""\n    f2: int = 2\n\n' + rest
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert kept and not resolved, text
+    assert "f2 in class C 2 times" in kept[0], kept
+
+
+OS_IMPORT = "import os\n"
+UPSTREAMS_IMPORT, PATCHS_IMPORT = "import os\nimport sys\n", "import os\nimport re\n"
+GETTER_SETTER = (
+    "import os\n\n\nclass C:\n    @property\n    def x(self):\n        return self._x\n\n"
+    "    @x.setter\n    def x(self, v):\n        self._x = v\n\n    def m(self):\n        return 1\n"
+)
+SETTER = "\n    @x.setter\n    def x(self, v):\n        self._x = v\n"
+
+
+def _sides(base: str, upstream: tuple[str, str], patch: tuple[str, str]) -> tuple[str, str]:
+    """Upstream's and the patch's files: each adds its import (a hunk the merge resolves,
+    so the whole-file checks run) and makes its own change."""
+    ours = base.replace(OS_IMPORT, UPSTREAMS_IMPORT, 1).replace(*upstream, 1)
+    theirs = base.replace(OS_IMPORT, PATCHS_IMPORT, 1).replace(*patch, 1)
+    return ours, theirs
+
+
+@pytest.mark.parametrize(
+    "base, upstream, patch",
+    [
+        (GETTER_SETTER, (SETTER, ""), (SETTER, "")),  # both delete the setter, x twice in the base
+        (
+            GETTER_SETTER,
+            ("class C:", "class D:"),
+            ("    def m(", "    def pa(self):\n        pass\n\n    def m("),
+        ),
+        (
+            GETTER_SETTER,
+            ("    def m(", "    def up(self):\n        pass\n\n    def m("),
+            ("class C:", "class D:"),
+        ),
+        (  # not Python 3 on the base: the sides' own checks decide
+            OS_IMPORT + '\n\ndef g():\n    print "hi"\n',
+            ('print "hi"', 'print("hi")'),
+            ('print "hi"', 'print("hi")'),
+        ),
+    ],
+    ids=[
+        "both-delete-one-of-two",
+        "upstream-renames-the-class",
+        "the-patch-renames-it",
+        "base-py2",
+    ],
+)
+def test_merges_the_count_check_must_not_refuse(tmp_path, base, upstream, patch):
+    """Review 22 of the count check: a key the base holds twice that both sides delete once,
+    a class one side renames while the other adds to it, and a base that does not parse
+    (it raised SyntaxError out of the merge) were refused or crashed; each merge is right."""
+    ours, theirs = _sides(base, upstream, patch)
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert resolved and not kept, kept
+    assert "import sys\nimport re\n" in text, text
+
+
+@pytest.mark.parametrize(
+    "base, ours, theirs",
+    [
+        (  # the patch backports upstream's rename and moves the method: m0_new twice
+            "class C:\n    def m0(self):\n        return 0\n    f1: int = 1\n\n    f2: int = 2\n",
+            "class C:\n    def m0_new(self):\n        return 0\n    f1: int = 1\n\n    f2: int = 2\n",
+            "class C:\n    f1: int = 1\n    def m0_new(self):\n        return 0\n\n    f2: int = 2\n",
+        ),
+        (  # both sides add u1 with different values at different places
+            "class C:\n    f0: int = 0\n\n    f1: int = 1\n    f2: int = 2\n    def p(self):\n"
+            "        return 100\n",
+            "class C:\n    f0: int = 0\n\n    u1: int = 10\n    f1: int = 1\n    f2: int = 2\n\n"
+            "    def p(self):\n        return 100\n",
+            "class C:\n    u1: int = 9\n\n    f1: int = 1\n    f2: int = 2\n    f0: int = 0\n\n"
+            "    def p(self):\n        return 100\n",
+        ),
+    ],
+    ids=["backported-rename-moved", "both-add-one-field"],
+)
+def test_a_statement_both_sides_add_once_is_not_written_twice(tmp_path, base, ours, theirs):
+    """An addition both sides make counts once, as git counts a change both sides make
+    (review 22: the allowance added them up, and both were written)."""
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert kept and not resolved, text
+
+
+def _class(*members: str, name: str = "C") -> str:
+    return "\n".join(["import os", "", "", f"class {name}:", *members, ""])
+
+
+GETTER = "    @property\n    def x(self):\n        return self._x\n"
+SETTER_ = "    @x.setter\n    def x(self, v):\n        self._x = v\n"
+DELETER = "    @x.deleter\n    def x(self):\n        del self._x\n"
+METHOD = "    def m(self):\n        return 1\n"
+OVERLOADS = [
+    "    @overload\n    def f(self, x: int) -> int: ...\n",
+    "    @overload\n    def f(self, x: str) -> str: ...\n",
+    "    @overload\n    def f(self, x: bytes) -> bytes: ...\n",
+]
+IMPLEMENTATION = "    def f(self, x):\n        return x\n"
+
+
+@pytest.mark.parametrize(
+    "base, ours, theirs",
+    [
+        (  # upstream drops setter and deleter, the patch the deleter: the getter stays
+            (GETTER, SETTER_, DELETER, METHOD),
+            (GETTER, METHOD),
+            (GETTER, SETTER_, METHOD),
+        ),
+        ((GETTER, METHOD), (GETTER, METHOD, SETTER_), (GETTER, DELETER, METHOD)),  # one each
+        ((GETTER, SETTER_, METHOD), (GETTER, METHOD, DELETER), (GETTER, METHOD)),  # swap, drop
+        (  # upstream drops two overloads, the patch one of them
+            (*OVERLOADS, IMPLEMENTATION),
+            (OVERLOADS[1], IMPLEMENTATION),
+            (*OVERLOADS[1:], IMPLEMENTATION),
+        ),
+    ],
+    ids=["overlapping-deletions", "setter-and-deleter", "swap-and-drop", "overloads"],
+)
+def test_several_statements_of_one_name_merge_by_their_headers(tmp_path, base, ours, theirs):
+    """A property's halves and overloads share a name: counted by name alone, a merge of
+    different changes that leave the same count read as one change made twice, or as
+    deletions made twice (review 22, second pass): each counts by its decorators and
+    signature."""
+    base, ours, theirs = (_class(*members) for members in (base, ours, theirs))
+    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
+    assert resolved and not kept, kept
+
+
+def test_a_name_rebound_by_each_side_merges(tmp_path):
+    """`handler = None`, then upstream's `handler = setup` and the patch's `handler =
+    teardown`: three assignments, each written once."""
+    base = "import os\n\nhandler = None\n\n\ndef setup():\n    return 1\n\n\ndef teardown():\n"
+    base += "    return 2\n"
+    ours = base.replace("\n\ndef teardown", "\nhandler = setup\n\n\ndef teardown")
+    theirs = base + "\n\nhandler = teardown\n"
+    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
+    assert resolved and not kept, kept
+
+
+@pytest.mark.parametrize(
+    "base, ours, theirs",
+    [
+        ((GETTER, SETTER_, DELETER, METHOD), (GETTER, DELETER, METHOD), (GETTER, SETTER_, METHOD)),
+        (
+            (*OVERLOADS[:2], IMPLEMENTATION),
+            (OVERLOADS[1], IMPLEMENTATION),
+            (OVERLOADS[0], IMPLEMENTATION),
+        ),
+    ],
+    ids=["setter-and-deleter-deleted", "two-overloads-deleted"],
+)
+def test_different_halves_deleted_by_each_side_stay_deleted(tmp_path, base, ours, theirs):
+    """Upstream deletes the setter, the patch the deleter: the counts coincide (two on each
+    side) and the merge kept the deleter (review 22, second pass)."""
+    base, ours, theirs = (_class(*members) for members in (base, ours, theirs))
+    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
+    assert kept and not resolved, text
+
+
+CONFIG = (
+    "import os\nfrom dataclasses import dataclass\n\n\n@dataclass\nclass Config:\n"
+    '    """The model\'s settings."""\n\n    a: int = 1\n    """Field a."""\n\n'
+    '    b: int = 2\n    """Field b."""\n\n    c: int = 3\n    """Field c."""\n'
+)
+FIELD_A = '\n    a: int = 1\n    """Field a."""\n'
+
+
+@pytest.mark.parametrize("renamed_by", ["upstream", "the patch"])
+@pytest.mark.parametrize(
+    "upstream, patch",
+    [
+        ((FIELD_A, ""), (FIELD_A, "", "end", FIELD_A)),  # upstream deletes a, the patch moves it
+        (
+            ("", "", "end", '\n    y: int = 1\n    """Field y."""\n'),
+            (FIELD_A, FIELD_A + '\n    y: int = 2\n    """Field y."""\n'),
+        ),
+    ],
+    ids=["deleted-vs-moved", "both-add-y"],
+)
+def test_a_renamed_class_is_counted_under_its_base_name(tmp_path, renamed_by, upstream, patch):
+    """A class one side renamed was left out of the count, so its fields came back or were
+    written twice there (review 22, second pass)."""
+
+    def changed(edit: tuple) -> str:
+        text = CONFIG.replace(edit[0], edit[1], 1) if edit[0] else CONFIG
+        return text + edit[3] if len(edit) > 2 else text
+
+    ours, theirs = changed(upstream), changed(patch)
+    if renamed_by == "upstream":
+        ours = ours.replace("class Config:", "class ModelConfig:")
+    else:
+        theirs = theirs.replace("class Config:", "class ModelConfig:")
+    text, resolved, kept = reviewed(tmp_path, CONFIG, *_with_imports(CONFIG, ours, theirs))
+    assert kept and not resolved, text
+
+
+def _with_imports(base: str, ours: str, theirs: str) -> tuple[str, str]:
+    """Each side's own import beside `import os` (a hunk the merge resolves, so the whole
+    file's checks run)."""
+    return (
+        ours.replace(OS_IMPORT, UPSTREAMS_IMPORT, 1),
+        theirs.replace(OS_IMPORT, PATCHS_IMPORT, 1),
+    )
