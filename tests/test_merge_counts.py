@@ -335,3 +335,111 @@ def test_what_a_header_edit_or_a_second_class_hid_stays_a_conflict(tmp_path, bas
     uncounted."""
     text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
     assert kept and not resolved, text
+
+
+SINGLEDISPATCH = (
+    "import os\nimport functools\n\n\n@functools.singledispatch\ndef show(v):\n    return str(v)\n"
+    '\n\n@show.register\ndef _(v: int):\n    return "int"\n\n\n@show.register\ndef _(v: str):\n'
+    '    return "str"\n\n\n@show.register\ndef _(v: bytes):\n    return "bytes"\n'
+)
+BYTES_HANDLER = '\n\n@show.register\ndef _(v: bytes):\n    return "bytes"\n'
+PROPERTY_X = _class(METHOD, GETTER, SETTER_).replace("import os\n", "import os\nimport abc\n")
+TWO_CONFIGS = (
+    'import os\nimport dataclasses\n\n\n@dataclasses.dataclass\nclass TrainConfig:\n    name: str = ""\n'
+    "    enabled: bool = True\n\n\ndef helper():\n    return 0\n\n\n@dataclasses.dataclass\n"
+    'class EvalConfig:\n    name: str = ""\n    enabled: bool = True\n'
+)
+
+
+@pytest.mark.parametrize(
+    "base, ours, theirs",
+    [
+        (  # both delete `x = 2`, upstream also edits `x = 1`
+            "import os\n\nx = 1\n\n\ndef g():\n    return 0\n\n\ndef h():\n    return 1\n\n\nx = 2\n",
+            "import os\n\nx = 10\n\n\ndef g():\n    return 0\n\n\ndef h():\n    return 1\n\n",
+            "import os\n\nx = 1\n\n\ndef g():\n    return 0\n\n\ndef h():\n    return 1\n\n",
+        ),
+        (  # both delete the bytes handler, upstream also edits the int one
+            SINGLEDISPATCH,
+            SINGLEDISPATCH.replace(BYTES_HANDLER, "").replace('"int"', '"INT"'),
+            SINGLEDISPATCH.replace(BYTES_HANDLER, ""),
+        ),
+        (  # each side adds a decorator to the getter
+            PROPERTY_X,
+            PROPERTY_X.replace("    @property\n", '    @deprecated("x")\n    @property\n'),
+            PROPERTY_X.replace("    @property\n", "    @property\n    @abc.abstractmethod\n"),
+        ),
+        (  # upstream renames both configs (alike members), the patch adds to one
+            TWO_CONFIGS,
+            TWO_CONFIGS.replace("Config:", "Settings:"),
+            TWO_CONFIGS.replace(
+                "enabled: bool = True\n\n\ndef",
+                "enabled: bool = True\n" "    steps: int = 0\n\n\ndef",
+            ),
+        ),
+        (  # a class decorated with something named overload, twice in the module
+            "import os\n\n\n@overload\nclass Spec:\n    a = 1\n\n\ndef g():\n    return 0\n\n\n"
+            "@overload\nclass Spec:\n    a = 2\n",
+            "import os\n\n\n@overload\nclass Spec:\n    a = 1\n\n\ndef g():\n    return 0\n\n\n"
+            "@overload\nclass Spec:\n    a = 2\n",
+            "import os\n\n\n@overload\nclass Spec:\n    a = 1\n\n\ndef g():\n    return 0\n\n\n"
+            "@overload\nclass Spec:\n    a = 3\n",
+        ),
+    ],
+    ids=[
+        "both-delete-one-edits",
+        "singledispatch",
+        "two-decorators",
+        "two-renames",
+        "class-overload",
+    ],
+)
+def test_more_right_merges_the_count_check_keeps(tmp_path, base, ours, theirs):
+    """Review 22, fourth pass: a deletion both sides make beside an edit read as two
+    deletions; a decorator each side adds made a role no side has; two renamed classes
+    alike paired by set order (crossed in 3 of 8 hash seeds); a class decorated with
+    something named `overload` raised AttributeError out of the merge."""
+    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
+    assert resolved and not kept, kept
+
+
+BLOCK = _class(
+    "    def __init__(self, n):\n        self.n = n\n",
+    "    def forward(self, x):\n        return x * self.n\n",
+    "    def extra(self):\n        return self.n\n",
+    "    def reset(self):\n        self.n = 0\n",
+    "    def size(self):\n        return self.n\n",
+    name="Block",
+)
+EXTRA = "\n    def extra(self):\n        return self.n\n"
+ADAPTER = (
+    "\n\nclass Adapter:\n    def __init__(self, n):\n        self.k = n\n\n    def forward(self, x):\n"
+    "        return x + self.k\n"
+)
+
+
+@pytest.mark.parametrize(
+    "base, ours, theirs",
+    [
+        (  # both add `x = x + [3]` (at different places), upstream also edits `x = [1]`
+            "import os\n\nx = [1]\n\n\ndef g():\n    return 0\n\n\ndef h():\n    return 1\n\n\n"
+            "x = x + [2]\n",
+            "import os\n\nx = [10]\nx = x + [3]\n\n\ndef g():\n    return 0\n\n\ndef h():\n"
+            "    return 1\n\n\nx = x + [2]\n",
+            "import os\n\nx = [1]\n\n\ndef g():\n    return 0\n\n\ndef h():\n    return 1\n\n\n"
+            "x = x + [3]\n\n\nx = x + [2]\n",
+        ),
+        (  # upstream deletes extra, renames Block and adds a small class; the patch moves extra
+            BLOCK,
+            BLOCK.replace(EXTRA, "").replace("class Block:", "class TransformerBlock:") + ADAPTER,
+            BLOCK.replace(EXTRA, "") + EXTRA,
+        ),
+    ],
+    ids=["both-add-one-edits", "rename-beside-a-new-class"],
+)
+def test_more_wrong_merges_the_count_check_refuses(tmp_path, base, ours, theirs):
+    """Review 22, fourth pass: an addition both sides make beside an edit read as two
+    additions; a small new class took the renamed class's pairing, and the deleted method
+    came back."""
+    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
+    assert kept and not resolved, text

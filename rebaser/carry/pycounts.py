@@ -68,13 +68,10 @@ def _over(sides: list[Roles], where: Where, key: tuple) -> Optional[str]:
     merged, before, upstream, patch = sides
     place = f" in class {'.'.join(where)}" if where else ""
     for role, found in merged.items():
-        counts = [len(side.get(role, [])) for side in (before, upstream, patch)]
-        # Upstream and the patch holding it as often is one change made by both, unless
-        # their codes differ where it stood several times (each rebinding a name, `handler
-        # = setup` and `handler = teardown`; two setters of one property are one too many).
-        same = max(counts) < 2 or _codes(upstream.get(role, [])) == _codes(patch.get(role, []))
-        if len(found) <= _merged_count(*counts, same=same):
+        versions = [side.get(role, []) for side in (before, upstream, patch)]
+        if len(found) <= _merged_count(*versions):
             continue
+        counts = [len(nodes) for nodes in versions]
         for side, deleted_by in ((counts[2], "the patch"), (counts[1], "upstream")):
             if side < counts[0]:
                 return f"it would keep {label(key)}{place}, which {deleted_by} deletes"
@@ -82,34 +79,58 @@ def _over(sides: list[Roles], where: Where, key: tuple) -> Optional[str]:
     return None
 
 
+def _merged_count(base: list[ast.stmt], ours: list[ast.stmt], theirs: list[ast.stmt]) -> int:
+    """How often a merge writes a statement the base writes len(base) times: what one side
+    changes; where both sides changed how often it stands, to the same count, one change
+    made by both, unless it stands several times somewhere: then each side's statements
+    added and removed, by their code, a change both make counted once (both deleting `x =
+    2` while upstream edits `x = 1`; each rebinding a name)."""
+    b, o, t = len(base), len(ours), len(theirs)
+    if t == b:
+        return o
+    if o == b:
+        return t
+    if o != t:
+        return max(0, o + t - b)
+    if max(b, o) < 2:
+        return o  # two setters of one property are one too many
+    before, mine, other = (_codes(nodes) for nodes in (base, ours, theirs))
+    added = (mine - before) | (other - before)
+    removed = (before - mine) | (before - other)
+    return max(0, b + sum(added.values()) - sum(removed.values()))
+
+
 def _codes(nodes: list[ast.stmt]) -> collections.Counter:
     return collections.Counter(ast.dump(node) for node in nodes)
 
 
-def _merged_count(base: int, ours: int, theirs: int, *, same: bool = True) -> int:
-    """How often a merge writes a statement the base writes `base` times: what one side
-    changes, a change both make once (`same`: the sides made the same change)."""
-    if theirs == base:
-        return ours
-    if ours == base:
-        return theirs
-    if ours == theirs and same:
-        return ours
-    return max(0, ours + theirs - base)
-
-
 def _role(node: ast.stmt) -> tuple:
-    """What tells apart statements of one name: an overload's signature, a def's or class's
-    decorators (a getter from its setter); nothing for others."""
+    """What tells apart statements of one name: an overload's or a dispatch registration's
+    signature, a property's part (`@property`, `@x.setter`); nothing else (a decorator
+    each side adds, `@deprecated` or `@abc.abstractmethod`, leaves the statement's role)."""
     decorators = getattr(node, "decorator_list", None) or []
-    if any(_names_overload(decorator) for decorator in decorators):
-        return ("overload", ast.dump(node.args))  # type: ignore[attr-defined]
-    return tuple(ast.dump(decorator) for decorator in decorators)
+    signature = ast.dump(node.args) if isinstance(node, _DEFS) else ""
+    role: tuple = ()
+    for decorator in decorators:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if _named(target, "overload"):
+            return ("overload", signature)
+        if _named(target, "register"):
+            role += (ast.dump(decorator), signature)
+        elif _named(target, "property") or (
+            isinstance(target, ast.Attribute) and _named(target.value, getattr(node, "name", ""))
+        ):
+            role += (ast.dump(decorator),)
+    return role
 
 
-def _names_overload(decorator: ast.expr) -> bool:
-    return (isinstance(decorator, ast.Name) and decorator.id == "overload") or (
-        isinstance(decorator, ast.Attribute) and decorator.attr == "overload"
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _named(expression: ast.expr, name: str) -> bool:
+    """`name` or `anything.name`."""
+    return (isinstance(expression, ast.Name) and expression.id == name) or (
+        isinstance(expression, ast.Attribute) and expression.attr == name
     )
 
 
@@ -129,21 +150,28 @@ def _groups(tree: ast.Module) -> Groups:
 
 def _renamed(before: Groups, side: Groups) -> dict[Where, Where]:
     """The classes `side` renamed, {new path: base path}: of the classes it lacks and those
-    it adds under one parent (their nested classes left out), each new one paired with the
-    lacking one that shares most of its members' names, if at least half of them."""
+    it adds under one parent (their nested classes left out), the pairs that share the most
+    members' names first (ties by name), where they share at least half of the smaller
+    class's."""
     members = collections.defaultdict(set)
     for groups in (before, side):
         for where, key in groups:
             members[where].add(key)
     had, has = ({where for where, _ in groups} for groups in (before, side))
     gone = [w for w in had - has if w and w[:-1] not in had - has]
-    renames = {}
-    for new in sorted(w for w in has - had if w and w[:-1] not in has - had):
-        shared = {old: len(members[old] & members[new]) for old in gone if old[:-1] == new[:-1]}
-        old = max(shared, key=shared.__getitem__, default=None)
-        if old is not None and 2 * shared[old] >= min(len(members[old]), len(members[new])):
-            renames[new] = old
-            gone.remove(old)
+    new = [w for w in has - had if w and w[:-1] not in has - had]
+    pairs = sorted(
+        (-len(members[old] & members[added]), added, old)
+        for added in new
+        for old in gone
+        if old[:-1] == added[:-1]
+    )
+    renames: dict[Where, Where] = {}
+    for shared, added, old in pairs:
+        if added in renames or old in renames.values():
+            continue
+        if -2 * shared >= min(len(members[old]), len(members[added])) > 0:
+            renames[added] = old
     return renames
 
 
