@@ -80,20 +80,15 @@ def _over(sides: list[Roles], where: Where, key: tuple) -> Optional[str]:
 
 
 def _merged_count(base: list[ast.stmt], ours: list[ast.stmt], theirs: list[ast.stmt]) -> int:
-    """How often a merge writes a statement the base writes len(base) times: what one side
-    changes; where both sides changed how often it stands, to the same count, one change
-    made by both, unless it stands several times somewhere: then each side's statements
-    added and removed, by their code, a change both make counted once (both deleting `x =
-    2` while upstream edits `x = 1`; each rebinding a name)."""
+    """How often a merge writes a statement the base writes len(base) times. Where it stands
+    once at most on every side, by count: what one side changes, a change both make once
+    (two setters of one property are one too many). Else each side's statements added and
+    removed, by their code, a change both make counted once (both deleting `x = 2` while
+    upstream adds `x = 5`; each rebinding a name), as git's own merge of those lines counts
+    them where they do not touch."""
     b, o, t = len(base), len(ours), len(theirs)
-    if t == b:
-        return o
-    if o == b:
-        return t
-    if o != t:
-        return max(0, o + t - b)
-    if max(b, o) < 2:
-        return o  # two setters of one property are one too many
+    if max(b, o, t) < 2:
+        return o if t == b or o == t else t if o == b else max(0, o + t - b)
     before, mine, other = (_codes(nodes) for nodes in (base, ours, theirs))
     added = (mine - before) | (other - before)
     removed = (before - mine) | (before - other)
@@ -151,8 +146,9 @@ def _groups(tree: ast.Module) -> Groups:
 def _renamed(before: Groups, side: Groups) -> dict[Where, Where]:
     """The classes `side` renamed, {new path: base path}: of the classes it lacks and those
     it adds under one parent (their nested classes left out), the pairs that share the most
-    members' names first (ties by name), where they share at least half of the smaller
-    class's."""
+    members' names first, where they share at least half of the smaller class's; a class
+    that shares as many with two others is paired with neither (two renamed classes alike
+    would pair by chance)."""
     members = collections.defaultdict(set)
     for groups in (before, side):
         for where, key in groups:
@@ -160,17 +156,18 @@ def _renamed(before: Groups, side: Groups) -> dict[Where, Where]:
     had, has = ({where for where, _ in groups} for groups in (before, side))
     gone = [w for w in had - has if w and w[:-1] not in had - has]
     new = [w for w in has - had if w and w[:-1] not in has - had]
-    pairs = sorted(
-        (-len(members[old] & members[added]), added, old)
+    shared = {
+        (added, old): len(members[old] & members[added])
         for added in new
         for old in gone
         if old[:-1] == added[:-1]
-    )
+    }
     renames: dict[Where, Where] = {}
-    for shared, added, old in pairs:
+    for (added, old), count in sorted(shared.items(), key=lambda item: -item[1]):
         if added in renames or old in renames.values():
             continue
-        if -2 * shared >= min(len(members[old]), len(members[added])) > 0:
+        rivals = [n for (a, o), n in shared.items() if (a == added) != (o == old) and n == count]
+        if not rivals and 2 * count >= min(len(members[old]), len(members[added])) > 0:
             renames[added] = old
     return renames
 
