@@ -501,3 +501,28 @@ def test_an_addition_both_make_is_written_once_whatever_else_changes(tmp_path):
     )
     text, resolved, kept = reviewed(tmp_path, X_TWICE, *_with_imports(X_TWICE, ours, theirs))
     assert kept and not resolved, text
+
+
+def test_an_overload_both_sides_edit_keeps_its_merged_signature(tmp_path):
+    """Upstream edits one parameter of an overload, the patch adds another: git merges the
+    signature cleanly, and the merged overload's role (its signature) stood on no side, so
+    it read as one too many (review 22, sixth pass, on Megatron's typed_torch.py). A role
+    the merge made of both sides' edits counts where both sides changed that name."""
+    overload = "    @overload\n    def f(\n        self,\n        x: int,\n        y: int,\n    ) -> int: ...\n"
+    base = _class(overload, OVERLOADS[1], IMPLEMENTATION)
+    ours = base.replace("        x: int,", "        x: float,")
+    theirs = base.replace("        y: int,\n", "        y: int,\n        z: int = 0,\n")
+    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
+    assert resolved and not kept, kept
+    assert "x: float" in text and "z: int = 0" in text, text
+
+
+def test_an_overload_upstream_deletes_stays_deleted_beside_one_both_edit(tmp_path):
+    """The allowance for a merged role is for the statements both sides edited, not for one
+    a side deleted: upstream deletes the str overload and both edit the int one."""
+    overload = "    @overload\n    def f(\n        self,\n        x: int,\n        y: int,\n    ) -> int: ...\n"
+    base = _class(overload, OVERLOADS[1], IMPLEMENTATION)
+    ours = base.replace("        x: int,", "        x: float,").replace(OVERLOADS[1], "")
+    theirs = base.replace("        y: int,\n", "        y: int,\n        z: int = 0,\n")
+    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
+    assert not (resolved and not kept) or "x: str" not in text, text

@@ -64,11 +64,18 @@ def _by_role(nodes: list[ast.stmt], several: bool) -> Roles:
 
 def _over(sides: list[Roles], where: Where, key: tuple) -> Optional[str]:
     """Why the merged file (first) holds a role of a statement more often than a merge of
-    the base's, upstream's and the patch's gives; None where it does not."""
+    the base's, upstream's and the patch's gives; None where it does not. A role no side
+    holds is one the merge made of both sides' edits to one statement (an overload's
+    signature, each side changing a parameter): as many of those as the statements of
+    this name both sides changed."""
     merged, before, upstream, patch = sides
     place = f" in class {'.'.join(where)}" if where else ""
+    made = _changed_by_both(before, upstream, patch)
     for role, found in merged.items():
         versions = [side.get(role, []) for side in (before, upstream, patch)]
+        if not any(versions) and len(found) <= made:
+            made -= len(found)
+            continue
         if len(found) <= _merged_count(*versions):
             continue
         counts = [len(nodes) for nodes in versions]
@@ -93,6 +100,14 @@ def _merged_count(base: list[ast.stmt], ours: list[ast.stmt], theirs: list[ast.s
     added = (mine - before) | (other - before)
     removed = (before - mine) | (before - other)
     return max(0, b + sum(added.values()) - sum(removed.values()))
+
+
+def _changed_by_both(before: Roles, upstream: Roles, patch: Roles) -> int:
+    """How many of the base's statements of one name both sides changed or removed."""
+    base, mine, other = (
+        _codes([n for nodes in side.values() for n in nodes]) for side in (before, upstream, patch)
+    )
+    return sum(((base - mine) & (base - other)).values())
 
 
 def _codes(nodes: list[ast.stmt]) -> collections.Counter:
