@@ -10,11 +10,14 @@ the three sides' counts, as git merges a change: what one side changes, a change
 once.
 
 Counting by name is ambiguous where one name stands several times: a property's getter,
-setter and deleter, or overloads (different changes that leave the same count read as one
-change made twice). There a def counts by its role: its decorators, an overload by its
-signature; an edit to a def's signature or body keeps its role (a role made of the whole
-header turned each edit into a deletion and an addition). A class one side renamed counts
-under its base name, found by the members it shares with the class the side lacks.
+setter and deleter, overloads, singledispatch registrations, a rebound module name
+(different changes that leave the same count read as one change made twice). There each
+statement counts by its role: a property's part, an overload's or a registration's
+signature; other decorators, and edits to a signature or body, keep the role (a role made
+of the whole header turned each edit into a deletion and an addition). Where a role stands
+twice or more, the sides' statements added and removed are merged by their code. A class
+one side renamed counts under its base name, found by the members it shares with the class
+the side lacks. Six review passes shaped these rules (docs/safety.md).
 """
 
 from __future__ import annotations
@@ -178,7 +181,7 @@ def _renamed(before: Groups, side: Groups) -> dict[Where, Where]:
         if old[:-1] == added[:-1]
     }
     renames: dict[Where, Where] = {}
-    for (added, old), count in sorted(shared.items(), key=lambda item: -item[1]):
+    for (added, old), count in sorted(shared.items(), key=lambda item: (-item[1], item[0])):
         if added in renames or old in renames.values():
             continue
         rivals = [n for (a, o), n in shared.items() if (a == added) != (o == old) and n == count]
