@@ -167,8 +167,7 @@ def test_several_statements_of_one_name_merge_by_their_headers(tmp_path, base, o
     deletions made twice (review 22, second pass): each counts by its decorators and
     signature."""
     base, ours, theirs = (_class(*members) for members in (base, ours, theirs))
-    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
-    assert resolved and not kept, kept
+    _merged(tmp_path, base, ours, theirs)
 
 
 def test_a_name_rebound_by_each_side_merges(tmp_path):
@@ -178,8 +177,7 @@ def test_a_name_rebound_by_each_side_merges(tmp_path):
     base += "    return 2\n"
     ours = base.replace("\n\ndef teardown", "\nhandler = setup\n\n\ndef teardown")
     theirs = base + "\n\nhandler = teardown\n"
-    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
-    assert resolved and not kept, kept
+    _merged(tmp_path, base, ours, theirs)
 
 
 @pytest.mark.parametrize(
@@ -198,8 +196,7 @@ def test_different_halves_deleted_by_each_side_stay_deleted(tmp_path, base, ours
     """Upstream deletes the setter, the patch the deleter: the counts coincide (two on each
     side) and the merge kept the deleter (review 22, second pass)."""
     base, ours, theirs = (_class(*members) for members in (base, ours, theirs))
-    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
-    assert kept and not resolved, text
+    _refused(tmp_path, base, ours, theirs)
 
 
 CONFIG = (
@@ -235,7 +232,19 @@ def test_a_renamed_class_is_counted_under_its_base_name(tmp_path, renamed_by, up
         ours = ours.replace("class Config:", "class ModelConfig:")
     else:
         theirs = theirs.replace("class Config:", "class ModelConfig:")
-    text, resolved, kept = reviewed(tmp_path, CONFIG, *_with_imports(CONFIG, ours, theirs))
+    _refused(tmp_path, CONFIG, ours, theirs)
+
+
+def _merged(tmp_path, base: str, ours: str, theirs: str) -> str:
+    """The merge of the three, each side with its own import: every hunk resolved."""
+    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
+    assert resolved and not kept, kept
+    return text
+
+
+def _refused(tmp_path, base: str, ours: str, theirs: str) -> None:
+    """The same, where the file stays git's conflict."""
+    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
     assert kept and not resolved, text
 
 
@@ -284,8 +293,7 @@ def test_an_edit_to_one_of_several_statements_of_a_name_keeps_it(tmp_path, base,
     ours = base.replace(*upstream, 1)
     theirs = base.replace(*patch, 1)
     assert ours != base and theirs != base
-    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
-    assert resolved and not kept, kept
+    _merged(tmp_path, base, ours, theirs)
 
 
 @pytest.mark.parametrize(
@@ -327,8 +335,7 @@ def test_what_a_header_edit_or_a_second_class_hid_stays_a_conflict(tmp_path, bas
     """Review 22, third pass: an edited header made a deleted setter or binding the patch's
     "new" one, two setters one each, and a class renamed beside another deleted went
     uncounted."""
-    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
-    assert kept and not resolved, text
+    _refused(tmp_path, base, ours, theirs)
 
 
 SINGLEDISPATCH = (
@@ -393,8 +400,7 @@ def test_more_right_merges_the_count_check_keeps(tmp_path, base, ours, theirs):
     deletions; a decorator each side adds made a role no side has; two renamed classes
     alike paired by set order (crossed in 3 of 8 hash seeds); a class decorated with
     something named `overload` raised AttributeError out of the merge."""
-    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
-    assert resolved and not kept, kept
+    _merged(tmp_path, base, ours, theirs)
 
 
 BLOCK = _class(
@@ -435,8 +441,7 @@ def test_more_wrong_merges_the_count_check_refuses(tmp_path, base, ours, theirs)
     """Review 22, fourth pass: an addition both sides make beside an edit read as two
     additions; a small new class took the renamed class's pairing, and the deleted method
     came back."""
-    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
-    assert kept and not resolved, text
+    _refused(tmp_path, base, ours, theirs)
 
 
 X_TWICE = "import os\n\nx = 1\n\n\ndef g():\n    return 0\n\n\ndef h():\n    return 1\n\n\nx = 2\n"
@@ -488,8 +493,7 @@ def test_a_name_standing_twice_merges_by_each_sides_changes(tmp_path, base, ours
     unchanged (both deleting `x = 2` while upstream adds `x = 5` was refused), and a tie of
     two renamed classes alike paired them across by name. A name standing several times
     merges each side's additions and removals by code, always; a tie pairs nothing."""
-    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
-    assert resolved and not kept, kept
+    _merged(tmp_path, base, ours, theirs)
 
 
 def test_an_addition_both_make_is_written_once_whatever_else_changes(tmp_path):
@@ -499,8 +503,7 @@ def test_an_addition_both_make_is_written_once_whatever_else_changes(tmp_path):
     theirs = X_TWICE.replace("def h", "x = 9\n\n\ndef h").replace(
         "\nx = 2\n", "\nx = x + 3\n\n\nx = 2\n"
     )
-    text, resolved, kept = reviewed(tmp_path, X_TWICE, *_with_imports(X_TWICE, ours, theirs))
-    assert kept and not resolved, text
+    _refused(tmp_path, X_TWICE, ours, theirs)
 
 
 def test_an_overload_both_sides_edit_keeps_its_merged_signature(tmp_path):
@@ -512,8 +515,7 @@ def test_an_overload_both_sides_edit_keeps_its_merged_signature(tmp_path):
     base = _class(overload, OVERLOADS[1], IMPLEMENTATION)
     ours = base.replace("        x: int,", "        x: float,")
     theirs = base.replace("        y: int,\n", "        y: int,\n        z: int = 0,\n")
-    text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
-    assert resolved and not kept, kept
+    text = _merged(tmp_path, base, ours, theirs)
     assert "x: float" in text and "z: int = 0" in text, text
 
 
