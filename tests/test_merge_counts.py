@@ -528,3 +528,58 @@ def test_an_overload_upstream_deletes_stays_deleted_beside_one_both_edit(tmp_pat
     theirs = base.replace("        y: int,\n", "        y: int,\n        z: int = 0,\n")
     text, resolved, kept = reviewed(tmp_path, base, *_with_imports(base, ours, theirs))
     assert not (resolved and not kept) or "x: str" not in text, text
+
+
+def _method(name: str, indent: str = "    ") -> str:
+    """A method long enough that git's alignment keeps it whole."""
+    body = "".join(f"{indent}    v{n} = '{name}{n}'\n" for n in range(5))
+    return f"{indent}def {name}(self):\n{body}{indent}    return v0\n"
+
+
+def _overload(kind: str, extra: str = "") -> str:
+    return (
+        f"    @overload\n    def o(\n        self,\n        x: {kind},\n{extra}        y: int = 0,\n"
+        f"    ) -> {kind}:\n        ...\n"
+    )
+
+
+OVERLOADED = "import os\nfrom typing import overload\n\n\nclass C:\n" + "\n".join(
+    [_method("a"), _overload("int"), _method("m"), _overload("str"), _overload("bytes")]
+    + [_method("zz"), "    def o(self, x, y=0):\n        return x\n"]
+)
+STRICT = "        strict: bool = False,\n"
+
+
+def _nested(outer: str, inner: str, members: str) -> str:
+    methods = "\n".join(_method(name, "        ") for name in members)
+    return (
+        f"import os\n\n\nclass {outer}:\n    x = 1\n\n    class {inner}:\n        y = 2\n\n"
+        f"{methods}\n    def tail(self):\n        return 3\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "base, ours, theirs",
+    [
+        (  # upstream deletes the str overload; the patch moves it up and adds a parameter
+            OVERLOADED,
+            OVERLOADED.replace(_overload("str") + "\n", ""),
+            OVERLOADED.replace(_overload("str") + "\n", "").replace(
+                "class C:\n", "class C:\n" + _overload("str", STRICT) + "\n"
+            ),
+        ),
+        (  # upstream renames Outer and deletes Inner.m; the patch renames Inner, moves m
+            _nested("Outer", "Inner", "ambc"),
+            _nested("Outer2", "Inner", "abc"),
+            _nested("Outer", "Inner2", "abcm"),
+        ),
+    ],
+    ids=["overload-moved-and-edited", "nested-double-rename"],
+)
+def test_a_deletion_behind_an_edited_signature_or_two_renames_stays(tmp_path, base, ours, theirs):
+    """Review 22, seventh pass (wrong in 625ccf9 too): an overload's signature is its role,
+    so the patch's moved and edited overload read as a new one beside upstream's deletion;
+    and a class path renamed twice (the outer class by one side, the inner by the other)
+    was mapped once, so its body went uncounted. A side's one new role where one of the
+    base's roles went is that role edited; renames map a path until none applies."""
+    _refused(tmp_path, base, ours, theirs)

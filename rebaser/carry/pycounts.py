@@ -17,7 +17,7 @@ signature; other decorators, and edits to a signature or body, keep the role (a 
 of the whole header turned each edit into a deletion and an addition). Where a role stands
 twice or more, the sides' statements added and removed are merged by their code. A class
 one side renamed counts under its base name, found by the members it shares with the class
-the side lacks. Six review passes shaped these rules (docs/safety.md).
+the side lacks. Seven review passes shaped these rules (docs/safety.md).
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ def excess(text: str, base: str, ours: str, theirs: str) -> Optional[str]:
             continue  # known by its code, any edit makes it another key; or a new class
         sides = [side.get((where, key), []) for side in (before, upstream, patch)]
         several = max(map(len, sides)) > 1  # one name, several statements: each by its role
-        problem = _over([_by_role(nodes, several) for nodes in (found, *sides)], where, key)
+        roles = [_by_role(nodes, several) for nodes in (found, *sides)]
+        problem = _over(_edits_kept(roles) if several else roles, where, key)
         if problem:
             return problem
     return None
@@ -63,6 +64,22 @@ def _by_role(nodes: list[ast.stmt], several: bool) -> Roles:
     for node in nodes:
         found[_role(node) if several else None].append(node)
     return found
+
+
+def _edits_kept(roles: list[Roles]) -> list[Roles]:
+    """The merged file's, the base's, upstream's and the patch's roles, where a side's one
+    new role beside one of the base's roles it lacks is that role edited (an overload
+    moved and given a parameter is still the overload the other side deleted), in the
+    merged file too."""
+    merged, before, upstream, patch = roles
+    for side in (upstream, patch):
+        gone = [role for role, nodes in before.items() if len(side.get(role, [])) < len(nodes)]
+        new = [role for role in side if role not in before]
+        if len(gone) == 1 and len(new) == 1 and _signed(gone[0]) == _signed(new[0]) != ():
+            side[gone[0]] = side.get(gone[0], []) + side.pop(new[0])
+            if new[0] in merged:
+                merged[gone[0]] = merged.get(gone[0], []) + merged.pop(new[0])
+    return roles
 
 
 def _over(sides: list[Roles], where: Where, key: tuple) -> Optional[str]:
@@ -129,8 +146,8 @@ def _role(node: ast.stmt) -> tuple:
         if _named(target, "overload"):
             return ("overload", signature)
         if _named(target, "register"):
-            role += (ast.dump(decorator), signature)
-        elif _named(target, "property") or (
+            return ("register", ast.dump(decorator), signature)
+        if _named(target, "property") or (
             isinstance(target, ast.Attribute) and _named(target.value, getattr(node, "name", ""))
         ):
             role += (ast.dump(decorator),)
@@ -138,6 +155,12 @@ def _role(node: ast.stmt) -> tuple:
 
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _signed(role: Optional[tuple]) -> tuple:
+    """What an overload's or a registration's role is without its signature (which a side
+    may edit); () for a role without one (a property's setter is never its deleter)."""
+    return role[:-1] if role and role[0] in ("overload", "register") else ()
 
 
 def _named(expression: ast.expr, name: str) -> bool:
@@ -192,9 +215,11 @@ def _renamed(before: Groups, side: Groups) -> dict[Where, Where]:
 
 def _under_base_names(groups: Groups, renames: dict[Where, Where]) -> Groups:
     def based(where: Where) -> Where:
-        for new, old in renames.items():
-            if where[: len(new)] == new:
-                return old + where[len(new) :]
+        """The path with every rename undone: one side's outer class and the other's inner
+        one both (each rename applies once)."""
+        left = dict(renames)
+        while (found := next((n for n in left if where[: len(n)] == n), None)) is not None:
+            where = left.pop(found) + where[len(found) :]
         return where
 
     found: Groups = collections.defaultdict(list)
