@@ -90,12 +90,14 @@ def _over(sides: list[Roles], where: Where, key: tuple) -> Optional[str]:
     this name both sides changed."""
     merged, before, upstream, patch = sides
     place = f" in class {'.'.join(where)}" if where else ""
-    made = _changed_by_both(before, upstream, patch)
+    made: Optional[int] = None  # read only where needed: it reads every statement's code
     for role, found in merged.items():
         versions = [side.get(role, []) for side in (before, upstream, patch)]
-        if not any(versions) and len(found) <= made:
-            made -= len(found)
-            continue
+        if not any(versions):
+            made = _changed_by_both(before, upstream, patch) if made is None else made
+            if len(found) <= made:
+                made -= len(found)
+                continue
         if len(found) <= _merged_count(*versions):
             continue
         counts = [len(nodes) for nodes in versions]
