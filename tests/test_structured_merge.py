@@ -1282,4 +1282,3 @@ def test_a_string_below_an_assignment_is_written_once_below_both_sides_items(tmp
     text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
     assert resolved and not kept, kept
     assert text == base.replace(at, at + added.format("a2 = 5") + added.format("a3 = 6"))
-
