@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     apply_cmd.add_argument(
         "--no-fast-lane",
         action="store_true",
-        help="carry every patch on its own instead of runs of them in one git rebase (the same "
+        help="carry every patch on its own instead of runs of them in one lane (the same "
         "branch and report, slower; for comparing the two)",
     )
 

@@ -28,6 +28,19 @@ def commit_verbatim(repo: Path, message: str, *, author: str, date: Optional[str
     return git(repo, "rev-parse", "HEAD")
 
 
+def commit_files(repo: Path, files: dict[str, Optional[str]], message: str) -> str:
+    """Commit `files` (path -> text; None deletes it), or nothing; the new sha."""
+    for name, text in files.items():
+        if text is None:
+            git(repo, "rm", "-q", name)
+            continue
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+        git(repo, "add", name)
+    git(repo, "commit", "-q", "--allow-empty", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],

@@ -160,3 +160,36 @@ def test_a_memo_entry_of_other_code_is_not_found(tmp_path: Path, monkeypatch) ->
     assert memo(Git(repo), "same-lines", "target", "patch").load() == {"value": "superseded: ..."}
     monkeypatch.setattr(memo_module, "_code", lambda: "an upgraded rebaser")
     assert memo(Git(repo), "same-lines", "target", "patch").load() is None
+
+
+def test_a_command_whose_bytes_are_read_fails_as_it_failed(tmp_path: Path, monkeypatch) -> None:
+    """output_bytes ran a failed command again for run()'s message, and where that second
+    run succeeded (a repository being written meanwhile) it returned the first run's empty
+    output as an answer: the lane's judge then read no file at all."""
+    import subprocess
+
+    import pytest
+
+    from rebaser.errors import RebaserError
+
+    git(tmp_path, "init", "-q")
+    runs = []
+
+    def flaky(self, args, env, stdin):
+        runs.append(args)
+        code = 128 if len(runs) == 1 else 0
+        return subprocess.CompletedProcess(args, code, b"" if code else b"ok\n", b"fatal: busy\n")
+
+    monkeypatch.setattr(Git, "_completed", flaky)
+    with pytest.raises(RebaserError, match="fatal: busy"):
+        Git(tmp_path).output_bytes("cat-file", "--batch", stdin=b"HEAD\n")
+    assert len(runs) == 1
+
+
+def test_blobs_reads_commits_when_asked(tmp_path: Path) -> None:
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "commit", "-q", "--allow-empty", "-m", "start")
+    head = git(tmp_path, "rev-parse", "HEAD")
+    found = Git(tmp_path).blobs([head, "HEAD^{tree}", "nothing"], kind="commit")
+    assert found[head] == git(tmp_path, "cat-file", "commit", head).encode() + b"\n"
+    assert found["HEAD^{tree}"] is None and found["nothing"] is None

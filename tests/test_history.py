@@ -12,24 +12,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from synthetic import git
+from synthetic import commit_files, git
 
 from rebaser.repo.git import Git
 from rebaser.repo.history import ASKED_ALONE, RangeHistory
 
 PATHS = ["a.py", "b.py", "dir/c.py", "dir", "old.py", "new.py", "dir/x.py", "twin.py", "never.py"]
-
-
-def _commit(repo: Path, files: dict[str, str | None], message: str) -> str:
-    for name, text in files.items():
-        if text is None:
-            git(repo, "rm", "-q", name)
-            continue
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-        git(repo, "add", name)
-    git(repo, "commit", "-q", "--allow-empty", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
 
 
 def _merge(repo: Path, *branches: str, strategy: str = "") -> str:
@@ -54,42 +42,42 @@ def _merged_onto(repo: Path, parent: str, message: str) -> None:
 def history(tmp_path_factory) -> tuple[Path, str, str]:
     repo = tmp_path_factory.mktemp("history")
     git(repo, "init", "-q", "-b", "main")
-    root = _commit(repo, {"a.py": "a\n", "b.py": "b\n"}, "root")
-    base = _commit(repo, {"dir/c.py": "c\n", "old.py": "o\n"}, "base")
+    root = commit_files(repo, {"a.py": "a\n", "b.py": "b\n"}, "root")
+    base = commit_files(repo, {"dir/c.py": "c\n", "old.py": "o\n"}, "base")
     git(repo, "checkout", "-q", "-b", "before", base)
-    _commit(repo, {"dir/before.py": "x\n"}, "a side branch forked at the base")
+    commit_files(repo, {"dir/before.py": "x\n"}, "a side branch forked at the base")
     git(repo, "checkout", "-q", "main")
-    _commit(repo, {"a.py": "a1\n"}, "main edits a")
+    commit_files(repo, {"a.py": "a1\n"}, "main edits a")
     git(repo, "checkout", "-q", "-b", "ours", base)
-    _commit(repo, {"a.py": "a ours\n"}, "side edits a")
-    _commit(repo, {"b.py": "b ours\n"}, "side edits b")
+    commit_files(repo, {"a.py": "a ours\n"}, "side edits a")
+    commit_files(repo, {"b.py": "b ours\n"}, "side edits b")
     git(repo, "checkout", "-q", "main")
     _merge(repo, "ours", strategy="ours")  # TREESAME to its first parent everywhere
     git(repo, "checkout", "-q", "-b", "side", "main")
-    _commit(repo, {"dir/c.py": "c side\n"}, "side edits dir/c")
-    _commit(repo, {"old.py": None, "new.py": "o\n"}, "side renames old to new")
+    commit_files(repo, {"dir/c.py": "c side\n"}, "side edits dir/c")
+    commit_files(repo, {"old.py": None, "new.py": "o\n"}, "side renames old to new")
     git(repo, "checkout", "-q", "main")
-    _commit(repo, {"b.py": "b main\n"}, "main edits b")
+    commit_files(repo, {"b.py": "b main\n"}, "main edits b")
     _merge(repo, "side")  # TREESAME to its second parent in dir/ and the renamed file
     for branch, name in (("one", "a.py"), ("two", "dir/x.py")):
         git(repo, "checkout", "-q", "-b", branch, "main")
-        _commit(repo, {name: f"{branch}\n"}, f"{branch} edits {name}")
+        commit_files(repo, {name: f"{branch}\n"}, f"{branch} edits {name}")
     git(repo, "checkout", "-q", "main")
     _merge(repo, "one", "two")  # an octopus
     _merge(repo, "before")
-    _commit(repo, {}, "an empty commit")
+    commit_files(repo, {}, "an empty commit")
     git(repo, "checkout", "-q", "-b", "twin", "main")
-    _commit(repo, {"twin.py": "same\n"}, "twin adds twin.py")
+    commit_files(repo, {"twin.py": "same\n"}, "twin adds twin.py")
     git(repo, "checkout", "-q", "main")
-    _commit(repo, {"twin.py": "same\n"}, "main adds the same twin.py")
+    commit_files(repo, {"twin.py": "same\n"}, "main adds the same twin.py")
     _merge(repo, "twin")  # TREESAME to both parents in twin.py: git follows the first
-    _commit(repo, {"b.py": "b\n"}, "main puts b back as the base had it")
+    commit_files(repo, {"b.py": "b\n"}, "main puts b back as the base had it")
     # Merges made by hand onto a commit outside the range, TREESAME to it: git's
     # simplification follows the range's base (its bottom) but no older commit.
     _merged_onto(repo, base, "merge onto the base")  # b.py as on the base
-    _commit(repo, {"a.py": "a\n"}, "main puts a back as the root had it")
+    commit_files(repo, {"a.py": "a\n"}, "main puts a back as the root had it")
     _merged_onto(repo, root, "merge onto the root")  # a.py as on the root
-    _commit(repo, {"dir/c.py": "c last\n"}, "main edits dir/c")
+    commit_files(repo, {"dir/c.py": "c last\n"}, "main edits dir/c")
     return repo, base, git(repo, "rev-parse", "HEAD")
 
 
@@ -154,9 +142,9 @@ def test_git_order_ties_older_ancestors_and_odd_paths(tmp_path) -> None:
     subjects with control characters."""
     repo = tmp_path
     git(repo, "init", "-q", "-b", "main")
-    old = _commit(repo, {"f": "0\n", "p": "file\n"}, "old")
-    _commit(repo, {"b": "b\n"}, "the base's parent")
-    base = _commit(repo, {"c": "c\n"}, "base")
+    old = commit_files(repo, {"f": "0\n", "p": "file\n"}, "old")
+    commit_files(repo, {"b": "b\n"}, "the base's parent")
+    base = commit_files(repo, {"c": "c\n"}, "base")
     tree = {}
     for name, text in (("f", "1\n"), ("f", "2\n")):
         (repo / name).write_text(text)

@@ -54,6 +54,7 @@ def series_with_a_knock_on(tmp_path, upstream, v2_from: str = CALC) -> Path:
 def apply_onto_v2(rebaser, tmp_path, series, upstream, *extra):
     report = tmp_path / "r.json"
     result = apply(rebaser, series, upstream, "v2", "--json", report, *extra)
+    assert report.is_file(), result.out + result.err
     return result, json.loads(report.read_text())
 
 

@@ -292,7 +292,7 @@ def test_a_patch_asked_about_in_two_lanes_is_counted_once(rebaser, tmp_path, ups
         rows.append(json.loads(report.read_text())["steps"])
         shutil.rmtree(upstream.path / ".git" / "forkkit" / "memo")
     assert "triage beside the lane: 2 stopped patches, " in said[0], said[0]
-    assert "one git rebase" in said[0] and rows[0] == rows[1]
+    assert "one lane" in said[0] and rows[0] == rows[1]
 
 
 def test_ctrl_c_while_the_triage_runs_beside_the_lane_can_be_continued(rebaser, tmp_path, upstream):

@@ -3,10 +3,8 @@
 For a patch that stops on the target: the first commit on upstream's first-parent history
 between the series' recorded base and the target at which the patch, on top of the patches
 before it that applied, stops applying. As git-imerge finds where a pair of commits
-conflicts, each probe is one merge of two trees, here `git merge-tree --write-tree` (ort, in
-memory, no worktree or index) in the scratch repository: a cherry-pick is a merge whose base
-is the patch's parent, so the probe merges two commits made for it, upstream's tree and the
-patch's, both children of a root commit holding the patch's parent tree.
+conflicts, each probe is one cherry-pick made as a merge of trees (repo/picks.py: ort in
+`git merge-tree`, in memory, no worktree or index) in the scratch repository.
 
 Only commits that touch the patch's files (or the files it conflicts in) can change whether
 it applies, so the bisection runs over those: a handful of probes, milliseconds each. The
@@ -20,14 +18,12 @@ are the files the patch it needs never touches ("its own conflicts").
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from rebaser.repo.commits import Commits
 from rebaser.repo.git import Git, nameable
 from rebaser.repo.history import RangeHistory
-from rebaser.repo.merge_tree import TreeMerges
+from rebaser.repo.picks import TreePicks
 from rebaser.series.patches import Patch
 
 _MERGE = ("-c", "merge.renames=true", "-c", "merge.directoryRenames=true")
@@ -46,8 +42,7 @@ class Found:
 class Bisector:
     """Probes of one series' patches against upstream commits, in a scratch repository that
     reads the real repository's objects. Close it (or use it as a context manager): its
-    merges run in one git process, and the trees of the commits it makes are named by
-    another."""
+    picks run in git processes of their own."""
 
     def __init__(
         self,
@@ -63,18 +58,18 @@ class Bisector:
         self.history = history or RangeHistory(scratch, recorded_base, target)
         self.base, self.target = recorded_base, target
         self.commit_of = commit_of
-        self._pairs: dict[str, tuple[str, str]] = {}  # patch commit -> (its base, its change)
-        self._lock = threading.Lock()  # probes run in threads (carry/triage.py)
-        self._merges = TreeMerges(scratch, _MERGE)
-        self._commits = Commits(scratch)
-        self.merges = 0
+        self._picks = TreePicks(scratch, _MERGE)  # probes run in threads (carry/triage.py)
+
+    @property
+    def merges(self) -> int:
+        """The merges made so far (for the progress line)."""
+        return self._picks.count
 
     def __enter__(self) -> "Bisector":
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._merges.close()
-        self._commits.close()
+        self._picks.close()
 
     def conflicts(
         self, patch: Patch, before: Sequence[Patch], at: Optional[str] = None
@@ -287,18 +282,7 @@ class Bisector:
         commit = self.commit_of(patch)
         if commit is None:
             return None
-        with self._lock:
-            pair = self._pairs.get(commit)
-        if pair is None:
-            base = self._commits.commit(f"{commit}^^{{tree}}", [], "base\n")
-            pair = (base, self._commits.commit(f"{commit}^{{tree}}", [base], "patch\n"))
-            with self._lock:
-                self._pairs[commit] = pair
-        base, change = pair
-        ours = self._commits.commit(tree, [base], "upstream\n")
-        merged = self._merges.merge(ours, change)
-        with self._lock:
-            self.merges += 1
+        merged = self._picks.pick(tree, commit)
         return None if merged is None else (merged.tree, merged.conflicted)
 
 

@@ -1,12 +1,13 @@
 """The structured merge (carry/pymerge.py) applied to a merge git left in conflict: after
-ort's cherry-pick in the apply's worktree, and inside the fast lane's `git rebase` in the
-scratch repository, before anything else is tried.
+ort's cherry-pick in the apply's worktree, and on the fast lane's picks (merges of trees in
+the scratch repository), before anything else is tried.
 
-git keeps the three versions of a conflicted file in its index (stages 1, 2, 3). For each
-Python file with all three, the hunks are found with `git merge-file --diff3` and resolved
-where they are mechanical; a file whose hunks all resolve is written and added, one with
-real hunks left is written with only those as markers and stays unmerged. Other conflicts
-(a file deleted on one side, renamed on both, not Python) are git's, untouched.
+git keeps the three versions of a conflicted file in its index (stages 1, 2, 3; a merge of
+trees lists them too). For each Python file with all three, the hunks are found with `git
+merge-file --diff3` and resolved where they are mechanical. In a worktree, a file whose
+hunks all resolve is written and added, one with real hunks left is written with only those
+as markers and stays unmerged; the lane puts the resolved files into the pick's tree. Other
+conflicts (a file deleted on one side, renamed on both, not Python) are git's, untouched.
 
 Why not a merge driver: git's ort merges file contents with the histogram diff, a driver
 can only call `git merge-file`, which before git 2.44 knows only the Myers diff, and the
@@ -22,6 +23,7 @@ from typing import Optional
 
 from rebaser.carry import filemerges
 from rebaser.repo.git import Git
+from rebaser.repo.merge_tree import Stage
 
 _cache: dict[tuple[str, ...], filemerges.Outcome] = {}
 
@@ -41,8 +43,8 @@ class FileResult:
 
 @dataclass(frozen=True)
 class Unmerged:
-    """What git left unmerged in an index, read in one `git ls-files -u`: every path, and
-    the three versions of each Python file that has them all."""
+    """What git left unmerged (in an index, read in one `git ls-files -u`, or in a merge of
+    trees): every path, and the three versions of each Python file that has them all."""
 
     paths: list[str]  # sorted
     stages: dict[str, tuple[str, str, str]]  # path -> base, upstream's, the patch's blob
@@ -50,11 +52,19 @@ class Unmerged:
     @classmethod
     def read(cls, git: Git) -> "Unmerged":
         out = git.run("ls-files", "-u", "-z").stdout
-        found: dict[str, dict[int, str]] = {}
+        entries = []
         for entry in filter(None, out.split("\0")):
             meta, path = entry.split("\t", 1)
-            _, sha, stage = meta.split()
-            found.setdefault(path, {})[int(stage)] = sha
+            mode, sha, number = meta.split()
+            entries.append(Stage(mode, sha, int(number), path))
+        return cls.of(entries)
+
+    @classmethod
+    def of(cls, entries: list[Stage]) -> "Unmerged":
+        """From the stages of the files in conflict (an index's, or a merge of trees')."""
+        found: dict[str, dict[int, str]] = {}
+        for stage in entries:
+            found.setdefault(stage.path, {})[stage.number] = stage.blob
         stages = {
             path: (versions[1], versions[2], versions[3])
             for path, versions in found.items()
@@ -78,11 +88,29 @@ def resolve_conflicts(
     unmerged: Optional[Unmerged] = None,
 ) -> list[FileResult]:
     """Resolve what can be resolved of the conflicted Python files in `git`'s worktree
-    (`sparse`: a worktree whose other files are not written, as the scratch repository;
+    (`sparse`: a worktree whose other files are not written; `unmerged`: the index's
+    conflicts, when the caller has read them already): each file with a hunk resolved is
+    written, and added where every hunk is."""
+    merged = merge_conflicts(git, unmerged or Unmerged.read(git), label=label, busy=busy)
+    clean = []
+    for result, text in merged:
+        if result.resolved:
+            (git.path / result.path).write_text(text, encoding="utf-8")
+            if result.clean:
+                clean.append(result.path)
+    if clean:
+        git.run("add", *(["--sparse"] if sparse else []), "--", *clean)
+    return [result for result, _ in merged]
+
+
+def merge_conflicts(
+    git: Git, unmerged: Unmerged, *, label: str = "patch", busy: int = 1
+) -> list[tuple[FileResult, str]]:
+    """The structured merge of each conflicted Python file that has all three versions:
+    what it did, and the file's new text where it resolved a hunk; nothing is written.
     `busy`: the cores this process keeps busy, beside which helper processes may merge
-    some of them (filemerges.merged);
-    `unmerged`: the index's conflicts, when the caller has read them already)."""
-    stages = (unmerged or Unmerged.read(git)).stages
+    some of them (filemerges.merged)."""
+    stages = unmerged.stages
     if not stages:
         return []
     blobs = _blobs(git, [sha for versions in stages.values() for sha in versions])
@@ -90,18 +118,11 @@ def resolve_conflicts(
     missing = [key for key in keys if key not in _cache]
     jobs = [(path, *(blobs[sha] for sha in shas), label) for path, *shas, label in missing]
     _cache.update(zip(missing, filemerges.merged(git, jobs, busy=busy)))
-    results, clean = [], []
+    found = []
     for key in keys:
-        path = key[0]
-        text, resolved, kept, done = _cache[key]
-        results.append(FileResult(path, resolved, kept))
-        if resolved:
-            (git.path / path).write_text(text, encoding="utf-8")
-            if done:
-                clean.append(path)
-    if clean:
-        git.run("add", *(["--sparse"] if sparse else []), "--", *clean)
-    return results
+        text, resolved, kept, _ = _cache[key]  # every hunk resolved: FileResult.clean
+        found.append((FileResult(key[0], resolved, kept), text))
+    return found
 
 
 def notes(results: list[FileResult], *, applied: bool) -> str:

@@ -11,7 +11,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, NoReturn, Optional, Sequence
 
 from rebaser.errors import ExitCode, RebaserError
 
@@ -265,26 +265,32 @@ class Git:
             completed.stderr.decode("utf-8", errors="replace"),
         )
         if check and not result.ok:
-            raise RebaserError(
-                f"git {' '.join(args)} failed ({result.status})"
-                + _output("stdout", result.stdout)
-                + _output("stderr", result.stderr),
-                where=str(self.path),
-                code=ExitCode.ENVIRONMENT,
-            )
+            self._failed(args, result)
         return result
 
     def output_bytes(self, *args: str, stdin: Optional[bytes] = None) -> bytes:
         """A command's stdout as git wrote it (file contents: sizes count bytes)."""
         completed = self._completed(args, None, stdin)
         if completed.returncode != 0:
-            self.run(*args, stdin=stdin)  # again, for the error run() describes
+            stdout, stderr = (
+                out.decode("utf-8", "replace") for out in (completed.stdout, completed.stderr)
+            )
+            self._failed(args, GitResult(completed.returncode, stdout, stderr))
         return completed.stdout
 
-    def blobs(self, names: Sequence[str]) -> dict[str, Optional[bytes]]:
-        """Each object name (`<sha>`, `<rev>:<path>`) -> its bytes when it is a blob, else
-        None (missing, or not a blob), in one `cat-file --batch`; each name once, in the
-        order first given."""
+    def _failed(self, args: tuple[str, ...], result: GitResult) -> NoReturn:
+        raise RebaserError(
+            f"git {' '.join(args)} failed ({result.status})"
+            + _output("stdout", result.stdout)
+            + _output("stderr", result.stderr),
+            where=str(self.path),
+            code=ExitCode.ENVIRONMENT,
+        )
+
+    def blobs(self, names: Sequence[str], kind: str = "blob") -> dict[str, Optional[bytes]]:
+        """Each object name (`<sha>`, `<rev>:<path>`) -> its bytes when it is a blob (or
+        another `kind` of object: "commit"), else None (missing, or not of that kind), in
+        one `cat-file --batch`; each name once, in the order first given."""
         if not names:
             return {}
         unique = list(dict.fromkeys(names))
@@ -302,7 +308,7 @@ class Git:
                 found[name] = None
                 continue
             header = line.split()  # "<sha> <type> <size>"
-            if len(header) == 3 and header[1] == b"blob":
+            if len(header) == 3 and header[1] == kind.encode():
                 size = int(header[2])
                 found[name] = out[cursor : cursor + size]
                 cursor += size + 1
@@ -311,8 +317,8 @@ class Git:
                 if len(header) == 3:  # another kind of object: its content follows too
                     cursor += int(header[2]) + 1
         for name in unique:
-            if not _batchable(name):  # `cat-file blob` fails for what is no blob
-                alone = self._completed(("cat-file", "blob", name), None, None)
+            if not _batchable(name):  # `cat-file <kind>` fails for what is of another kind
+                alone = self._completed(("cat-file", kind, name), None, None)
                 found[name] = alone.stdout if alone.returncode == 0 else None
         return {name: found[name] for name in unique}
 

@@ -34,6 +34,12 @@ def begin(worktree: Git, git_dir: Path, attributes: bool = False) -> None:
     worktree.run(*_SPARSE, "read-tree", "-m", "-u", "HEAD")
 
 
+def follow_attributes(worktree: Git, rev: str) -> None:
+    """The index of a worktree begun with `attributes`, and its `.gitattributes` files (its
+    only files), as `rev` has them."""
+    worktree.run(*_SPARSE, "read-tree", "-m", "-u", rev)
+
+
 def pending(git_dir: Path) -> bool:
     """Whether the worktree's files are still to be written (no index yet: killed between
     `worktree add --no-checkout` and begin())."""

@@ -21,9 +21,25 @@ from rebaser.repo.git import Git, ended
 
 
 @dataclass(frozen=True)
+class Stage:
+    """One version of a file in conflict, as an index holds it (1 base, 2 ours, 3 theirs)."""
+
+    mode: str
+    blob: str
+    number: int
+    path: str
+
+
+@dataclass(frozen=True)
 class Merged:
     tree: str
-    conflicted: list[str]  # the files in conflict, sorted
+    stages: list[Stage]  # of the files in conflict, as git lists them
+    clean: bool = True  # False: a conflict, even one that leaves no file with stages
+
+    @property
+    def conflicted(self) -> list[str]:
+        """The files in conflict, sorted."""
+        return sorted({stage.path for stage in self.stages})
 
 
 class TreeMerges:
@@ -61,14 +77,14 @@ class TreeMerges:
 
     def _alone(self, ours: str, theirs: str) -> Optional[Merged]:
         result = self.git.run(
-            *self.config, "merge-tree", "--write-tree", "--name-only", "-z", ours, theirs,
+            *self.config, "merge-tree", "--write-tree", "-z", ours, theirs,
             check=False,
         )  # fmt: skip
         if result.status not in (0, 1):
             return None
         fields = iter(result.stdout.split("\0"))
         tree = next(fields)
-        return Merged(tree, sorted(set(_until_empty(fields))))
+        return Merged(tree, _stages(_until_empty(fields)), clean=result.status == 0)
 
     def _asked(self, ours: str, theirs: str) -> Optional[Merged]:
         fields = self._started()
@@ -78,19 +94,19 @@ class TreeMerges:
         if self._answered:
             fields.end()  # of the last sentinel
         status, tree = fields.next(), fields.next()
-        conflicted = sorted(set(_until_empty(fields)))  # up to the messages' NUL
+        stages = _stages(_until_empty(fields))  # up to the messages' NUL
         while count := fields.next():  # messages, up to the answer's end
             for _ in range(int(count) + 2):  # the paths, the type, the message
                 fields.next()
         if fields.next() != "1" or not fields.next() or fields.next():
             raise ValueError("git merge-tree --stdin answered out of step")
         self._answered += 1
-        return Merged(tree, conflicted) if status in ("0", "1") else None
+        return Merged(tree, stages, clean=status == "1") if status in ("0", "1") else None
 
     def _started(self) -> "_Fields":
         if self._process is None or self._fields is None:
             self._process = self.git.serving(
-                *self.config, "merge-tree", "--stdin", "--name-only", "-z", "--messages"
+                *self.config, "merge-tree", "--stdin", "-z", "--messages"
             )
             assert self._process.stdout is not None
             self._fields, self._answered = _Fields(self._process.stdout), 0
@@ -130,4 +146,14 @@ def _until_empty(fields: Iterator[str]) -> list[str]:
         if not name:
             break
         found.append(name)
+    return found
+
+
+def _stages(entries: list[str]) -> list[Stage]:
+    """`<mode> <blob> <stage>\t<path>` entries, as `merge-tree -z` lists a conflict's."""
+    found = []
+    for entry in entries:
+        meta, path = entry.split("\t", 1)
+        mode, blob, number = meta.split()
+        found.append(Stage(mode, blob, int(number), path))
     return found

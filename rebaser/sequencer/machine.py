@@ -66,7 +66,7 @@ class ApplyOptions:
     python: str = sys.executable
     ephemeral: bool = False  # a throwaway apply (verify, bisect): its state stays in memory
     keep_going: bool = False  # drop a patch that does not apply and go on, instead of stopping
-    fast_lane: bool = True  # carry runs of patches in one git rebase (steps/fastlane.py)
+    fast_lane: bool = True  # carry runs of patches in one lane (steps/fastlane.py)
     triage: bool = True  # propose keep/drop for every patch of a run with stops (bisect: no)
 
 
@@ -476,15 +476,15 @@ class _Run:
         return self._finish([*state.steps, result.row], [], [], ExitCode.NOT_APPLIED)
 
     def _fast_lane(self) -> None:
-        """Carry the patches from the next step on in one git sequencer run
-        (steps/fastlane.py), as far as their own commits are at hand and git goes."""
+        """Carry the patches from the next step on in one lane (steps/fastlane.py), as far
+        as their own commits are at hand and git goes."""
         patches = self._patch_run()
         first = self.series.patches.index(patches[0]) if patches else 0
         commits = self.carry.replay.commits()[first : first + len(patches)]
         if not commits:
             return
         patches = patches[: len(commits)]
-        self.progress(f"{patches[0].name} .. {patches[-1].name} (one git rebase)")
+        self.progress(f"{patches[0].name} .. {patches[-1].name} (one lane)")
         self._starting(patches[0].name)
         head = self.state.head or self.worktree.out("rev-parse", "HEAD")
         branch = self.state.branch

@@ -178,9 +178,9 @@ class BesideTheLane:
             known[patch.name] = patch_row(patch, StepStatus.CLEAN, "", [])
 
         def watched(
-            patch: Patch, at: Git, head: str, notes: str = ""
+            patch: Patch, at: Git, head: str, notes: str, conflicts: list[str]
         ) -> Optional[Callable[[], Optional[StepRow]]]:
-            verdict = judge(patch, at, head, notes)
+            verdict = judge(patch, at, head, notes, conflicts)
             if verdict is None:
                 return None
 

@@ -57,7 +57,7 @@ class ApplyState:
     # disturb an apply the user has in progress in the same repository.
     ephemeral: bool = False
     keep_going: bool = False  # drop failing patches and go on (apply --keep-going, verify)
-    fast_lane: bool = True  # carry runs of patches in one git rebase (apply --no-fast-lane)
+    fast_lane: bool = True  # carry runs of patches in one lane (apply --no-fast-lane)
     triage: bool = True  # keep/drop proposals on the report's rows (sequencer/proposals.py)
     retry_step: Optional[int] = None  # `rebaser retry`: the one step to run, then verification
     set_aside: Optional[str] = None  # a `skip`'s backup of the stop's work, until it ends

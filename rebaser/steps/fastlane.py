@@ -1,13 +1,16 @@
-"""A run of patches carried in one `git rebase`, as `git rebase` itself would carry them.
+"""A run of patches carried as `git rebase` would carry them, in one git process.
 
 Patch by patch, an apply costs several git processes (apply, commit, rev-parse, ...). On the
 happy path that is most of its time, so a run of patches whose own commits are at hand
-(Replay) goes through git's sequencer in ONE process: `git rebase --onto <tip>` of those
-commits, ort with renames followed, each commit keeping the patch's message and author and
-getting rebaser's committer with the patch's date, exactly the commit the per-patch path
-makes. The lane stops where git stops (a conflict, an empty pick = upstream has it); that
-patch goes through the per-patch path (exact/offset, cherry-pick, resolutions, codemod, in
-upstream checks, keep-going), and the lane resumes after it.
+(Replay) is carried as `git rebase --onto <tip>` carries those commits, but each pick is a
+merge of trees (repo/picks.py: ort in one long-running `git merge-tree`, renames followed)
+and each commit is written as an object: no index, worktree or sequencer state to rewrite
+at every pick or stop, which was most of `git rebase`'s time on a real fork. Each commit
+keeps the patch's message and author and gets rebaser's committer with the patch's date:
+the commit `git rebase --committer-date-is-author-date` makes, and exactly the one the
+per-patch path makes. The lane stops where git stops (a conflict, an empty pick = upstream
+has it); that patch goes through the per-patch path (exact/offset, cherry-pick,
+resolutions, codemod, in upstream checks, keep-going), and the lane resumes after it.
 
 Statuses come from two git calls afterwards. A patch is `clean` where the tree held its
 preimage blobs, `offset` where `git apply` would have placed its hunks elsewhere
@@ -15,7 +18,7 @@ preimage blobs, `offset` where `git apply` would have placed its hunks elsewhere
 Where the exact apply would have made a different file than ort, ort's is kept
 (`cherry-pick`: git rebase's result), as the per-patch path does.
 
-git's sequencer runs in a scratch repository in memory (scratch.py): neither the apply's
+The picks run in a scratch repository in memory (scratch.py): neither the apply's
 worktree nor its branch moves until the lane's commits are known; then one checkout moves
 the branch to the last one kept. Meanwhile the worktree's files, if none are written yet
 (late_checkout), are written at the lane's start. While the lane runs, a marker in the
@@ -27,7 +30,7 @@ recorded step (`rebaser continue` then redoes the lane, `abort` drops it).
 from __future__ import annotations
 
 import hashlib
-import shlex
+import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,9 +38,12 @@ from typing import Callable, Optional, Sequence
 
 from rebaser.carry import structured
 from rebaser.carry.knockon import head_reader, needed_patch
+from rebaser.errors import RebaserError
 from rebaser.repo import late_checkout
 from rebaser.repo import scratch
 from rebaser.repo.git import Git, committer_env
+from rebaser.repo.merge_tree import Merged, Stage
+from rebaser.repo.picks import TreePicks
 from rebaser.steps.records import (
     LEFT_OFF,
     StepResult,
@@ -58,9 +64,10 @@ MARKER = "forkkit-fast-lane"  # in the worktree's git dir while a lane runs: bra
 _SEQUENCER = ("-c", "merge.renames=true", "-c", "merge.directoryRenames=true")
 
 
-# Where git stopped at a patch (on a commit; what the structured merge did and kept): None,
-# the lane ends there; or what gives the patch's row (None after all: the lane is cut there).
-Judge = Callable[[Patch, Git, str, str], Optional[Callable[[], Optional[StepRow]]]]
+# Where git stopped at a patch (on a commit; what the structured merge did and kept; the
+# files still in conflict, none for an empty pick): None, the lane ends there; or what gives
+# the patch's row (None after all: the lane is cut there).
+Judge = Callable[[Patch, Git, str, str, list[str]], Optional[Callable[[], Optional[StepRow]]]]
 
 
 def carry(
@@ -74,21 +81,21 @@ def carry(
     judge: Optional[Judge] = None,
 ) -> tuple[list[StepResult], Optional[Handed]]:
     """Carry `patches` (their own commits `commits`, a first-parent chain) onto `head`, the
-    branch's tip; as many as git's sequencer takes and the status check keeps, each with its
+    branch's tip; as many as git's picks take and the status check keeps, each with its
     commit as the branch's tip after it. `missing`: patches left off the branch so far (a
     patch that needs one is not merged by syntax). Where git stops at a patch, `judge` (an
     apply that goes on, steps/lanestop.py) may give its row (left off the branch, or in
-    upstream): the lane then goes on past it with `git rebase --skip`. Also the conflict
-    the lane leaves to the per-patch path, if it does."""
+    upstream): the lane then goes on past it, as `git rebase --skip` would. Also the
+    conflict the lane leaves to the per-patch path, if it does."""
     marker = git_dir / MARKER
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forkkit-lane") as pool:
-        # The worktree's files, if not written yet, are written while the sequencer runs
+        # The worktree's files, if not written yet, are written while the picks run
         # elsewhere; the last checkout then writes only what the lane changed.
         writing = pool.submit(late_checkout.finish, worktree, git_dir)
         with scratch.repository(git_dir, head) as lane:
             marker.write_text(f"{branch}\n{lane.path}\n")
             merged, judged, handed = _sequence(lane, head, patches, commits, list(missing), judge)
-            # The commits' objects go to the repository (HEAD: the last pick git made, also
+            # The commits' objects go to the repository (HEAD: the last commit kept, also
             # where it stopped) while the rows are worked out.
             back = pool.submit(scratch.bring_back, lane, worktree, "HEAD", head)
             results = _results(lane, head, patches, _carried(lane, head), judged, merged)
@@ -124,25 +131,15 @@ def _sequence(
     missing: list[Patch],
     judge: Optional[Judge],
 ) -> tuple[_Merged, dict[int, Optional[StepRow]], Optional[Handed]]:
-    """git's sequencer: the commits onto `head`, stopping where git stops. Where a pick
+    """The commits picked onto `head` one by one as `git rebase` picks them, each onto the
+    last one kept, stopping where git stops (a conflict, an empty pick). Where a pick
     conflicts only in Python hunks the structured merge resolves, it goes on (what it did,
     by the patch's position); past the patches `judge` takes, too (their rows, by
-    position). Last, the conflict it stops at for the per-patch path, if it does."""
-    lane.run(
-        *_SEQUENCER,
-        "rebase",
-        "--quiet",
-        "--empty=ask",
-        "--committer-date-is-author-date",
-        "--no-fork-point",
-        "--onto",
-        head,
-        f"{commits[0]}~1",
-        commits[-1],
-        check=False,
-        env=committer_env(),
-    )
-    position = {commit: number for number, commit in enumerate(commits)}
+    position). Last, the conflict it stops at for the per-patch path, if it does. The
+    scratch repository's HEAD follows the last commit kept."""
+    raw = lane.blobs([head, f"{commits[0]}~1", *commits], kind="commit")
+    tip, tip_tree = head, _tree_of(raw[head])
+    before = _tree_of(raw[f"{commits[0]}~1"])  # the tree each commit was made on
     merged: _Merged = {}
     verdicts: dict[int, Future[Optional[StepRow]]] = {}
 
@@ -151,73 +148,131 @@ def _sequence(
         return missing + [patches[number] for number in judged]
 
     handed = None
-    # The rows are worked out (Python, and upstream's history) while git goes on.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkkit-judge") as rows:
-        while (stopped := _stopped_at(lane)) is not None and stopped[0] in position:
-            number = position[stopped[0]]
-            # Going on past stops, the judge's and the triage's threads keep two more
-            # cores busy: helpers for the merge only beside those (carry/filemerges.py).
-            busy = 1 if judge is None else 3
-            results, unmerged, needed = _by_syntax(lane, patches[number], left_off, busy)
-            if results and not unmerged:
-                merged[number] = results
-                _continue_with_message(lane, stopped[0])
+    # The rows are worked out (Python, and upstream's history) while the picks go on.
+    with (
+        TreePicks(lane, _SEQUENCER) as picks,
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkkit-judge") as rows,
+    ):
+        for number, commit in enumerate(commits):
+            own = _Own.read(raw[commit])
+            if own is None:
+                break  # a commit the lane cannot re-make byte for byte: the per-patch path's
+            started_empty, before = own.tree == before, own.tree
+            picked = Merged(tip_tree, []) if started_empty else picks.pick(tip_tree, commit)
+            if picked is None or not (picked.clean or picked.stages):
+                # git could not merge them, or stopped at a conflict of no file's (a folder
+                # that upstream split): the per-patch path says why
+                break
+            tree, stages = picked.tree, picked.stages
+            found: Optional[list[tuple[structured.FileResult, str]]] = None
+            unmerged: list[str] = []  # the files still in conflict
+            needed = None
+            if stages:
+                # Going on past stops, the judge's and the triage's threads keep two more
+                # cores busy: helpers for the merge only beside those (carry/filemerges.py).
+                busy = 1 if judge is None else 3
+                found, unmerged, needed = _by_syntax(lane, patches[number], stages, left_off, busy)
+                if found and not unmerged:
+                    texts = {r.path: text.encode() for r, text in found if r.resolved}
+                    tree, stages = picks.replaced(tree, texts), []
+                    merged[number] = [result for result, _ in found]
+            if not stages and (tree != tip_tree or started_empty):  # git keeps a commit
+                tip, tip_tree = picks.commits.stored(own.on(tree, tip)), tree
+                _stand_on(lane, tip, patches[number], picks)
                 continue
-            notes = structured.notes(results or [], applied=False)
-            verdict = judge(patches[number], lane, stopped[1], notes) if judge else None
+            results = [result for result, _ in found or []]
+            notes = structured.notes(results, applied=False)
+            verdict = judge(patches[number], lane, tip, notes, unmerged) if judge else None
             if verdict is None:
-                if results is not None:  # merged by syntax as far as it goes: a conflict
+                if found is not None:  # merged by syntax as far as it goes: a conflict
                     handed = Handed(patches[number], unmerged)
                 elif needed is not None:
                     handed = Handed(patches[number], [], needed)
                 break
             verdicts[number] = rows.submit(verdict)
-            lane.run(*_SEQUENCER, "rebase", "--skip", check=False, env=committer_env())
     return merged, {number: verdict.result() for number, verdict in verdicts.items()}, handed
 
 
-def _continue_with_message(lane: Git, commit: str) -> None:
-    """`rebase --continue` after a structured merge, the pick committed with `commit`'s
-    message byte for byte: git's message file holds its commit template too (comment
-    lines), which `commit.cleanup=verbatim` (repo/git.py) would keep. The "editor" puts
-    the message back over that file."""
-    raw = lane.output_bytes("cat-file", "commit", commit)
-    message = lane.path / ".git" / "forkkit-message"
-    message.write_bytes(raw.partition(b"\n\n")[2])
-    env = {**committer_env(), "GIT_EDITOR": f"cp {shlex.quote(str(message))}"}
-    lane.run(*_SEQUENCER, "rebase", "--continue", check=False, env=env)
+_PLAIN = [b"author", b"committer", b"tree"]  # a commit's headers besides its parents
+
+
+@dataclass(frozen=True)
+class _Own:
+    """A patch's own commit, as the lane makes it again: its tree, author and message."""
+
+    tree: str
+    author: bytes  # name <email> seconds zone
+    message: bytes
+
+    @classmethod
+    def read(cls, raw: Optional[bytes]) -> Optional["_Own"]:
+        """None for what is no commit, or one with more than a tree, a parent, an author
+        and a committer (a signature, an encoding: `git rebase` would drop or re-encode
+        them)."""
+        if raw is None:
+            return None
+        header, _, message = raw.partition(b"\n\n")
+        fields = [line.split(b" ", 1) for line in header.split(b"\n")]
+        if sorted({field[0] for field in fields} - {b"parent"}) != _PLAIN or len(fields) > 4:
+            return None  # (one parent: the lane's commits are a first-parent chain)
+        values = dict(field for field in fields if len(field) == 2)
+        return cls(values[b"tree"].decode(), values[b"author"], message)
+
+    def on(self, tree: str, parent: str) -> bytes:
+        """The commit `git rebase --committer-date-is-author-date` makes of it with `tree` on
+        `parent`: its author and message, rebaser as the committer at the author's date."""
+        env = committer_env()
+        date = self.author.rsplit(b">", 1)[1].strip()
+        committer = f"{env['GIT_COMMITTER_NAME']} <{env['GIT_COMMITTER_EMAIL']}>".encode()
+        return (
+            b"tree %s\nparent %s\nauthor %s\ncommitter %s %s\n\n"
+            % (tree.encode(), parent.encode(), self.author, committer, date)
+            + self.message
+        )
+
+
+def _tree_of(raw: Optional[bytes]) -> str:
+    """A commit's tree, from its text."""
+    if raw is None or not raw.startswith(b"tree "):
+        raise RebaserError("the fast lane could not read a commit it carries onto")
+    return raw[5 : raw.index(b"\n")].decode()
+
+
+def _stand_on(lane: Git, tip: str, patch: Patch, picks: TreePicks) -> None:
+    """The scratch repository's HEAD at the last commit kept (what a knock-on check reads),
+    and its `.gitattributes` files as that commit has them where the patch changed one:
+    the merges read their drivers there, as `git rebase` reads them in its worktree."""
+    # As git moves it (its lock, then a rename): a git process of the judge's thread that
+    # starts meanwhile must never read a HEAD half written.
+    lock = lane.path / ".git" / "HEAD.lock"
+    lock.write_text(f"{tip}\n")
+    os.replace(lock, lane.path / ".git" / "HEAD")
+    if any(Path(path).name == ".gitattributes" for path in patch.touched_paths):
+        late_checkout.follow_attributes(lane, tip)
+        picks.attributes_changed()
 
 
 def _by_syntax(
-    lane: Git, patch: Patch, missing: Callable[[], list[Patch]], busy: int
-) -> tuple[Optional[list[structured.FileResult]], list[str], Optional[Patch]]:
-    """What the structured merge did to a pick git stopped at in conflict, and the paths
-    still in conflict after it; None where it is not tried: an empty pick, or a patch that
-    needs a missing one (a knock-on, which the per-patch path or the judge names: the patch
-    it needs is the last value)."""
-    unmerged = structured.Unmerged.read(lane)
-    if not unmerged.paths:
-        return None, [], None
+    lane: Git,
+    patch: Patch,
+    stages: list[Stage],
+    missing: Callable[[], list[Patch]],
+    busy: int,
+) -> tuple[Optional[list[tuple[structured.FileResult, str]]], list[str], Optional[Patch]]:
+    """What the structured merge did to a pick that conflicts (`stages`: of its files in
+    conflict), each file's new text, and the paths still in conflict after it; None where
+    it is not tried: a patch that needs a missing one (a knock-on, which the per-patch path
+    or the judge names: the patch it needs is the last value)."""
+    unmerged = structured.Unmerged.of(stages)
     left = missing()
     if left and (needed := needed_patch(patch, left, head_reader(lane))) is not None:
         return None, unmerged.paths, needed
-    results = structured.resolve_conflicts(
-        lane, label=patch.name, sparse=True, busy=busy, unmerged=unmerged
-    )
-    return results, unmerged.after(results), None
+    found = structured.merge_conflicts(lane, unmerged, label=patch.name, busy=busy)
+    return found, unmerged.after([result for result, _ in found]), None
 
 
 def _left_off(row: Optional[StepRow]) -> bool:
     return row is not None and row.status in LEFT_OFF
-
-
-def _stopped_at(lane: Git) -> Optional[tuple[str, str]]:
-    """Where the lane's sequencer stopped (a conflict, an empty pick), if it did: the commit
-    it was picking, and the one it stood on."""
-    git_dir = lane.path / ".git"
-    if not (git_dir / "rebase-merge").is_dir() or not (git_dir / "REBASE_HEAD").is_file():
-        return None
-    return (git_dir / "REBASE_HEAD").read_text().strip(), (git_dir / "HEAD").read_text().strip()
 
 
 def leave_interrupted(git_dir: Path) -> bool:
@@ -329,7 +384,7 @@ def _row(
 
 
 def _carried(worktree: Git, head: str) -> dict[str, dict[str, _Change]]:
-    """The commits the sequencer made on `head`, oldest first, each with the paths it
+    """The commits the lane made on `head`, oldest first, each with the paths it
     changes against its parent (renames not followed): one `git log`."""
     out = worktree.output_bytes(
         "log",

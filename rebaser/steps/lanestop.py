@@ -4,9 +4,9 @@ goes on past failures (--keep-going, every `verify`).
 On a real fork most patches may stop: one lane a stop, each taking the per-patch path in
 the worktree (a merge, resets of a 3,000-file tree, the hunks checked by git), cost more than
 the whole `git rebase --skip` loop a maintainer would run. Such a patch's row needs no
-worktree: the lane holds the branch's files (its HEAD), the conflicts (its index) and the
-patch's diff. So the patch is judged there, as the per-patch path would judge it, and the
-lane goes on with `git rebase --skip`.
+worktree: the lane holds the branch's files (the commit it stopped on), the files in
+conflict and the patch's diff. So the patch is judged there, as the per-patch path would
+judge it, and the lane goes on past it, as `git rebase --skip` would.
 
 Only where the per-patch path could end otherwise does the lane end instead, leaving the
 patch to it: a codemod to try, a recorded resolution to replay, an exact apply that would
@@ -16,8 +16,6 @@ that is neither a conflict nor an empty pick.
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 from typing import Callable, Optional
 
 from rebaser.carry.hunks import hunks_in_texts
@@ -49,36 +47,29 @@ class LaneJudge:
         self.carry = context.carry
         self.missing = list(context.missing)
 
-    def __call__(self, patch: Patch, lane: Git, head: str, notes: str = "") -> Optional[Verdict]:
-        """Where the lane's sequencer stopped at `patch` on `head` (the commit it stood
-        on; `notes`: what the structured merge resolved and kept there): None when only the
-        per-patch path can tell what becomes of it; else what gives its row, or None after
-        all (the lane is cut there). The lane's index is copied here (a file copy in memory:
-        `rebase --skip` rewrites it); the rest comes from objects, so the lane goes on while
-        the rows are worked out (in one thread, in the order of the patches: a later one may
-        need an earlier one)."""
+    def __call__(
+        self, patch: Patch, lane: Git, head: str, notes: str, conflicts: list[str]
+    ) -> Optional[Verdict]:
+        """Where the lane stopped at `patch` on `head` (the commit it stood on; `notes`: what
+        the structured merge resolved and kept there; `conflicts`: the files still in
+        conflict, none for an empty pick): None when only the per-patch path can tell what
+        becomes of it; else what gives its row, or None after all (the lane is cut there).
+        It reads only objects, so the lane goes on while the rows are worked out (in one
+        thread, in the order of the patches: a later one may need an earlier one)."""
         if patch.codemod or self.carry.leave_failed(patch):
             return None
-        index = lane.path / ".git" / f"forkkit-stop-{patch.name}.index"
-        shutil.copyfile(lane.path / ".git" / "index", index)
-        return lambda: self._row(patch, lane, head, index, notes)
+        return lambda: self._row(patch, lane, head, sorted(conflicts), notes)
 
     def _row(
-        self, patch: Patch, lane: Git, head: str, index: Path, notes: str
+        self, patch: Patch, lane: Git, head: str, conflicts: list[str], notes: str
     ) -> Optional[StepRow]:
-        """`index`: the lane's index at the stop (conflicts, or an empty pick)."""
-        staged = _staged(lane, index, head)
-        index.unlink()
-        conflicts = sorted(path for status, path in staged if status == "U")
-        if staged and not conflicts:
-            return None  # git stopped, yet neither a conflict nor an empty pick
         files = parse_diff(patch.raw)
         texts = head_texts(lane, patch, head)
         if files is None or texts is None:
             return None
         if all(apply_exactly(texts.get(diff.path), diff) is not None for diff in files):
             return None  # `git apply` would take it exactly, before any merge
-        if not staged:  # an empty pick
+        if not conflicts:  # an empty pick
             outcome = in_upstream(patch, self.carry, EMPTY_PICK)
             row = patch_row(patch, outcome.status, outcome.detail, [])
             if (needed := empty_for_want_of(patch, self.missing, self.carry)) is None:
@@ -102,19 +93,3 @@ class LaneJudge:
         row, _ = left_off(patch, outcome, row, needed_patch(patch, self.missing, read))
         self.missing.append(patch)
         return row
-
-
-def _staged(lane: Git, index: Path, head: str) -> list[tuple[str, str]]:
-    """(status letter, path) of each path `index` holds otherwise than `head`; `U` for a
-    conflict."""
-    out = lane.run(
-        "diff-index",
-        "--cached",
-        "-z",
-        "--name-status",
-        head,
-        "--",
-        env={"GIT_INDEX_FILE": str(index)},
-    ).stdout
-    fields = out.split("\0")
-    return [(fields[at][:1], fields[at + 1]) for at in range(0, len(fields) - 1, 2)]

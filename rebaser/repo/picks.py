@@ -1,0 +1,93 @@
+"""Cherry-picks made as merges of trees, in a scratch repository: no index, no worktree, no
+sequencer state.
+
+A cherry-pick of commit C onto a tree is ort's merge of that tree and C's tree with C's
+parent as the base. git 2.39's `merge-tree` finds the base itself, so each pick merges two
+commits made for it: the tree it lands on and C's tree, both children of a root commit
+holding C's parent's tree (loose objects, repo/commits.py). The merges run in one
+long-running git process (repo/merge_tree.py). The fast lane carries a series this way
+(steps/fastlane.py), and the bisection probes upstream's commits (carry/collision.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional, Sequence
+
+from rebaser.repo.commits import Commits
+from rebaser.repo.git import Git
+from rebaser.repo.merge_tree import Merged, TreeMerges
+
+
+class TreePicks:
+    """Picks of commits onto trees; threads may share it. Close it (or use it as a context
+    manager) to end its git processes."""
+
+    def __init__(self, git: Git, config: Sequence[str] = ()) -> None:
+        """`config`: `-c` options for the merges (ort's rename settings)."""
+        self.commits = Commits(git)
+        self._merges = TreeMerges(git, config)
+        self._pairs: dict[str, tuple[str, str]] = {}  # commit -> (its base, its change)
+        self._lock = threading.Lock()
+        self.count = 0  # merges made
+
+    def __enter__(self) -> "TreePicks":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._merges.close()
+        self.commits.close()
+
+    def attributes_changed(self) -> None:
+        """The worktree's `.gitattributes` files changed: the next merge reads them in a
+        new git process (a running one keeps the merge drivers it read)."""
+        self._merges.close()
+
+    def pick(self, tree: str, commit: str) -> Optional[Merged]:
+        """`commit` cherry-picked onto `tree` (a tree's name: an id, `<commit>^{tree}`): the
+        merged tree and the stages of each file in conflict; None when git could not merge
+        (not a conflict)."""
+        with self._lock:
+            pair = self._pairs.get(commit)
+        if pair is None:
+            base = self.commits.commit(f"{commit}^^{{tree}}", [], "base\n")
+            pair = (base, self.commits.commit(f"{commit}^{{tree}}", [base], "patch\n"))
+            with self._lock:
+                self._pairs[commit] = pair
+        base, change = pair
+        ours = self.commits.commit(tree, [base], "upstream\n")
+        merged = self._merges.merge(ours, change)
+        with self._lock:
+            self.count += 1
+        return merged
+
+    def replaced(self, tree: str, files: dict[str, bytes]) -> str:
+        """The id of `tree` with `files` (path -> bytes; each a file `tree` holds) in place,
+        their modes kept, each stored as `git add` stores it (its attributes applied: line
+        endings, filters): a pick's conflicts resolved."""
+        git = self.commits.git
+        index = git.path / ".git" / f"forkkit-pick-{threading.get_ident()}.index"
+        env = {"GIT_INDEX_FILE": str(index)}
+        paths = list(files)
+        try:
+            git.run("read-tree", tree, env=env)
+            listed = git.run("--literal-pathspecs", "ls-files", "-s", "-z", "--", *paths, env=env)
+            modes = {}
+            for entry in filter(None, listed.stdout.split("\0")):
+                meta, path = entry.split("\t", 1)
+                modes[path] = meta.split()[0]
+            info = "".join(
+                f"{modes[path]} {_blob(git, path, files[path])}\t{path}\0" for path in paths
+            )
+            git.run("update-index", "-z", "--index-info", env=env, stdin=info.encode())
+            return git.out("write-tree", env=env)
+        finally:
+            index.unlink(missing_ok=True)
+
+
+def _blob(git: Git, path: str, data: bytes) -> str:
+    """The blob `git add` makes of `data` at `path` (the worktree's attributes for it)."""
+    return git.run("hash-object", "-w", f"--path={path}", "--stdin", stdin=data).stdout.strip()
