@@ -8,6 +8,7 @@ byte is left to the per-patch path."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from synthetic import commit_files, git
@@ -236,3 +237,50 @@ def test_the_lane_moves_its_head_by_a_rename(tmp_path):
         fastlane._stand_on(lane, commits[0], _patch(1, ["a.txt"]), picks)
         assert head.read_text() == f"{commits[0]}\n" and head.stat().st_ino != before
         assert not (lane.path / ".git" / "HEAD.lock").exists()
+
+
+def test_a_resolved_file_takes_the_attributes_its_own_patch_brings(rebaser, tmp_path):
+    """A patch that adds `*.py ident` and edits a function next to upstream's edit: the
+    resolved file is stored under the pick's `.gitattributes` (its `$Id: ...$` collapsed),
+    as `git add` stores it in a worktree that holds the patch's attributes already."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+
+    def module(a: str, b: str) -> str:
+        return f"# $Id: zzz $\ndef a():\n    return {a}\ndef b({b}):\n    return 2\n"
+
+    base = commit_files(repo, {"m.py": module("1", ""), "k.txt": "k\n"}, "base")
+    git(repo, "checkout", "-q", "-b", "fork")
+    commit_files(repo, {"k.txt": "k2\n"}, "fork: k")
+    attributes = {"m.py": module("1", "x=0"), ".gitattributes": "*.py ident\n"}
+    commit_files(repo, attributes, "fork: b's parameter, and ident")
+    fork = commit_files(repo, {"k.txt": "k3\n"}, "fork: k3")
+    git(repo, "checkout", "-q", "-f", "main")
+    tip = commit_files(repo, {"m.py": module("11", "")}, "upstream: a")
+    lane, alone = _lane_and_per_patch(rebaser, repo, base, fork, tip, tmp_path)
+    assert lane == alone
+    assert [step["status"] for step in lane[2]][1:] == ["clean", "structured merge", "clean"]
+    assert git(repo, "show", f"{lane[1]}:m.py").startswith("# $Id$\n")
+
+
+def test_a_python_file_whose_name_is_not_utf8_stays_gits_conflict(rebaser, tmp_path):
+    """Its name is read with U+FFFD in it (no file of that name): the structured merge leaves
+    it to git, and both paths leave the patch off, where they used to fail on it."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    name = os.fsdecode(b"caf\xe9.py")
+
+    def module(a: str, b: str) -> str:
+        return f"def a():\n    return {a}\ndef b({b}):\n    return 2\n"
+
+    base = commit_files(repo, {name: module("1", ""), "k.txt": "k\n"}, "base")
+    git(repo, "checkout", "-q", "-b", "fork")
+    commit_files(repo, {name: module("1", "x=0")}, "fork: b's parameter")
+    fork = commit_files(repo, {"k.txt": "k2\n"}, "fork: k")
+    git(repo, "checkout", "-q", "main")
+    tip = commit_files(repo, {name: module("11", "")}, "upstream: a")
+    lane, alone = _lane_and_per_patch(rebaser, repo, base, fork, tip, tmp_path)
+    assert lane == alone
+    assert lane[0] == 3 and [step["status"] for step in lane[2]][1:] == ["dropped", "clean"]

@@ -68,7 +68,8 @@ class Unmerged:
         stages = {
             path: (versions[1], versions[2], versions[3])
             for path, versions in found.items()
-            if path.endswith(".py") and set(versions) == {1, 2, 3}
+            # (a name that is not UTF-8 was read with U+FFFD in it: no file of that name)
+            if path.endswith(".py") and set(versions) == {1, 2, 3} and "\ufffd" not in path
         }
         return cls(sorted(found), stages)
 

@@ -173,6 +173,8 @@ def _sequence(
                 busy = 1 if judge is None else 3
                 found, unmerged, needed = _by_syntax(lane, patches[number], stages, left_off, busy)
                 if found and not unmerged:
+                    if _brings_attributes(patches[number]):  # the resolved files go under them
+                        late_checkout.follow_attributes(lane, tree)
                     texts = {r.path: text.encode() for r, text in found if r.resolved}
                     tree, stages = picks.replaced(tree, texts), []
                     merged[number] = [result for result, _ in found]
@@ -247,9 +249,14 @@ def _stand_on(lane: Git, tip: str, patch: Patch, picks: TreePicks) -> None:
     lock = lane.path / ".git" / "HEAD.lock"
     lock.write_text(f"{tip}\n")
     os.replace(lock, lane.path / ".git" / "HEAD")
-    if any(Path(path).name == ".gitattributes" for path in patch.touched_paths):
+    if _brings_attributes(patch):
         late_checkout.follow_attributes(lane, tip)
         picks.attributes_changed()
+
+
+def _brings_attributes(patch: Patch) -> bool:
+    """Whether the patch changes a `.gitattributes` file."""
+    return any(Path(path).name == ".gitattributes" for path in patch.touched_paths)
 
 
 def _by_syntax(
