@@ -284,3 +284,24 @@ def test_a_python_file_whose_name_is_not_utf8_stays_gits_conflict(rebaser, tmp_p
     lane, alone = _lane_and_per_patch(rebaser, repo, base, fork, tip, tmp_path)
     assert lane == alone
     assert lane[0] == 3 and [step["status"] for step in lane[2]][1:] == ["dropped", "clean"]
+
+
+def test_the_repositorys_own_attributes_hold_in_the_lane(rebaser, tmp_path):
+    """A merge driver named in the repository's `.git/info/attributes` (not in any tree):
+    the lane's scratch repository reads it as the worktree of the per-patch path does, so
+    the lane carries the patch the driver merges instead of leaving it off."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "attributes").write_text("*.txt merge=union\n")
+    base = commit_files(repo, {"a.txt": "x\n", "k.txt": "k\n"}, "base")
+    git(repo, "checkout", "-q", "-b", "fork")
+    commit_files(repo, {"a.txt": "fork\n"}, "fork: a")
+    fork = commit_files(repo, {"k.txt": "k2\n"}, "fork: k")
+    git(repo, "checkout", "-q", "-f", "main")
+    tip = commit_files(repo, {"a.txt": "up\n"}, "upstream: a")
+    lane, alone = _lane_and_per_patch(rebaser, repo, base, fork, tip, tmp_path)
+    assert lane == alone
+    assert [step["status"] for step in lane[2]][1:] == ["cherry-pick", "clean"]
+    assert git(repo, "show", f"{lane[1]}:a.txt") == "up\nfork"

@@ -79,6 +79,10 @@ def _made(root: Path, real_git_dir: Path, head: str) -> Git:
     common = _common_dir(real_git_dir)
     (git_dir / "info").mkdir(exist_ok=True)
     (git_dir / "info" / "exclude").write_text(f"/{tempdirs.OWNER}\n")  # its holder's lock
+    # The repository's own attributes (merge drivers, line endings) hold for its merges here
+    # too, as in its worktrees.
+    if (common / "info" / "attributes").is_file():
+        shutil.copyfile(common / "info" / "attributes", git_dir / "info" / "attributes")
     (git_dir / "objects" / "info").mkdir(parents=True, exist_ok=True)
     alternates = git_dir / "objects" / "info" / "alternates"
     alternates.write_text(f"{_quoted(common / 'objects')}\n", encoding="utf-8")
