@@ -26,7 +26,6 @@ from rebaser.repo.history import RangeHistory
 from rebaser.repo.picks import TreePicks
 from rebaser.series.patches import Patch
 
-_MERGE = ("-c", "merge.renames=true", "-c", "merge.directoryRenames=true")
 _DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)")
 _HUNK_FUNCTION = re.compile(r"^@@ [^@]* @@\s*(?:async\s+)?(?:def|class)\s+(\w+)")
 
@@ -58,7 +57,7 @@ class Bisector:
         self.history = history or RangeHistory(scratch, recorded_base, target)
         self.base, self.target = recorded_base, target
         self.commit_of = commit_of
-        self._picks = TreePicks(scratch, _MERGE)  # probes run in threads (carry/triage.py)
+        self._picks = TreePicks(scratch)  # probes run in threads (carry/triage.py)
 
     @property
     def merges(self) -> int:

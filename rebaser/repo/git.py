@@ -81,6 +81,26 @@ def commit_text(tree: str, parents: Sequence[str], message: str) -> bytes:
     ).encode()
 
 
+def picked_commit_text(tree: str, parent: str, author: bytes, message: bytes) -> bytes:
+    """The commit `git rebase --committer-date-is-author-date` makes of a commit by
+    `author` (its author line's value, `name <email> seconds zone`) with `message`: rebaser
+    as the committer, at the author's date (steps/fastlane.py writes it as an object)."""
+    name, email = FORKKIT_IDENTITY
+    date = author.rsplit(b">", 1)[1].strip()
+    committer = f"{name} <{email}>".encode()
+    return (
+        b"tree %s\nparent %s\nauthor %s\ncommitter %s %s\n\n"
+        % (tree.encode(), parent.encode(), author, committer, date)
+        + message
+    )
+
+
+# ort follows renames (of files and folders) only when asked: the neutral config below turns
+# diff renames off, and git leaves a folder rename to the user unless told to follow it.
+# Every cherry-pick rebaser makes, in a worktree or as a merge of trees, follows them.
+FOLLOW_RENAMES = ("-c", "merge.renames=true", "-c", "merge.directoryRenames=true")
+
+
 # Every git command rebaser runs behaves the same whatever the user's global, system or
 # repository config says (`-c` wins over all three, and over GIT_CONFIG_* in the
 # environment). Each setting below would otherwise change a result: a commit, a patch's

@@ -12,10 +12,10 @@ long-running git process (repo/merge_tree.py). The fast lane carries a series th
 from __future__ import annotations
 
 import threading
-from typing import Optional, Sequence
+from typing import Optional
 
 from rebaser.repo.commits import Commits
-from rebaser.repo.git import Git
+from rebaser.repo.git import FOLLOW_RENAMES, Git
 from rebaser.repo.merge_tree import Merged, TreeMerges
 
 
@@ -23,10 +23,9 @@ class TreePicks:
     """Picks of commits onto trees; threads may share it. Close it (or use it as a context
     manager) to end its git processes."""
 
-    def __init__(self, git: Git, config: Sequence[str] = ()) -> None:
-        """`config`: `-c` options for the merges (ort's rename settings)."""
+    def __init__(self, git: Git) -> None:
         self.commits = Commits(git)
-        self._merges = TreeMerges(git, config)
+        self._merges = TreeMerges(git, FOLLOW_RENAMES)  # as `git rebase` and the per-patch path
         self._pairs: dict[str, tuple[str, str]] = {}  # commit -> (its base, its change)
         self._lock = threading.Lock()
         self.count = 0  # merges made

@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 from rebaser.carry import structured
 from rebaser.codemods import AnchorNotFound
-from rebaser.repo.git import Git
+from rebaser.repo.git import FOLLOW_RENAMES, Git
 from rebaser.steps.records import StepStatus, cherry_picked
 from rebaser.steps.step import SeriesContext
 from rebaser.series.patches import Patch
@@ -23,16 +23,7 @@ NO_CODEMOD = "the patch names no codemod"
 EMPTY_PICK = "its cherry-pick is empty: upstream has its change"
 _OFFSET_RE = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
 
-# ort follows renames (of files and folders) only when asked: the neutral config turns diff
-# renames off, and git leaves a folder rename to the user unless told to follow it.
-_CHERRY_PICK = (
-    "-c",
-    "merge.renames=true",
-    "-c",
-    "merge.directoryRenames=true",
-    "cherry-pick",
-    "--no-commit",
-)
+_CHERRY_PICK = (*FOLLOW_RENAMES, "cherry-pick", "--no-commit")
 
 
 @dataclass

@@ -41,7 +41,7 @@ from rebaser.carry.knockon import head_reader, needed_patch
 from rebaser.errors import RebaserError
 from rebaser.repo import late_checkout
 from rebaser.repo import scratch
-from rebaser.repo.git import Git, committer_env
+from rebaser.repo.git import Git, picked_commit_text
 from rebaser.repo.merge_tree import Merged, Stage
 from rebaser.repo.picks import TreePicks
 from rebaser.steps.records import (
@@ -59,9 +59,6 @@ from rebaser.carry.in_upstream import superseded_in
 Texts = dict[str, Optional[bytes]]  # path -> its bytes before the patch (None: no file)
 _Merged = dict[int, list[structured.FileResult]]  # what the structured merge did, by position
 MARKER = "forkkit-fast-lane"  # in the worktree's git dir while a lane runs: branch, scratch
-# ort follows renames as `git rebase` does (the neutral config turns diff renames off; the
-# rest of the user's settings are neutral already: repo/git.py).
-_SEQUENCER = ("-c", "merge.renames=true", "-c", "merge.directoryRenames=true")
 
 
 # Where git stopped at a patch (on a commit; what the structured merge did and kept; the
@@ -150,7 +147,7 @@ def _sequence(
     handed = None
     # The rows are worked out (Python, and upstream's history) while the picks go on.
     with (
-        TreePicks(lane, _SEQUENCER) as picks,
+        TreePicks(lane) as picks,
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkkit-judge") as rows,
     ):
         for number, commit in enumerate(commits):
@@ -222,15 +219,8 @@ class _Own:
 
     def on(self, tree: str, parent: str) -> bytes:
         """The commit `git rebase --committer-date-is-author-date` makes of it with `tree` on
-        `parent`: its author and message, rebaser as the committer at the author's date."""
-        env = committer_env()
-        date = self.author.rsplit(b">", 1)[1].strip()
-        committer = f"{env['GIT_COMMITTER_NAME']} <{env['GIT_COMMITTER_EMAIL']}>".encode()
-        return (
-            b"tree %s\nparent %s\nauthor %s\ncommitter %s %s\n\n"
-            % (tree.encode(), parent.encode(), self.author, committer, date)
-            + self.message
-        )
+        `parent` (repo/git.py spells it)."""
+        return picked_commit_text(tree, parent, self.author, self.message)
 
 
 def _tree_of(raw: Optional[bytes]) -> str:
