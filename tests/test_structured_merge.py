@@ -1282,3 +1282,37 @@ def test_a_string_below_an_assignment_is_written_once_below_both_sides_items(tmp
     text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
     assert resolved and not kept, kept
     assert text == base.replace(at, at + added.format("a2 = 5") + added.format("a3 = 6"))
+
+
+def test_a_call_on_a_calls_result_merges_its_own_keywords(tmp_path):
+    """`tracker().record(...)`: the call that holds the hunk and the call that makes its
+    function start at the same place; the keywords both sides add go into the outer one
+    (the real fork's router.py met the inner one, whose empty arguments made the patch's
+    change look like one around the items, and the hunk stayed)."""
+    base = "tracker().record(\n    name,\n    total=1,\n)\n"
+    result = merge_files(
+        tmp_path,
+        base,
+        base.replace("total=1,\n", "total=1,\n    group=None,\n"),
+        base.replace("total=1,\n", "total=1,\n    scale=2,\n"),
+    )
+    assert result.clean, result.kept
+    assert (
+        result.text
+        == "tracker().record(\n    name,\n    total=1,\n    group=None,\n    scale=2,\n)\n"
+    )
+    assert "both sides add keyword arguments to the call at line 1" in result.resolved[0]
+
+
+def test_a_container_after_wide_characters_is_found_by_its_columns(tmp_path):
+    """ast counts a column in UTF-8 bytes: a dict after a non-ASCII string on its line is
+    still the one merged, entry by entry."""
+    base = 'names = ["é", {\n    "a": 1,\n}]\n'
+    result = merge_files(
+        tmp_path,
+        base,
+        base.replace('"a": 1,\n', '"a": 1,\n    "b": 2,\n'),
+        base.replace('"a": 1,\n', '"a": 1,\n    "c": 3,\n'),
+    )
+    assert result.clean, result.kept
+    assert result.text == 'names = ["é", {\n    "a": 1,\n    "b": 2,\n    "c": 3,\n}]\n'

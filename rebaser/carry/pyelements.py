@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from rebaser.carry import pysyntax
 from rebaser.carry.pycontainers import Held, header_end
@@ -46,15 +45,17 @@ Outcome = Union[None, str, tuple[int, int, list[str], str]]
 
 @dataclass
 class _Statement:
-    """One side's statement: its lines in the file, parsed alone (dedented) by LibCST, and
-    the container of items that holds the hunk."""
+    """One side's statement: its lines in the file, dedented, and the container of items
+    that holds the hunk, parsed by LibCST: from the container's own text (`span` in
+    `source`), or, for a def's parameters, with the def's header (`module`)."""
 
     start: int
     end: int
     indent: str
-    source: str  # the statement's lines, dedented: what LibCST parsed (and its module.code)
-    module: cst.Module
+    source: str  # the statement's lines, dedented
     container: cst.CSTNode
+    span: Optional[tuple[int, int]] = None  # where the container's text lies in `source`
+    module: Optional[cst.Module] = None  # the parsed header, where `span` is None
     offset: int = 0  # where the lines `start` counts from begin in the file
     into_body: bool = False  # a def's parameters, the hunk running on into its body
     header: bool = False  # a def's header parsed alone, with _STUB for its body
@@ -70,8 +71,13 @@ class _Statement:
         """The statement's code without the container's items, whitespace left out: what a
         side changed besides the items (the function called and the module imported from
         are the container's own)."""
-        outside = self.source.replace(_CODE(self.container), "\0", 1)
-        return " ".join(f"{outside} {_head(self.container)}".split())
+        return " ".join(f"{self.spliced(chr(0))} {_head(self.container)}".split())
+
+    def spliced(self, code: str) -> str:
+        """The statement with `code` in place of the container's text."""
+        if self.span is None:
+            return self.source.replace(_CODE(self.container), code, 1)
+        return self.source[: self.span[0]] + code + self.source[self.span[1] :]
 
     def fixed(self) -> list[str]:
         """A def's positional-only and star parameters (which the merge keeps as they are)."""
@@ -191,19 +197,23 @@ def _statement(node: ast.stmt, target: ast.AST, side: Side, header: bool) -> Opt
     text = "".join(side.lines[start:end])
     indent = text[: len(text) - len(text.lstrip(" \t"))]
     source = _dedent(text, indent) + (_STUB if header else "")
-    try:
-        module = cst.parse_module(source)
-    except (cst.ParserSyntaxError, ValueError):
-        return None
+    span, module = None, None
     if isinstance(target, (ast.FunctionDef, ast.AsyncFunctionDef)):  # in the def's header
+        try:
+            module = cst.parse_module(source)
+        except (cst.ParserSyntaxError, ValueError):
+            return None
         defined = module.body[0] if module.body else None
         container = defined.params if isinstance(defined, cst.FunctionDef) else None
     else:
-        container = _at(module, target, node.lineno, len(indent))
+        span = _span(source, target, node.lineno, len(indent))
+        container = _parsed(source[span[0] : span[1]], target) if span else None
     if container is None:
         return None
     into_body = isinstance(container, cst.Parameters) and side.span[1] > header_end(node)
-    return _Statement(start, end, indent, source, module, container, side.offset, into_body, header)
+    return _Statement(
+        start, end, indent, source, container, span, module, side.offset, into_body, header
+    )
 
 
 def _dedent(text: str, indent: str) -> str:
@@ -221,16 +231,43 @@ def _dedent(text: str, indent: str) -> str:
     return "".join(out)
 
 
-def _at(module: cst.Module, target: ast.AST, first_line: int, indent: int) -> Optional[cst.CSTNode]:
-    """The LibCST node of `target`'s type that starts where `target` starts."""
+def _span(source: str, target: ast.AST, first_line: int, indent: int) -> Optional[tuple[int, int]]:
+    """Where `target`'s text lies in the statement's dedented `source` (the statement starts
+    at the file's line `first_line`, indented by `indent`; ast's columns count UTF-8 bytes)."""
+    lines = pysyntax.source_lines(source)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+
+    def offset(line: int, column: int) -> Optional[int]:
+        number = line - first_line
+        if not 0 <= number < len(lines) or column < indent:
+            return None
+        try:
+            before = lines[number].encode()[: column - indent].decode()
+        except UnicodeDecodeError:
+            return None
+        return starts[number] + len(before)
+
+    first = offset(target.lineno, target.col_offset)  # type: ignore[attr-defined]
+    last = offset(target.end_lineno, target.end_col_offset)  # type: ignore[attr-defined]
+    return (first, last) if first is not None and last is not None and first < last else None
+
+
+def _parsed(text: str, target: ast.AST) -> Optional[cst.CSTNode]:
+    """`target`'s own text parsed by LibCST as a node of its type (not the whole statement:
+    the positions of a long statement's every node cost most of a merge's LibCST time),
+    None where it does not give one whose code is that text."""
     kind = _KINDS.get(type(target), cst.Tuple if isinstance(target, ast.Tuple) else cst.ImportFrom)
-    line = target.lineno - first_line + 1  # type: ignore[attr-defined]
-    column = target.col_offset - indent  # type: ignore[attr-defined]
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    for node, where in positions.items():
-        if isinstance(node, kind) and (where.start.line, where.start.column) == (line, column):
-            return node
-    return None
+    try:
+        if kind is cst.ImportFrom:
+            line = cst.parse_statement(text)
+            parsed = line.body[0] if isinstance(line, cst.SimpleStatementLine) else None
+        else:
+            parsed = cst.parse_expression(text)
+    except (cst.ParserSyntaxError, ValueError):
+        return None
+    return parsed if isinstance(parsed, kind) and _CODE(parsed) == text else None
 
 
 # -- items ---------------------------------------------------------------------------------
@@ -388,6 +425,8 @@ def _render(statements: dict[str, _Statement], merged: dict[str, list[_Pick]]) -
     ours = statements["ours"]
     changes = {name: _separated(picks, statements, name) for name, picks in merged.items()}
     replaced = ours.container.with_changes(**changes)
+    if ours.module is None:
+        return ours.spliced(_CODE(replaced))
     code = ours.module.deep_replace(ours.container, replaced).code  # type: ignore[union-attr]
     return code.removesuffix(_STUB) if ours.header else code
 
