@@ -1316,3 +1316,58 @@ def test_a_container_after_wide_characters_is_found_by_its_columns(tmp_path):
     )
     assert result.clean, result.kept
     assert result.text == 'names = ["é", {\n    "a": 1,\n    "b": 2,\n    "c": 3,\n}]\n'
+
+
+def test_keywords_of_a_call_whose_result_is_called_on_go_into_that_call(tmp_path):
+    """`Model(...).cuda()`: the outer call spans the same lines, but the hunk lies in the
+    inner one's brackets, whose keywords both sides extend."""
+    base = "m = Model(\n    a=1,\n).cuda()\n"
+    result = merge_files(
+        tmp_path,
+        base,
+        base.replace("a=1,\n", "a=1,\n    b=2,\n"),
+        base.replace("a=1,\n", "a=1,\n    c=3,\n"),
+    )
+    assert result.clean, result.kept
+    assert result.text == "m = Model(\n    a=1,\n    b=2,\n    c=3,\n).cuda()\n"
+
+
+def test_a_call_whose_function_spans_lines_without_brackets_merges_its_keywords(tmp_path):
+    """A chained call inside parentheses: its own text starts with lines that parse only
+    inside brackets."""
+    base = "x = (\n    builder\n    .opt(\n        a=1,\n    )\n)\n"
+    result = merge_files(
+        tmp_path,
+        base,
+        base.replace("a=1,\n", "a=1,\n        b=2,\n"),
+        base.replace("a=1,\n", "a=1,\n        c=3,\n"),
+    )
+    assert result.clean, result.kept
+    assert result.text == base.replace("a=1,\n", "a=1,\n        b=2,\n        c=3,\n")
+
+
+def test_a_statement_with_a_line_indented_less_leaves_only_its_own_hunk(tmp_path):
+    """A continuation line indented less than its statement cannot be dedented for the item
+    merge: that hunk goes to the statement merge, and the file's other hunks still resolve
+    (it used to fail the whole file)."""
+    base = dedent(
+        """\
+        import os
+
+
+        def f():
+            x = g(
+          a=1,
+            )
+            return x
+        """
+    )
+    ours = base.replace("import os\n", "import os\nimport re\n").replace(
+        "  a=1,\n", "  a=1,\n  b=2,\n"
+    )
+    theirs = base.replace("import os\n", "import os\nimport json\n").replace(
+        "  a=1,\n", "  a=1,\n  c=3,\n"
+    )
+    result = merge_files(tmp_path, base, ours, theirs, as_written=True)
+    assert any("line 2" in reason for reason in result.resolved), result
+    assert "import re\nimport json\n" in result.text

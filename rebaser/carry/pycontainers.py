@@ -39,8 +39,10 @@ def header_end(node: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> int:
 
 
 def _target(node: ast.stmt, span: tuple[int, int]) -> Optional[ast.AST]:
-    """The smallest dict, set, call, `__all__` list or import holding the span; the def
-    itself when the span lies in its header, or starts there and ends in its body."""
+    """The smallest dict, set, call, `__all__` list or import holding the span, one whose
+    own brackets do first (`Model(...).cuda()`: the inner call, though the outer spans the
+    same lines); the def itself when the span lies in its header, or starts there and ends
+    in its body."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
         header = header_end(node)
         if node.lineno - 1 <= span[0] and span[1] <= header:
@@ -54,11 +56,19 @@ def _target(node: ast.stmt, span: tuple[int, int]) -> Optional[ast.AST]:
         and _holds(inner, span)
         and (not isinstance(inner, (ast.List, ast.Tuple)) or _is_all(node))
     ]
-    return min(holders, key=lambda n: (n.end_lineno or 0) - n.lineno) if holders else None
+    if not holders:
+        return None
+    return min(
+        holders, key=lambda n: (not _holds(n, span, own=True), (n.end_lineno or 0) - n.lineno)
+    )
 
 
-def _holds(node: ast.AST, span: tuple[int, int]) -> bool:
+def _holds(node: ast.AST, span: tuple[int, int], own: bool = False) -> bool:
+    """Whether the node's lines hold the span (`own`: those of a call's arguments, from
+    the line its function ends on)."""
     first, last = node.lineno - 1, node.end_lineno or node.lineno  # type: ignore[attr-defined]
+    if own and isinstance(node, ast.Call):
+        first = (node.func.end_lineno or node.func.lineno) - 1
     if span[0] == span[1]:
         return first < span[0] < last
     return first <= span[0] and span[1] <= last

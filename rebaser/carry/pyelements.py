@@ -196,7 +196,10 @@ def _statement(node: ast.stmt, target: ast.AST, side: Side, header: bool) -> Opt
         end = header_end(target)  # type: ignore[arg-type]
     text = "".join(side.lines[start:end])
     indent = text[: len(text) - len(text.lstrip(" \t"))]
-    source = _dedent(text, indent) + (_STUB if header else "")
+    try:
+        source = _dedent(text, indent) + (_STUB if header else "")
+    except ValueError:  # a line indented less: the statement merge's
+        return None
     span, module = None, None
     if isinstance(target, (ast.FunctionDef, ast.AsyncFunctionDef)):  # in the def's header
         try:
@@ -257,14 +260,17 @@ def _span(source: str, target: ast.AST, first_line: int, indent: int) -> Optiona
 def _parsed(text: str, target: ast.AST) -> Optional[cst.CSTNode]:
     """`target`'s own text parsed by LibCST as a node of its type (not the whole statement:
     the positions of a long statement's every node cost most of a merge's LibCST time),
-    None where it does not give one whose code is that text."""
+    None where it does not give one whose code is that text. An expression is parsed inside
+    parentheses, which it may need (a chained call's lines), then taken out of them."""
     kind = _KINDS.get(type(target), cst.Tuple if isinstance(target, ast.Tuple) else cst.ImportFrom)
     try:
         if kind is cst.ImportFrom:
             line = cst.parse_statement(text)
             parsed = line.body[0] if isinstance(line, cst.SimpleStatementLine) else None
         else:
-            parsed = cst.parse_expression(text)
+            parsed = cst.parse_expression(f"({text})")
+            if parsed.lpar:  # type: ignore[attr-defined]
+                parsed = parsed.with_changes(lpar=parsed.lpar[1:], rpar=parsed.rpar[:-1])  # type: ignore[attr-defined]
     except (cst.ParserSyntaxError, ValueError):
         return None
     return parsed if isinstance(parsed, kind) and _CODE(parsed) == text else None
