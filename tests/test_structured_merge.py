@@ -1371,3 +1371,42 @@ def test_a_statement_with_a_line_indented_less_leaves_only_its_own_hunk(tmp_path
     result = merge_files(tmp_path, base, ours, theirs, as_written=True)
     assert any("line 2" in reason for reason in result.resolved), result
     assert "import re\nimport json\n" in result.text
+
+
+def _long_def(name: str, body_word: str) -> str:
+    lines = "".join(f"    {body_word}_{n} = sys.path[{n}]\n" for n in range(12))
+    return f"def {name}():\n{lines}    return {body_word}_0\n"
+
+
+MODULE = "import os\nimport sys\n\n\n" + _long_def("a", "alpha") + "\n\n" + _long_def("b", "beta")
+
+
+def test_a_hunk_among_a_modules_statements_is_parsed_without_the_defs_bodies(tmp_path, monkeypatch):
+    """Both sides add a function between two long ones: the module's statements are parsed
+    with the bodies of a() and b() left out (each a stub reading what it read), the
+    resolution goes in, and b(), now further down, gets its body back."""
+    from rebaser.carry import pysyntax
+
+    parsed = []
+    parse = pysyntax.parse.__wrapped__
+    monkeypatch.setattr(pysyntax, "parse", lambda text: parsed.append(text) or parse(text))
+    anchor = "\n\n" + _long_def("b", "beta")
+    ours = MODULE.replace(anchor, "\n\ndef up():\n    return 1\n" + anchor)
+    theirs = MODULE.replace(anchor, "\n\ndef mine():\n    return 2\n" + anchor)
+    result = merge_files(tmp_path, MODULE, ours, theirs, as_written=True)
+    assert result.clean, result.kept
+    both = "\n\ndef up():\n    return 1\n\n\ndef mine():\n    return 2\n" + anchor
+    assert result.text == MODULE.replace(anchor, both)
+    windows = [text for text in parsed if "__forkkit_hollow_" in text]
+    assert len(windows) >= 4  # the three sides and the result
+    assert not any("alpha_5 =" in text or "beta_5 =" in text for text in windows)
+
+
+def test_an_import_a_left_out_body_still_reads_is_not_dropped(tmp_path):
+    """The patch deletes `import sys` where upstream adds an import beside it; a() and b(),
+    left out of the window, read sys: their stubs say so, and the hunk stays."""
+    ours = MODULE.replace("import os\n", "import os\nimport re\n")
+    theirs = MODULE.replace("import sys\n", "import json\n")
+    result = merge_files(tmp_path, MODULE, ours, theirs, as_written=True)
+    assert not result.clean
+    assert any("sys" in reason for reason in result.kept), result.kept

@@ -229,56 +229,124 @@ class _Whole:
             self.tree: Optional[ast.Module] = pysyntax.parse("".join(self.lines))
         except (SyntaxError, ValueError):
             self.tree = None
+        self._reads: dict[int, list[str]] = {}
 
     @functools.cached_property
     def flags(self) -> dict[str, int]:
         return pysyntax.flag_counts(self.tree) if self.tree else {}
 
+    def reads(self, node: ast.stmt) -> list[str]:
+        """The names a def or class reads and does not bind (pysyntax.used_names), kept
+        while the file does not change."""
+        if id(node) not in self._reads:
+            self._reads[id(node)] = sorted(pysyntax.used_names(node))
+        return self._reads[id(node)]
+
+
+@dataclass(frozen=True)
+class _Hollow:
+    """Lines of the file a window leaves out, `first` to `last`, with `stub` in their place
+    (as many lines)."""
+
+    first: int
+    last: int
+    stub: tuple[str, ...]
+
+
+# Names the stub of a left-out body starts with: no code of the file holds them.
+_STUB = "__forkkit_hollow_"
+
 
 @dataclass(frozen=True)
 class _Window:
-    """The lines of the file a hunk is parsed in: `low` to `high`. A narrowed window ends
-    with the method that holds the hunk, the class's members before it (`hollow`) blank
-    lines: parsed, the rest of a 3,000-line class cost most of a hunk's time."""
+    """The lines of the file a hunk is parsed in: `low` to `high`, less its `hollows`
+    (outside the hunk). A narrowed window ends with the method that holds the hunk, the
+    class's members before it blank lines (`depth` 2: the hunk's place must lie in the
+    method): parsed, the rest of a 3,000-line class cost most of a hunk's time. A hunk among
+    a module's (or a class's) statements is first parsed with the bodies of the defs and
+    classes beside it left out, each a stub that reads the names it read."""
 
     low: int
     high: int
-    hollow: Optional[tuple[int, int]] = None
+    hollows: tuple[_Hollow, ...] = ()
+    depth: int = 0
 
     def lines(self, file: Lines, span: tuple[int, int], mine: Lines) -> Lines:
         """The window with `mine` in place of the file's lines `span`."""
-        before = file[self.low : span[0]]
-        if self.hollow is not None:
-            first, last = (line - self.low for line in self.hollow)
-            before = before[:first] + ["\n"] * (last - first) + before[last:]
-        return before + mine + file[span[1] : self.high]
+        return self._cut(file, self.low, span[0]) + mine + self._cut(file, span[1], self.high)
 
-    def restored(self, file: Lines, result: Lines) -> Optional[Lines]:
-        """The file with the window's `result` in place; None when the result changed a
-        blanked line."""
-        if self.hollow is not None:
-            first, last = (line - self.low for line in self.hollow)
-            if result[first:last] != ["\n"] * (last - first):
+    def _cut(self, file: Lines, start: int, stop: int) -> Lines:
+        out: Lines = []
+        for hollow in (h for h in self.hollows if start <= h.first < stop):
+            out += file[start : hollow.first] + list(hollow.stub)
+            start = hollow.last
+        return out + file[start:stop]
+
+    def restored(self, file: Lines, result: Lines, span: tuple[int, int]) -> Optional[Lines]:
+        """The file with the window's `result` (upstream's side with `span` merged) in
+        place; None when the result changed a stub or holds one elsewhere."""
+        shift = len(result) - (self.high - self.low)
+        stubs = sum(1 for line in result if _STUB in line)
+        if stubs != sum(1 for h in self.hollows for line in h.stub if _STUB in line):
+            return None
+        restored: Lines = []
+        at = 0
+        for hollow in self.hollows:
+            first = hollow.first - self.low + (shift if hollow.first >= span[1] else 0)
+            last = first + hollow.last - hollow.first
+            if first < at or result[first:last] != list(hollow.stub):
                 return None
-            result = result[:first] + file[self.hollow[0] : self.hollow[1]] + result[last:]
-        return file[: self.low] + result + file[self.high :]
+            restored += result[at:first] + file[hollow.first : hollow.last]
+            at = last
+        return file[: self.low] + restored + result[at:] + file[self.high :]
 
 
 def _windows(whole: _Whole, span: tuple[int, int]) -> list[_Window]:
     """Where to parse the hunk, the narrowest first: the top-level class or function whose
     body holds the hunk (parsed alone, it costs a fraction of the file), else the whole
-    file; in a method of a top-level class, first the class with only that method."""
+    file; in a method of a top-level class, first the class with only that method; among a
+    module's or a class's own statements, first without the bodies of the others."""
     assert whole.tree is not None
     inner = pysyntax.place_of(whole.tree, whole.lines, span, depth=2)
     if not inner.path:
-        return [_Window(0, len(whole.lines))]
+        return _hollowed(whole, _Window(0, len(whole.lines)), whole.tree.body, span)
     top = pysyntax.children(whole.lines, whole.tree.body, 0)[inner.path[0][0]]
     wide = _Window(top.start, top.end)
-    if len(inner.path) < 2 or not isinstance(top.node, ast.ClassDef):
+    if not isinstance(top.node, ast.ClassDef):
         return [wide]
+    if len(inner.path) < 2:
+        return _hollowed(whole, wide, top.node.body, span)
     members = pysyntax.place_of(whole.tree, whole.lines, span, depth=1).children
     method = members[inner.path[1][0]]
-    return [_Window(top.start, method.end, (members[0].start, method.start)), wide]
+    blank = _Hollow(members[0].start, method.start, ("\n",) * (method.start - members[0].start))
+    return [_Window(top.start, method.end, (blank,), depth=2), wide]
+
+
+# A body shorter than this stays: its stub would save little parsing.
+_HOLLOW_LINES = 8
+
+
+def _hollowed(
+    whole: _Whole, window: _Window, statements: list[ast.stmt], span: tuple[int, int]
+) -> list[_Window]:
+    """`window` with the bodies of the defs and classes among `statements` left out where
+    they lie away from the hunk, then `window` itself; or `window` alone where none is."""
+    hollows = []
+    for node in statements:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        first, last = pysyntax.first_line(node.body[0]), node.end_lineno or node.lineno
+        line = whole.lines[first]
+        own_line = not line.encode()[: node.body[0].col_offset].strip()
+        if not own_line or last - first < _HOLLOW_LINES or span[0] <= last and first <= span[1]:
+            continue
+        indent = line[: len(line) - len(line.lstrip(" \t"))]
+        reads = ", ".join([f"{_STUB}{first}__", *whole.reads(node)])
+        stub = ("\n",) * (last - first - 1) + (f"{indent}[{reads}]\n",)
+        hollows.append(_Hollow(first, last, stub))
+    if not hollows:
+        return [window]
+    return [_Window(window.low, window.high, tuple(hollows)), window]
 
 
 def _resolve(
@@ -295,8 +363,9 @@ def _resolve(
     return outcome
 
 
-# What a narrowed window cannot tell (the hunk reaches out of its method, or a side does
-# not parse without the class's other members): the wider window is tried.
+# What a narrowed window cannot tell (the hunk reaches out of its method, a side does not
+# parse without the class's other members, the result changed a stub, or a check failed
+# where a left-out body might have decided it): the wider window is tried.
 _WIDER = "\0the hunk reaches out of its window"
 
 
@@ -308,7 +377,7 @@ def _resolve_in(
     facts: Facts,
     whole: _Whole,
 ) -> Union[str, tuple]:
-    narrowed = window.hollow is not None
+    narrowed = bool(window.hollows)
     sides = {}
     for name in ("ours", "base", "theirs"):
         mine = getattr(region, name)
@@ -320,7 +389,7 @@ def _resolve_in(
         start = span[0] - window.low
         sides[name] = Side(name, lines, tree, (start, start + len(mine)), window.low)
     places = _places(sides)
-    if narrowed and (isinstance(places, str) or len(places["ours"].path) < 2):
+    if narrowed and (isinstance(places, str) or len(places["ours"].path) < window.depth):
         return _WIDER
     if isinstance(places, str):
         return places
@@ -338,8 +407,9 @@ def _resolve_in(
     result = ours.lines[:start] + new_lines + ours.lines[end:]
     problem = _check(result, sides, facts, whole)
     if problem:
-        return problem
-    restored = window.restored(whole.lines, result)
+        # What a body left out may hold (a name bound there only) can decide a check.
+        return _WIDER if window.hollows and not window.depth else problem
+    restored = window.restored(whole.lines, result, span)
     if restored is None:
         return _WIDER
     mapped = _map_back(segments, region, whole.lines, restored)
