@@ -1410,3 +1410,34 @@ def test_an_import_a_left_out_body_still_reads_is_not_dropped(tmp_path):
     result = merge_files(tmp_path, MODULE, ours, theirs, as_written=True)
     assert not result.clean
     assert any("sys" in reason for reason in result.kept), result.kept
+
+
+def _numbered_def(name: str, prefix: str, count: int) -> str:
+    body = "".join(f"    {prefix}{n} = {n}\n" for n in range(count))
+    return f"def {name}():\n{body}    return {prefix}0\n"
+
+
+def test_an_edit_to_a_function_upstream_moved_is_merged_beside_left_out_bodies(tmp_path):
+    """Upstream moves g() below B(), the patch edits g(): g()'s body, outside the hunk in
+    upstream's file, is not left out of the window, so the moved g() is still told the same
+    code as the base's and the patch's change goes where g() now is."""
+    g, b = _numbered_def("g", "g", 8), _numbered_def("B", "b", 12)
+    head = "def A():\n    pass\n\n\n"
+    base = head + g + "\n\n" + b
+    ours = head + b + "\n\n" + g
+    theirs = head + g.replace("g4 = 4", "g4 = 44") + "\n\n" + b
+    result = merge_files(tmp_path, base, ours, theirs, as_written=True)
+    assert result.clean, result.kept
+    assert result.text == head + b + "\n\n" + g.replace("g4 = 4", "g4 = 44")
+    assert "upstream moved g" in result.resolved[0]
+
+
+def test_a_file_that_names_the_stub_marker_still_merges(tmp_path):
+    """A file's own text may hold the name the stubs start with: only the stubs' own lines
+    count as stubs."""
+    base = "# see __forkkit_hollow_\nimport os\n"
+    result = merge_files(
+        tmp_path, base, base + "import re\n", base + "import json\n", as_written=True
+    )
+    assert result.clean, result.kept
+    assert result.text == base + "import re\nimport json\n"

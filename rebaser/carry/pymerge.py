@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import collections
 import functools
+import re
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
@@ -285,10 +286,10 @@ class _Window:
     def restored(self, file: Lines, result: Lines, span: tuple[int, int]) -> Optional[Lines]:
         """The file with the window's `result` (upstream's side with `span` merged) in
         place; None when the result changed a stub or holds one elsewhere."""
+        stubs = {line for hollow in self.hollows for line in hollow.stub if _STUB in line}
+        if sum(1 for line in result if line in stubs) != len(stubs):
+            return None  # a stub moved, copied or dropped
         shift = len(result) - (self.high - self.low)
-        stubs = sum(1 for line in result if _STUB in line)
-        if stubs != sum(1 for h in self.hollows for line in h.stub if _STUB in line):
-            return None
         restored: Lines = []
         at = 0
         for hollow in self.hollows:
@@ -301,7 +302,7 @@ class _Window:
         return file[: self.low] + restored + result[at:] + file[self.high :]
 
 
-def _windows(whole: _Whole, span: tuple[int, int]) -> list[_Window]:
+def _windows(whole: _Whole, span: tuple[int, int], region: Region) -> list[_Window]:
     """Where to parse the hunk, the narrowest first: the top-level class or function whose
     body holds the hunk (parsed alone, it costs a fraction of the file), else the whole
     file; in a method of a top-level class, first the class with only that method; among a
@@ -309,13 +310,13 @@ def _windows(whole: _Whole, span: tuple[int, int]) -> list[_Window]:
     assert whole.tree is not None
     inner = pysyntax.place_of(whole.tree, whole.lines, span, depth=2)
     if not inner.path:
-        return _hollowed(whole, _Window(0, len(whole.lines)), whole.tree.body, span)
+        return _hollowed(whole, _Window(0, len(whole.lines)), whole.tree.body, span, region)
     top = pysyntax.children(whole.lines, whole.tree.body, 0)[inner.path[0][0]]
     wide = _Window(top.start, top.end)
     if not isinstance(top.node, ast.ClassDef):
         return [wide]
     if len(inner.path) < 2:
-        return _hollowed(whole, wide, top.node.body, span)
+        return _hollowed(whole, wide, top.node.body, span, region)
     members = pysyntax.place_of(whole.tree, whole.lines, span, depth=1).children
     method = members[inner.path[1][0]]
     blank = _Hollow(members[0].start, method.start, ("\n",) * (method.start - members[0].start))
@@ -324,16 +325,31 @@ def _windows(whole: _Whole, span: tuple[int, int]) -> list[_Window]:
 
 # A body shorter than this stays: its stub would save little parsing.
 _HOLLOW_LINES = 8
+# A line that starts a def or class, and the name it defines.
+_DEFINES = re.compile(r"\s*(?:async\s+def|def|class)\s+(\w+)")
 
 
 def _hollowed(
-    whole: _Whole, window: _Window, statements: list[ast.stmt], span: tuple[int, int]
+    whole: _Whole,
+    window: _Window,
+    statements: list[ast.stmt],
+    span: tuple[int, int],
+    region: Region,
 ) -> list[_Window]:
     """`window` with the bodies of the defs and classes among `statements` left out where
-    they lie away from the hunk, then `window` itself; or `window` alone where none is."""
+    they lie away from the hunk and no side's hunk defines their name (a def one side moved
+    must stay the same code as its other copy), then `window` itself; or `window` alone
+    where none is."""
+    named = {
+        match.group(1)
+        for line in region.ours + region.base + region.theirs
+        if (match := _DEFINES.match(line))
+    }
     hollows = []
     for node in statements:
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if node.name in named:
             continue
         first, last = pysyntax.first_line(node.body[0]), node.end_lineno or node.lineno
         line = whole.lines[first]
@@ -356,7 +372,7 @@ def _resolve(
     _, span = _variant(segments, region, "ours")
     if whole.tree is None:
         return "upstream's side does not parse here"
-    for window in _windows(whole, span):
+    for window in _windows(whole, span, region):
         outcome = _resolve_in(window, span, segments, region, facts, whole)
         if outcome != _WIDER:
             break
