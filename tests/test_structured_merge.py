@@ -1284,66 +1284,55 @@ def test_a_string_below_an_assignment_is_written_once_below_both_sides_items(tmp
     assert text == base.replace(at, at + added.format("a2 = 5") + added.format("a3 = 6"))
 
 
-def test_a_call_on_a_calls_result_merges_its_own_keywords(tmp_path):
-    """`tracker().record(...)`: the call that holds the hunk and the call that makes its
-    function start at the same place; the keywords both sides add go into the outer one
-    (the real fork's router.py met the inner one, whose empty arguments made the patch's
-    change look like one around the items, and the hunk stayed)."""
-    base = "tracker().record(\n    name,\n    total=1,\n)\n"
+@pytest.mark.parametrize(
+    "base, anchor, ours, theirs",
+    [
+        # The call holding the hunk and the call making its function start at one place
+        # (the real fork's router.py met the inner one, whose empty arguments made the
+        # patch's change look like one around the items).
+        pytest.param(
+            "tracker().record(\n    name,\n    total=1,\n)\n",
+            "total=1,\n",
+            "    group=None,\n",
+            "    scale=2,\n",
+            id="call-on-a-calls-result",
+        ),
+        # ast counts columns in UTF-8 bytes: a dict after a non-ASCII string on its line.
+        pytest.param(
+            'names = ["é", {\n    "a": 1,\n}]\n',
+            '"a": 1,\n',
+            '    "b": 2,\n',
+            '    "c": 3,\n',
+            id="after-wide-characters",
+        ),
+        # The outer call spans the same lines; the hunk lies in the inner one's brackets.
+        pytest.param(
+            "m = Model(\n    a=1,\n).cuda()\n",
+            "a=1,\n",
+            "    b=2,\n",
+            "    c=3,\n",
+            id="a-call-whose-result-is-called-on",
+        ),
+        # A chained call whose text parses only inside brackets.
+        pytest.param(
+            "x = (\n    builder\n    .opt(\n        a=1,\n    )\n)\n",
+            "a=1,\n",
+            "        b=2,\n",
+            "        c=3,\n",
+            id="a-chained-call-over-lines",
+        ),
+    ],
+)
+def test_both_sides_add_items_to_the_container_that_holds_the_hunk(
+    tmp_path, base, anchor, ours, theirs
+):
+    """Each side adds an item after the same one: the container found for the hunk is the
+    one whose own brackets hold it, and both items go in, upstream's first."""
     result = merge_files(
-        tmp_path,
-        base,
-        base.replace("total=1,\n", "total=1,\n    group=None,\n"),
-        base.replace("total=1,\n", "total=1,\n    scale=2,\n"),
+        tmp_path, base, base.replace(anchor, anchor + ours), base.replace(anchor, anchor + theirs)
     )
     assert result.clean, result.kept
-    assert (
-        result.text
-        == "tracker().record(\n    name,\n    total=1,\n    group=None,\n    scale=2,\n)\n"
-    )
-    assert "both sides add keyword arguments to the call at line 1" in result.resolved[0]
-
-
-def test_a_container_after_wide_characters_is_found_by_its_columns(tmp_path):
-    """ast counts a column in UTF-8 bytes: a dict after a non-ASCII string on its line is
-    still the one merged, entry by entry."""
-    base = 'names = ["é", {\n    "a": 1,\n}]\n'
-    result = merge_files(
-        tmp_path,
-        base,
-        base.replace('"a": 1,\n', '"a": 1,\n    "b": 2,\n'),
-        base.replace('"a": 1,\n', '"a": 1,\n    "c": 3,\n'),
-    )
-    assert result.clean, result.kept
-    assert result.text == 'names = ["é", {\n    "a": 1,\n    "b": 2,\n    "c": 3,\n}]\n'
-
-
-def test_keywords_of_a_call_whose_result_is_called_on_go_into_that_call(tmp_path):
-    """`Model(...).cuda()`: the outer call spans the same lines, but the hunk lies in the
-    inner one's brackets, whose keywords both sides extend."""
-    base = "m = Model(\n    a=1,\n).cuda()\n"
-    result = merge_files(
-        tmp_path,
-        base,
-        base.replace("a=1,\n", "a=1,\n    b=2,\n"),
-        base.replace("a=1,\n", "a=1,\n    c=3,\n"),
-    )
-    assert result.clean, result.kept
-    assert result.text == "m = Model(\n    a=1,\n    b=2,\n    c=3,\n).cuda()\n"
-
-
-def test_a_call_whose_function_spans_lines_without_brackets_merges_its_keywords(tmp_path):
-    """A chained call inside parentheses: its own text starts with lines that parse only
-    inside brackets."""
-    base = "x = (\n    builder\n    .opt(\n        a=1,\n    )\n)\n"
-    result = merge_files(
-        tmp_path,
-        base,
-        base.replace("a=1,\n", "a=1,\n        b=2,\n"),
-        base.replace("a=1,\n", "a=1,\n        c=3,\n"),
-    )
-    assert result.clean, result.kept
-    assert result.text == base.replace("a=1,\n", "a=1,\n        b=2,\n        c=3,\n")
+    assert result.text == base.replace(anchor, anchor + ours + theirs)
 
 
 def test_a_statement_with_a_line_indented_less_leaves_only_its_own_hunk(tmp_path):
