@@ -268,9 +268,8 @@ def _parsed(text: str, target: ast.AST) -> Optional[cst.CSTNode]:
             line = cst.parse_statement(text)
             parsed = line.body[0] if isinstance(line, cst.SimpleStatementLine) else None
         else:
-            parsed = cst.parse_expression(f"({text})")
-            if parsed.lpar:  # type: ignore[attr-defined]
-                parsed = parsed.with_changes(lpar=parsed.lpar[1:], rpar=parsed.rpar[:-1])  # type: ignore[attr-defined]
+            wrapped = cst.parse_expression(f"({text})")
+            parsed = wrapped.with_changes(lpar=wrapped.lpar[1:], rpar=wrapped.rpar[:-1])
     except (cst.ParserSyntaxError, ValueError):
         return None
     return parsed if isinstance(parsed, kind) and _CODE(parsed) == text else None
