@@ -182,10 +182,7 @@ def _in_header(node: ast.stmt, target: ast.AST, side: Side) -> bool:
         return False
     if node is not target or side.span[1] > header_end(target):
         return False
-    first = target.body[0]
-    if getattr(first, "decorator_list", None):
-        return True
-    return not side.lines[first.lineno - 1].encode()[: first.col_offset].strip()
+    return pysyntax.body_starts_a_line(side.lines, target)
 
 
 def _statement(node: ast.stmt, target: ast.AST, side: Side, header: bool) -> Optional[_Statement]:

@@ -352,10 +352,11 @@ def _hollowed(
         if node.name in named:
             continue
         first, last = pysyntax.first_line(node.body[0]), node.end_lineno or node.lineno
-        line = whole.lines[first]
-        own_line = not line.encode()[: node.body[0].col_offset].strip()
-        if not own_line or last - first < _HOLLOW_LINES or span[0] <= last and first <= span[1]:
+        if not pysyntax.body_starts_a_line(whole.lines, node) or last - first < _HOLLOW_LINES:
             continue
+        if span[0] <= last and first <= span[1]:
+            continue
+        line = whole.lines[first]
         indent = line[: len(line) - len(line.lstrip(" \t"))]
         reads = ", ".join([f"{_STUB}{first}__", *whole.reads(node)])
         stub = ("\n",) * (last - first - 1) + (f"{indent}[{reads}]\n",)

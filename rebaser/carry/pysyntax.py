@@ -107,6 +107,15 @@ def first_line(statement: ast.stmt) -> int:
     return min([statement.lineno, *(d.lineno for d in _decorators(statement))]) - 1
 
 
+def body_starts_a_line(lines: Lines, node: ast.stmt) -> bool:
+    """Whether a def's or class's body starts on a line of its own, not after its colon
+    (ast's columns count UTF-8 bytes)."""
+    first = node.body[0]  # type: ignore[attr-defined]
+    if getattr(first, "decorator_list", None):
+        return True
+    return not lines[first.lineno - 1].encode()[: first.col_offset].strip()
+
+
 def _leading(lines: Lines, floor: int, first: int) -> int:
     """The first line of the comments and blank lines right above line `first`."""
     start = first
