@@ -677,21 +677,13 @@ def test_a_parameter_the_patch_removes_next_to_upstreams_stays_a_conflict(tmp_pa
     assert "the patch removes parameter replay, next to upstream's changes" in result.kept[0]
 
 
-@pytest.mark.parametrize(
-    "base, ours, theirs, loads",
-    [
-        # both sides change one return: no container of items holds the hunk
-        ("def f():\n    return 1\n", "def f():\n    return 2\n", "def f():\n    return 3\n", False),
-        # both sides add an entry to one dict: the item merge, in LibCST
-        ("D = {\n    'a': 1,\n}\n", "D = {\n    'a': 1,\n    'b': 2,\n}\n",
-         "D = {\n    'a': 1,\n    'c': 3,\n}\n", True),
-    ],
-)  # fmt: skip
-def test_libcst_is_loaded_only_for_a_hunk_a_container_holds(tmp_path, base, ours, theirs, loads):
-    """LibCST takes 0.15 s to load; a stop whose hunks no dict, call, import or parameter
-    list holds does not load it (each command is a process of its own)."""
+def test_the_structured_merge_never_loads_libcst(tmp_path):
+    """LibCST takes 0.15 to 0.25 s to load, in every command (and merge helper) whose merge
+    met a container of items: the item merge now cuts items from ast and tokens."""
     import sys
 
+    base = "D = {\n    'a': 1,\n}\n"
+    ours, theirs = base.replace("}", "    'b': 2,\n}"), base.replace("}", "    'c': 3,\n}")
     for name, text in (("base", base), ("ours", ours), ("theirs", theirs)):
         (tmp_path / name).write_text(text)
     script = textwrap.dedent(
@@ -704,7 +696,7 @@ def test_libcst_is_loaded_only_for_a_hunk_a_container_holds(tmp_path, base, ours
             capture_output=True, text=True,
         ).stdout
         merged = pymerge.merge(*texts, diff3)
-        print(merged.clean, "libcst" in sys.modules)
+        print(merged.clean, "libcst" in sys.modules, merged.resolved)
         """
     )
     root = Path(__file__).resolve().parents[1]
@@ -715,8 +707,8 @@ def test_libcst_is_loaded_only_for_a_hunk_a_container_holds(tmp_path, base, ours
         capture_output=True,
         text=True,
         check=True,
-    ).stdout.split()
-    assert out == [str(loads), str(loads)]
+    ).stdout
+    assert out.startswith("True False ") and "both sides add entries to the dict" in out, out
 
 
 LONG_DEF = dedent(
@@ -744,14 +736,16 @@ LONG_DEF_THEIRS = LONG_DEF.replace(
 
 
 def test_parameters_of_a_long_def_are_merged_from_its_header_alone(tmp_path, monkeypatch):
-    """Where every side's hunk lies in a def's header, LibCST parses the header, not the
-    body (on the real fork a 300-line __init__, three times a merge): the result is the
-    same, the header's comments kept and the body left as upstream wrote it."""
+    """Where every side's hunk lies in a def's header, only the header is read for its
+    items, not the body (on the real fork a 300-line __init__, three times a merge): the
+    header's comments kept and the body left as upstream wrote it."""
     from rebaser.carry import pyelements
 
-    parsed, parse = [], pyelements.cst.parse_module
+    parsed, tokens = [], pyelements._tokens
     monkeypatch.setattr(
-        pyelements.cst, "parse_module", lambda source: parsed.append(source) or parse(source)
+        pyelements,
+        "_tokens",
+        lambda text, begin, end: parsed.append(text[begin:end]) or tokens(text, begin, end),
     )
     result = merge_files(tmp_path, LONG_DEF, LONG_DEF_OURS, LONG_DEF_THEIRS)
     assert result.clean, result.kept
@@ -763,7 +757,7 @@ def test_parameters_of_a_long_def_are_merged_from_its_header_alone(tmp_path, mon
 
 
 def test_a_def_whose_body_starts_on_its_headers_last_line_is_parsed_whole(tmp_path):
-    """No lines hold the header alone: the whole def is parsed, as before."""
+    """No lines hold the header alone: its items are read up to the body's first statement."""
     base = "def f(a, *, b=1,\n      c=2): return a\n"
     result = merge_files(
         tmp_path, base, base.replace("b=1,", "b=1, x=3,"), base.replace("b=1,", "b=1, y=4,")
@@ -1104,32 +1098,48 @@ def _added(text: str, after: str, line: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "base, ours, theirs",
+    "base, ours, theirs, merged",
     [
         (  # the first argument's comment copied onto upstream's new keyword
             CALL_WITH_COMMENT,
             _added(CALL_WITH_COMMENT, "vocab_size,\n", "        rotary_base=args.rotary_base,\n"),
             _added(CALL_WITH_COMMENT, "vocab_size,\n", "        topk_backend=args.backend,\n"),
+            _added(
+                CALL_WITH_COMMENT,
+                "vocab_size,\n",
+                "        rotary_base=args.rotary_base,\n        topk_backend=args.backend,\n",
+            ),
         ),
         (  # a comment line written again above the patch's new entry
             DICT_WITH_COMMENT,
             _added(DICT_WITH_COMMENT, "1024,\n", '    "legacy_mask": None,\n'),
             _added(DICT_WITH_COMMENT, "1024,\n", '    "topk_backend": "torch",\n'),
+            _added(
+                DICT_WITH_COMMENT,
+                "1024,\n",
+                '    "legacy_mask": None,\n    "topk_backend": "torch",\n',
+            ),
         ),
         (  # the comment of the item upstream changed moved onto the patch's new one
             CALL_WITH_TRAILING_COMMENT,
             CALL_WITH_TRAILING_COMMENT.replace("b=2", "b=3"),
             _added(CALL_WITH_TRAILING_COMMENT, "checkpoint\n", "    c=True,\n"),
+            _added(
+                CALL_WITH_TRAILING_COMMENT.replace("b=2", "b=3"), "checkpoint\n", "    c=True,\n"
+            ),
         ),
     ],
     ids=["copied-onto-an-item", "copied-above-an-item", "moved-onto-an-item"],
 )
-def test_a_comment_is_never_copied_or_moved_onto_another_item(tmp_path, base, ours, theirs):
-    """LibCST keeps a comment inside the comma before it: the item merge, reusing commas,
-    carried comments to items no side wrote them beside (a `type: ignore` hiding errors on
-    the patch's new line)."""
+def test_a_comment_is_never_copied_or_moved_onto_another_item(tmp_path, base, ours, theirs, merged):
+    """LibCST kept a comment inside the comma before it, and the item merge reused commas:
+    it carried comments to items no side wrote them beside (a `type: ignore` hiding errors
+    on the patch's new line), and the comment check then kept the hunk. The text between two
+    items is now their side's own, and after an item that ended its side's list, upstream's
+    separator without comments: each comment once, beside the item it was written on."""
     text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
-    assert kept and not resolved, text
+    assert resolved and not kept, kept
+    assert text == merged
 
 
 def _both_add(base: str, old: str, upstream: str, patch: str) -> tuple[str, str, str]:
@@ -1333,6 +1343,47 @@ def test_both_sides_add_items_to_the_container_that_holds_the_hunk(
     )
     assert result.clean, result.kept
     assert result.text == base.replace(anchor, anchor + ours + theirs)
+
+
+def _each_adds(base: str, old: str, upstream: str, patch: str, both: str) -> tuple:
+    return base, base.replace(old, upstream), base.replace(old, patch), base.replace(old, both)
+
+
+@pytest.mark.parametrize(
+    "base, ours, theirs, merged",
+    [
+        # LibCST kept the newline before `)` with the last argument: the patch's keyword
+        # landed after a blank line at column 0
+        _each_adds(
+            "x = f(\n    a,\n    c=1\n)\n",
+            "c=1\n",
+            "c=1,\n    u=2\n",
+            "c=1,\n    t=3\n",
+            "c=1,\n    u=2,\n    t=3\n",
+        ),
+        # a lambda's commas are its own, not the call's
+        _each_adds(
+            "x = f(key=lambda a, b: a, c=1)\n", "c=1)", "c=1, u=2)", "c=1, t=3)", "c=1, u=2, t=3)"
+        ),
+        # keyword-only parameters between `*` and `**kw`
+        _each_adds(
+            "def g(a, *, b=1, **kw):\n    return a\n",
+            "b=1,",
+            "b=1, u=2,",
+            "b=1, t=3,",
+            "b=1, u=2, t=3,",
+        ),
+        # a tuple without brackets
+        _each_adds('__all__ = "a", "b"\n', '"b"', '"b", "u"', '"b", "t"', '"b", "u", "t"'),
+    ],
+    ids=["no-trailing-comma", "lambda-in-a-call", "keyword-only", "bare-tuple"],
+)
+def test_items_are_cut_at_their_containers_own_commas(tmp_path, base, ours, theirs, merged):
+    """The item merge reads items from the container's tokens: at its own brackets'
+    commas, outside every item's syntax; the text between items is their side's."""
+    result = merge_files(tmp_path, base, ours, theirs)
+    assert result.clean, result.kept
+    assert result.text == merged
 
 
 def test_a_statement_with_a_line_indented_less_leaves_only_its_own_hunk(tmp_path):

@@ -1,10 +1,6 @@
-"""Which container of items holds a conflict hunk inside one statement, told with `ast`.
-
-The item merge (carry/pyelements.py) works in LibCST, which takes 0.15 s to load. Whether
-a dict, set, call, `__all__` list, `from ... import` or a def's header holds the hunk on
-every side is known from the syntax trees the structured merge already has: LibCST is
-loaded only when they all do (on a real fork, a stop without such a hunk paid the load for
-nothing).
+"""Which container of items holds a conflict hunk inside one statement, told with `ast`:
+a dict, set, call, `__all__` list, `from ... import` or a def's header. The item merge
+(carry/pyelements.py) then cuts that container into its items.
 """
 
 from __future__ import annotations

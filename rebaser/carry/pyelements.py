@@ -1,12 +1,16 @@
-"""The items of one statement, merged with LibCST: dict and set entries, keyword arguments
-of a call, the names of `__all__`, the names of a `from ... import`, the parameters of a
-`def`.
+"""The items of one statement, merged: dict and set entries, arguments of a call, the names
+of `__all__`, the names of a `from ... import`, the parameters of a `def`.
 
 Where a conflict hunk lies inside one statement, the deepest of these that holds it is
 merged item by item (a dict entry by its key, an argument by its keyword, a name by its
 name, a parameter by its name): both sides may add distinct items (upstream's first, then
-the patch's) and change different ones. LibCST keeps every item's own text, so the result is
-both sides' code with only the commas between items made consistent.
+the patch's) and change different ones. Items are cut from the statement's own tokens, at
+the commas of the container's brackets that lie outside every item's syntax (a lambda's
+commas are its own), and read with `ast`. Each keeps its own text, comments inside it
+included, and the text between two items stays as its side wrote it; only where an item
+that ended its side's list is followed now does it take upstream's separator (its commas,
+line break and indent, without comments). No LibCST: loading it took 0.15 to 0.25 s of
+every command whose merge met such a hunk, and of each merge helper.
 
 Parameters are the cautious case: keyword-only ones go in any order, but a positional one
 added by the patch lands after upstream's, so it must come after every existing parameter
@@ -22,95 +26,98 @@ statement merge, as before.
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
-
-import libcst as cst
 
 from rebaser.carry import pysyntax
 from rebaser.carry.pycontainers import Held, header_end
 from rebaser.carry.pysyntax import Facts, Side
 
-_KINDS = {ast.Dict: cst.Dict, ast.Set: cst.Set, ast.Call: cst.Call, ast.List: cst.List}
-_FIELDS = {
-    cst.Call: ("args",),
-    cst.ImportFrom: ("names",),
-    cst.Parameters: ("params", "kwonly_params"),
-}
-_CODE = cst.Module([]).code_for_node
-_STUB = "    pass\n"  # the body of a def's header parsed alone
-Keyed = dict[tuple, tuple[cst.CSTNode, str]]  # key -> (the item, its code without comma)
+Keyed = dict[tuple, tuple["_Item", str]]  # key -> (the item, the code compared)
 Outcome = Union[None, str, tuple[int, int, list[str], str]]
+# A def's parameters by rank: the fixed ones (positional-only, `/`, `*` or `*args`, `**kw`)
+# must be alike on every side; the two fields between them merge.
+_RANKS = {"posonly": 0, "/": 1, "params": 2, "*": 3, "kwonly": 4, "**": 5}
+_FIXED = ("posonly", "/", "*", "**")
+_NEWLINE = re.compile("\n")
+_SEPARATOR = -1  # the kind of a comma token between two items (tokenize's kinds are >= 0)
+
+
+@dataclass(frozen=True)
+class _Item:
+    """An item of a container (or a def's `/`, `*`, `*args`, `**kw`): its text in the
+    statement's source, what it is and what a merge compares."""
+
+    start: int
+    end: int
+    text: str
+    field: str  # "args", "names", "elements", or a def's rank name (_RANKS)
+    key: tuple
+    code: str  # compared between the sides
+    reads: Optional[ast.AST] = None  # what a new item runs (a value, a default)
+    shown: str = ""
+    default: bool = False  # a parameter with a default
 
 
 @dataclass
 class _Statement:
     """One side's statement: its lines in the file, dedented, and the container of items
-    that holds the hunk, parsed by LibCST: from the container's own text (`span` in
-    `source`), or, for a def's parameters, with the def's header (`module`)."""
+    that holds the hunk, cut into items."""
 
     start: int
     end: int
     indent: str
     source: str  # the statement's lines, dedented
-    container: cst.CSTNode
-    span: Optional[tuple[int, int]] = None  # where the container's text lies in `source`
-    module: Optional[cst.Module] = None  # the parsed header, where `span` is None
+    kind: str  # "call", "import", "params", "dict", "set" or "all"
+    span: tuple[int, int]  # the container's text in `source`
+    inner: tuple[int, int]  # between its brackets (its items and their separators)
+    head: str  # a call's function, an import's module
+    items: list[_Item]  # every item, in order
     offset: int = 0  # where the lines `start` counts from begin in the file
     into_body: bool = False  # a def's parameters, the hunk running on into its body
-    header: bool = False  # a def's header parsed alone, with _STUB for its body
 
     def fields(self) -> tuple[str, ...]:
-        return _FIELDS.get(type(self.container), ("elements",))
+        return {"call": ("args",), "import": ("names",), "params": ("params", "kwonly")}.get(
+            self.kind, ("elements",)
+        )
 
-    def items(self, name: str) -> Sequence[cst.CSTNode]:
-        found = getattr(self.container, name)
-        return () if isinstance(found, cst.ImportStar) else found
+    def field(self, name: str) -> list[_Item]:
+        return [item for item in self.items if item.field == name]
 
     def around(self) -> str:
         """The statement's code without the container's items, whitespace left out: what a
         side changed besides the items (the function called and the module imported from
         are the container's own)."""
-        return " ".join(f"{self.spliced(chr(0))} {_head(self.container)}".split())
-
-    def spliced(self, code: str) -> str:
-        """The statement with `code` in place of the container's text."""
-        if self.span is None:
-            return self.source.replace(_CODE(self.container), code, 1)
-        return self.source[: self.span[0]] + code + self.source[self.span[1] :]
+        cut = self.inner if self.kind == "params" else self.span
+        text = self.source[: cut[0]] + "\0" + self.source[cut[1] :]
+        return " ".join(f"{text} {self.head}".split())
 
     def fixed(self) -> list[str]:
-        """A def's positional-only and star parameters (which the merge keeps as they are)."""
-        container = self.container
-        if not isinstance(container, cst.Parameters):
-            return []
-        parts = [*container.posonly_params, container.star_arg, container.star_kwarg]
-        codes = [_CODE(part) if isinstance(part, cst.CSTNode) else "" for part in parts]
-        return ["".join(code.replace(",", "").split()) for code in codes]
+        """A def's positional-only, `/` and star parameters (which the merge keeps)."""
+        return ["".join(item.text.split()) for item in self.items if item.field in _FIXED]
 
-
-def _head(container: cst.CSTNode) -> str:
-    """What a container holds besides its items: a call's function, an import's module."""
-    if isinstance(container, cst.Call):
-        return _CODE(container.func)
-    if isinstance(container, cst.ImportFrom):
-        return "." * len(container.relative) + (_CODE(container.module) if container.module else "")
-    return ""
+    def gap(self, number: int) -> str:
+        """The text after item `number`: up to the next item, or to the closing bracket."""
+        items = self.items
+        end = items[number + 1].start if number + 1 < len(items) else self.inner[1]
+        return self.source[items[number].end : end]
 
 
 @dataclass
 class _Pick:
     key: tuple
-    item: cst.CSTNode
+    item: _Item
     side: str
 
 
 def merge(held: dict[str, Held], sides: dict[str, Side], facts: Facts) -> Outcome:
     """(first line, end, new lines, reason) in upstream's file; a refusal; or None when
-    LibCST finds no dict, set, call, `__all__`, import or parameter list of the statement
-    holding the hunk (the statement merge then tries). `held`: pycontainers.held()."""
-    # Every side's hunk in a def's header: LibCST parses the headers alone (on the real fork
-    # a 300-line __init__, three times a merge, was most of a stop's LibCST time).
+    no dict, set, call, `__all__`, import or parameter list of the statement holds the hunk
+    on every side as items (the statement merge then tries). `held`: pycontainers.held()."""
+    # Every side's hunk in a def's header: its lines alone are the statement.
     headers = all(_in_header(node, target, sides[name]) for name, (node, target) in held.items())
     statements = {}
     for name, (node, target) in held.items():
@@ -118,7 +125,7 @@ def merge(held: dict[str, Held], sides: dict[str, Side], facts: Facts) -> Outcom
         if found is None:
             return None
         statements[name] = found
-    if len({type(s.container) for s in statements.values()}) != 1:
+    if len({s.kind for s in statements.values()}) != 1:
         return None
     merged = _merge_statements(statements, facts)
     if isinstance(merged, str) and any(s.into_body for s in statements.values()):
@@ -142,6 +149,8 @@ def _merge_statements(statements: dict[str, _Statement], facts: Facts) -> Outcom
     if problem:
         return problem
     code = _render(statements, merged)
+    if code is None:
+        return "a side removes every item"
     lines = [ours.indent + line if line.strip() else line for line in pysyntax.source_lines(code)]
     return ours.start, ours.end, lines, _reason(ours, merged, statements)
 
@@ -149,7 +158,7 @@ def _merge_statements(statements: dict[str, _Statement], facts: Facts) -> Outcom
 def _merge_field(statements: dict[str, _Statement], field_name: str) -> Union[str, list[_Pick]]:
     keyed = {}
     for side, statement in statements.items():
-        found = _keyed(statement.items(field_name))
+        found = _keyed(statement.field(field_name))
         if isinstance(found, str):
             return found
         keyed[side] = found
@@ -167,7 +176,7 @@ def _positional(picks: list[_Pick], base: Keyed) -> Union[str, list[_Pick]]:
             continue
         if number < last_old:
             return f"a side adds parameter {pick.key[1]} before existing ones"
-        if getattr(pick.item, "default", None) is None:
+        if not pick.item.default:
             return f"a side adds positional parameter {pick.key[1]} without a default"
     return picks
 
@@ -177,7 +186,7 @@ def _positional(picks: list[_Pick], base: Keyed) -> Union[str, list[_Pick]]:
 
 def _in_header(node: ast.stmt, target: ast.AST, side: Side) -> bool:
     """Whether the hunk lies in the def's header and its body starts on a line of its own
-    (so the header's lines parse alone)."""
+    (so the header's lines are the statement)."""
     if not isinstance(target, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
     if node is not target or side.span[1] > header_end(target):
@@ -186,33 +195,41 @@ def _in_header(node: ast.stmt, target: ast.AST, side: Side) -> bool:
 
 
 def _statement(node: ast.stmt, target: ast.AST, side: Side, header: bool) -> Optional[_Statement]:
-    """The statement's deepest container holding the hunk (`target`, in `ast`), in LibCST.
-    `header`: a def's header alone, its body a stub (_render leaves the stub out)."""
+    """The statement's deepest container holding the hunk (`target`), cut into items.
+    `header`: a def's header lines alone are the statement."""
     start, end = node.lineno - 1, node.end_lineno or node.lineno
+    is_def = isinstance(target, (ast.FunctionDef, ast.AsyncFunctionDef))
     if header:
         end = header_end(target)  # type: ignore[arg-type]
     text = "".join(side.lines[start:end])
     indent = text[: len(text) - len(text.lstrip(" \t"))]
     try:
-        source = _dedent(text, indent) + (_STUB if header else "")
+        source = _dedent(text, indent)
     except ValueError:  # a line indented less: the statement merge's
         return None
-    span, module = None, None
-    if isinstance(target, (ast.FunctionDef, ast.AsyncFunctionDef)):  # in the def's header
-        try:
-            module = cst.parse_module(source)
-        except (cst.ParserSyntaxError, ValueError):
+    positions = _Positions(source, node.lineno, len(indent))
+    if is_def:
+        if getattr(target, "type_params", None):
             return None
-        defined = module.body[0] if module.body else None
-        container = defined.params if isinstance(defined, cst.FunctionDef) else None
+        first = target.body[0]  # type: ignore[attr-defined]
+        first = (getattr(first, "decorator_list", None) or [first])[0]
+        body = len(source) if header else positions.offset(first.lineno, first.col_offset)
+        if body is None:
+            return None
+        head_text = source[:body]  # the header, up to its body's first statement
+        span = (0, body)
     else:
-        span = _span(source, target, node.lineno, len(indent))
-        container = _parsed(source[span[0] : span[1]], target) if span else None
-    if container is None:
+        found = positions.span(target)
+        if found is None:
+            return None
+        span, head_text = found, source
+    cut = _cut(head_text, span, target, positions)
+    if cut is None:
         return None
-    into_body = isinstance(container, cst.Parameters) and side.span[1] > header_end(node)
+    kind, inner, items, head = cut
+    into_body = is_def and side.span[1] > header_end(node)  # type: ignore[arg-type]
     return _Statement(
-        start, end, indent, source, container, span, module, side.offset, into_body, header
+        start, end, indent, source, kind, span, inner, head, items, side.offset, into_body
     )
 
 
@@ -231,79 +248,265 @@ def _dedent(text: str, indent: str) -> str:
     return "".join(out)
 
 
-def _span(source: str, target: ast.AST, first_line: int, indent: int) -> Optional[tuple[int, int]]:
-    """Where `target`'s text lies in the statement's dedented `source` (the statement starts
-    at the file's line `first_line`, indented by `indent`; ast's columns count UTF-8 bytes)."""
-    lines = pysyntax.source_lines(source)
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
+class _Positions:
+    """Offsets in a statement's dedented source of ast's positions (the statement starts at
+    the file's line `first_line`, indented by `indent`; ast's columns count UTF-8 bytes)."""
 
-    def offset(line: int, column: int) -> Optional[int]:
-        number = line - first_line
-        if not 0 <= number < len(lines) or column < indent:
+    def __init__(self, source: str, first_line: int, indent: int) -> None:
+        self.source, self.first_line, self.indent = source, first_line, indent
+        self.lines = pysyntax.source_lines(source)
+        self.starts = [0]
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
+
+    def offset(self, line: int, column: int) -> Optional[int]:
+        number = line - self.first_line
+        if not 0 <= number < len(self.lines) or column < self.indent:
             return None
         try:
-            before = lines[number].encode()[: column - indent].decode()
+            before = self.lines[number].encode()[: column - self.indent].decode()
         except UnicodeDecodeError:
             return None
-        return starts[number] + len(before)
+        return self.starts[number] + len(before)
 
-    first = offset(target.lineno, target.col_offset)  # type: ignore[attr-defined]
-    last = offset(target.end_lineno, target.end_col_offset)  # type: ignore[attr-defined]
-    return (first, last) if first is not None and last is not None and first < last else None
+    def span(self, node: ast.AST) -> Optional[tuple[int, int]]:
+        first = self.offset(node.lineno, node.col_offset)  # type: ignore[attr-defined]
+        last = self.offset(node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+        return (first, last) if first is not None and last is not None and first < last else None
+
+    def text(self, node: ast.AST) -> str:
+        found = self.span(node)
+        return self.source[found[0] : found[1]] if found else ""
 
 
-def _parsed(text: str, target: ast.AST) -> Optional[cst.CSTNode]:
-    """`target`'s own text parsed by LibCST as a node of its type (not the whole statement:
-    the positions of a long statement's every node cost most of a merge's LibCST time),
-    None where it does not give one whose code is that text. An expression is parsed inside
-    parentheses, which it may need (a chained call's lines), then taken out of them."""
-    kind = _KINDS.get(type(target), cst.Tuple if isinstance(target, ast.Tuple) else cst.ImportFrom)
+@dataclass(frozen=True)
+class _Token:
+    kind: int
+    text: str
+    start: int
+    end: int
+
+
+def _tokens(text: str, begin: int, end: int) -> Optional[list[_Token]]:
+    """The tokens of text[begin:end] with offsets in `text`; None where it does not
+    tokenize."""
+    part = text[begin:end]
+    starts = [0] + [match.end() for match in _NEWLINE.finditer(part)]
+    found = []
     try:
-        if kind is cst.ImportFrom:
-            line = cst.parse_statement(text)
-            parsed = line.body[0] if isinstance(line, cst.SimpleStatementLine) else None
-        else:
-            wrapped = cst.parse_expression(f"({text})")
-            parsed = wrapped.with_changes(lpar=wrapped.lpar[1:], rpar=wrapped.rpar[:-1])
-    except (cst.ParserSyntaxError, ValueError):
+        for token in tokenize.generate_tokens(io.StringIO(part).readline):
+            if token.type in (tokenize.ENDMARKER, tokenize.INDENT, tokenize.DEDENT):
+                continue
+            (row, column), (end_row, end_column) = token.start, token.end
+            first = begin + starts[row - 1] + column
+            found.append(
+                _Token(token.type, token.string, first, begin + starts[end_row - 1] + end_column)
+            )
+    except (tokenize.TokenError, SyntaxError):
         return None
-    return parsed if isinstance(parsed, kind) and _CODE(parsed) == text else None
+    return found
+
+
+_Cut = tuple[str, tuple[int, int], list[_Item], str]
+
+
+def _cut(text: str, span: tuple[int, int], target: ast.AST, at: _Positions) -> Optional[_Cut]:
+    """(kind, where the items lie, the items, the head) of the container `target`, whose
+    text is text[span]."""
+    tokens = _tokens(text, *span)
+    if not tokens:
+        return None
+    head = ""
+    if isinstance(target, ast.Call):
+        func = at.span(target.func)
+        opener = next(
+            (n for n, t in enumerate(tokens) if func and t.start >= func[1] and t.text == "("),
+            None,
+        )
+        head = at.text(target.func)
+        kind, nodes = "call", sorted([*target.args, *target.keywords], key=_position)
+    elif isinstance(target, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        names = [n for n, t in enumerate(tokens) if t.text == target.name]
+        opener = names[0] + 1 if names else None
+        kind, nodes = "params", []
+    elif isinstance(target, ast.ImportFrom):
+        imports = [n for n, t in enumerate(tokens) if t.text == "import"]
+        opener = imports[0] + 1 if imports else None
+        head = "." * target.level + (target.module or "")
+        kind, nodes = "import", list(target.names)
+    else:
+        opener = 0
+        kind = {ast.Dict: "dict", ast.Set: "set"}.get(type(target), "all")
+        nodes = list(target.keys) if isinstance(target, ast.Dict) else target.elts  # type: ignore
+    if opener is None or opener >= len(tokens):
+        return None
+    if tokens[opener].text in ("(", "[", "{"):
+        region = _region(tokens, opener, bracketed=True)
+        if region and isinstance(target, ast.Tuple) and region[0][1] != span[1] - 1:
+            region = None  # `(a), b`: the brackets are the first item's
+    else:
+        region = None
+    if region is None and (kind == "import" or isinstance(target, ast.Tuple)):
+        region = _region(tokens, opener - 1, bracketed=False)  # without brackets
+    if region is None:
+        return None
+    inner, groups = region
+    protected = [found for node in _parts(target) if (found := at.span(node))]
+    groups = _split(groups, protected)
+    if groups is None:
+        return None
+    items = _items(kind, target, nodes, groups, text, at)
+    return None if items is None else (kind, inner, items, head)
+
+
+def _position(node: ast.AST) -> tuple[int, int]:
+    return node.lineno, node.col_offset  # type: ignore[attr-defined]
+
+
+def _region(
+    tokens: list[_Token], opener: int, bracketed: bool
+) -> Optional[tuple[tuple[int, int], list[_Token]]]:
+    """Where the items lie (after the opening bracket to the closing one; without brackets,
+    after token `opener` to the end) and the tokens there at the items' own depth (commas)
+    or deeper (everything else), comments and line breaks left out."""
+    depth, inside = 0, []
+    for token in tokens[opener + 1 :]:
+        if token.kind == tokenize.OP and token.text in ")]}":
+            if depth == 0:
+                if not bracketed:
+                    return None
+                return (tokens[opener].end, token.start), inside
+            depth -= 1
+        if token.kind == tokenize.OP and token.text in "([{":
+            depth += 1
+        if token.kind not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT):
+            inside.append(
+                token
+                if depth or token.text != ","
+                else _Token(_SEPARATOR, ",", token.start, token.end)
+            )
+    if bracketed or not inside:
+        return None
+    return (tokens[opener].end if opener >= 0 else tokens[0].start, inside[-1].end), inside
+
+
+def _split(
+    tokens: list[_Token], protected: list[tuple[int, int]]
+) -> Optional[list[tuple[int, int]]]:
+    """Each item's (start, end): the tokens between the separating commas (those outside
+    every item's own syntax: a lambda's commas are its own). A trailing comma ends the
+    last; None for an empty item."""
+    groups, current = [], []
+    for token in tokens:
+        separates = token.kind == _SEPARATOR and not any(a <= token.start < b for a, b in protected)
+        if separates:
+            if not current:
+                return None
+            groups.append((current[0].start, current[-1].end))
+            current = []
+        else:
+            current.append(token)
+    if current:
+        groups.append((current[0].start, current[-1].end))
+    return groups
+
+
+def _parts(target: ast.AST) -> list[ast.AST]:
+    """The nodes whose text holds no separating comma."""
+    if isinstance(target, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        arguments = target.args
+        return [
+            *arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+            *[arg for arg in (arguments.vararg, arguments.kwarg) if arg],
+            *arguments.defaults, *[d for d in arguments.kw_defaults if d],
+        ]  # fmt: skip
+    if isinstance(target, ast.Call):
+        return [*target.args, *target.keywords]
+    if isinstance(target, ast.Dict):
+        return [*[k for k in target.keys if k], *target.values]
+    if isinstance(target, ast.ImportFrom):
+        return list(target.names)
+    return list(target.elts)  # type: ignore[attr-defined]
+
+
+def _items(
+    kind: str,
+    target: ast.AST,
+    nodes: list,
+    groups: list[tuple[int, int]],
+    text: str,
+    at: _Positions,
+) -> Optional[list[_Item]]:
+    if kind == "params":
+        return _parameters(target, groups, text)  # type: ignore[arg-type]
+    if len(groups) != len(nodes):
+        return None
+    items = []
+    for position, (node, (start, end)) in enumerate(zip(nodes, groups)):
+        own = text[start:end]
+        if kind == "import":
+            key: tuple = ("alias", node.name, node.asname or "")
+            items.append(_Item(start, end, own, "names", key, own, shown=node.name))
+            continue
+        if kind == "call":
+            field = "args"
+            value = node.value if isinstance(node, (ast.keyword, ast.Starred)) else node
+            if isinstance(node, ast.keyword) and node.arg:
+                key, shown = ("kw", node.arg), node.arg
+            else:  # by position: a value, `*args` or `**kwargs`
+                shown = at.text(value)
+                key = ("pos", position, _norm(shown))
+        elif kind == "dict":
+            field, value = "elements", target.values[position]  # type: ignore[attr-defined]
+            shown = at.text(value if node is None else node)
+            key = ("item", "unpack", _norm(shown)) if node is None else ("key", _norm(shown))
+        else:
+            field = "elements"
+            value = node.value if isinstance(node, ast.Starred) else node
+            shown = at.text(value)
+            key = ("item", type(node).__name__, _norm(shown))
+        items.append(_Item(start, end, own, field, key, _norm(own), value, shown))
+    return items
+
+
+def _parameters(
+    target: Union[ast.FunctionDef, ast.AsyncFunctionDef], groups: list[tuple[int, int]], text: str
+) -> Optional[list[_Item]]:
+    """A def's parameters: each named one with its field (positional-only, positional or
+    keyword, keyword-only) and default; `/`, `*`, `*args` and `**kw` as fixed items."""
+    arguments = target.args
+    positional = [*arguments.posonlyargs, *arguments.args]
+    defaults = [None] * (len(positional) - len(arguments.defaults)) + list(arguments.defaults)
+    named = iter([*zip(positional, defaults), *zip(arguments.kwonlyargs, arguments.kw_defaults)])
+    field = "posonly" if arguments.posonlyargs else "params"
+    items = []
+    for start, end in groups:
+        own = text[start:end]
+        stripped = "".join(own.split())
+        if stripped == "/" or own.startswith("*"):
+            rank = "/" if stripped == "/" else "**" if own.startswith("**") else "*"
+            items.append(_Item(start, end, own, rank, (rank,), stripped))
+            field = "params" if rank == "/" else "kwonly"
+            continue
+        found = next(named, None)
+        if found is None:
+            return None
+        arg, default = found
+        key = ("param", arg.arg)
+        items.append(_Item(start, end, own, field, key, own, default, arg.arg, default is not None))
+    return None if next(named, None) else items
 
 
 # -- items ---------------------------------------------------------------------------------
 
 
-def _keyed(items: Sequence[cst.CSTNode]) -> Union[str, Keyed]:
+def _keyed(items: Sequence[_Item]) -> Union[str, Keyed]:
     keyed: Keyed = {}
-    for position, item in enumerate(items):
-        key = _key(item, position)
-        if key in keyed:
-            return f"{_show(key)} appears twice on one side already"
-        bare = item.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        keyed[key] = (
-            item,
-            _CODE(bare) if isinstance(item, (cst.ImportAlias, cst.Param)) else _norm(_CODE(bare)),
-        )
+    for item in items:
+        if item.key in keyed:
+            return f"{_show(item.key)} appears twice on one side already"
+        keyed[item.key] = (item, item.code)
     return keyed
-
-
-def _key(item: cst.CSTNode, position: int) -> tuple:
-    if isinstance(item, cst.DictElement):
-        return ("key", _norm(_CODE(item.key)))
-    if isinstance(item, cst.Arg):
-        return (
-            ("kw", item.keyword.value)
-            if item.keyword
-            else ("pos", position, _norm(_CODE(item.value)))
-        )
-    if isinstance(item, cst.ImportAlias):
-        # the name it binds (an AsName's code is " as z")
-        return ("alias", _CODE(item.name), _CODE(item.asname.name) if item.asname else "")
-    if isinstance(item, cst.Param):
-        return ("param", item.name.value)
-    return ("item", type(item).__name__, _norm(_CODE(getattr(item, "value", item))))
 
 
 def _norm(code: str) -> str:
@@ -360,7 +563,7 @@ def _reworked(base: Keyed, ours: Keyed, theirs: Keyed) -> Optional[str]:
 
 
 def _pick(
-    key: tuple, item: cst.CSTNode, code: str, base: Keyed, theirs: Keyed
+    key: tuple, item: _Item, code: str, base: Keyed, theirs: Keyed
 ) -> Union[None, str, _Pick]:
     """Upstream's item, the patch's version of it, None when the patch removed it."""
     changed_ours = key not in base or code != base[key][1]
@@ -397,13 +600,12 @@ def _problems(
     merged: dict[str, list[_Pick]], statements: dict[str, _Statement], facts: Facts
 ) -> Optional[str]:
     """Names the patch's new items read that upstream deleted; names imported twice."""
-    base = statements["base"]
-    base_keys = {_key(item, n) for name in base.fields() for n, item in enumerate(base.items(name))}
+    base_keys = {item.key for item in statements["base"].items}
     for pick in (p for picks in merged.values() for p in picks):
-        if pick.side == "theirs" and pick.key not in base_keys:
-            if bad := sorted(_reads(pick.item) & facts.deleted):
+        if pick.side == "theirs" and pick.key not in base_keys and pick.item.reads is not None:
+            if bad := sorted(pysyntax.used_names(pick.item.reads) & facts.deleted):
                 return f"the patch's code uses {', '.join(bad)}, which upstream deleted"
-    if isinstance(statements["ours"].container, cst.ImportFrom):
+    if statements["ours"].kind == "import":
         names = [pick.key[2] or pick.key[1] for pick in merged["names"]]
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
@@ -411,61 +613,75 @@ def _problems(
     return None
 
 
-def _reads(item: cst.CSTNode) -> set[str]:
-    """The names an item's value (or a parameter's default) reads."""
-    value = getattr(item, "value", None) or getattr(item, "default", None)
-    if not isinstance(value, cst.CSTNode):
-        return set()
-    try:
-        return pysyntax.used_names(ast.parse(_CODE(value).strip(), mode="eval"))
-    except SyntaxError:
-        return set()
+# -- the result ----------------------------------------------------------------------------
 
 
-def _render(statements: dict[str, _Statement], merged: dict[str, list[_Pick]]) -> str:
-    """Upstream's statement with the merged items, separated as upstream separates them."""
+def _render(statements: dict[str, _Statement], merged: dict[str, list[_Pick]]) -> Optional[str]:
+    """Upstream's statement with the merged items. Between two items stays the text their
+    side wrote after the first (its comma, comments, line break and indent), but after an
+    item that ended its side's list: there, upstream's separator without comments; after
+    the last, upstream's text up to its closing bracket."""
     ours = statements["ours"]
-    changes = {name: _separated(picks, statements, name) for name, picks in merged.items()}
-    replaced = ours.container.with_changes(**changes)
-    if ours.module is None:
-        return ours.spliced(_CODE(replaced))
-    code = ours.module.deep_replace(ours.container, replaced).code  # type: ignore[union-attr]
-    return code.removesuffix(_STUB) if ours.header else code
-
-
-def _separated(
-    picks: list[_Pick], statements: dict[str, _Statement], field_name: str
-) -> list[cst.CSTNode]:
-    """The items with commas: each keeps its own but the one that was last on its side
-    (whose comma ends the list) takes one of the commas between upstream's items."""
-    own = list(statements["ours"].items(field_name)) or list(statements["theirs"].items(field_name))
-    lasts = {
-        id(side.items(field_name)[-1]) for side in statements.values() if side.items(field_name)
-    }
-    separator = next(
-        (item.comma for item in own[:-1] if isinstance(getattr(item, "comma", None), cst.Comma)),
-        cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
-    )
-    trailing = own[-1].comma if own else cst.MaybeSentinel.DEFAULT  # type: ignore[attr-defined]
-    items = []
+    picks = [_Pick(item.key, item, "ours") for item in ours.items if item.field in _FIXED]
+    picks += [pick for field_picks in merged.values() for pick in field_picks]
+    picks.sort(key=lambda pick: _RANKS.get(pick.item.field, 0))
+    if not picks:
+        return None
+    model = ours if ours.items else statements["theirs"]
+    text = model.source[model.inner[0] : model.items[0].start] if model.items else ""
     for number, pick in enumerate(picks):
-        item = pick.item
-        if number == len(picks) - 1:
-            item = item.with_changes(comma=trailing)
-        elif id(item) in lasts or not isinstance(getattr(item, "comma", None), cst.Comma):
-            item = item.with_changes(comma=separator)
-        items.append(item)
-    return items
+        text += pick.item.text
+        if number + 1 < len(picks):
+            text += _between(pick, statements, model)
+    if model.items:
+        text += _last(model, picks[-1])
+    return ours.source[: ours.inner[0]] + text + ours.source[ours.inner[1] :]
+
+
+def _between(pick: _Pick, statements: dict[str, _Statement], model: _Statement) -> str:
+    """The text after an item that another follows: its own, where its side wrote one;
+    after the last item of its side, the comment on its line (with a comma) and the indent
+    of upstream's separator."""
+    side = statements[pick.side]
+    number = next(n for n, item in enumerate(side.items) if item is pick.item)
+    if number + 1 < len(side.items):
+        return side.gap(number)
+    separators = [model.gap(n) for n in range(len(model.items) - 1)]
+    separator = _plain(separators[0]) if separators else ", "
+    line, _ = _first_line(side.gap(number))
+    if "\n" not in line or "\n" not in separator:
+        return separator
+    return ("" if line.lstrip().startswith(",") else ",") + line + separator.rsplit("\n", 1)[1]
+
+
+def _last(model: _Statement, last: _Pick) -> str:
+    """The text after the last item up to the closing bracket: upstream's, without the
+    comment on its last item's line where that item is no longer last."""
+    tail = model.gap(len(model.items) - 1)
+    if last.item is model.items[-1]:
+        return tail
+    line, rest = _first_line(tail)
+    return _plain(line) + rest if "\n" in line else tail
+
+
+def _first_line(text: str) -> tuple[str, str]:
+    cut = text.find("\n") + 1
+    return (text[:cut], text[cut:]) if cut else (text, "")
+
+
+def _plain(separator: str) -> str:
+    """A separator without its comments and blank lines: its comma, line break and indent."""
+    lines = separator.split("\n")
+    if len(lines) == 1:
+        return separator
+    first = lines[0].split("#", 1)[0].rstrip()
+    return first + "\n" + lines[-1]
 
 
 def _reason(
     ours: _Statement, merged: dict[str, list[_Pick]], statements: dict[str, _Statement]
 ) -> str:
-    base = {
-        _key(item, n)
-        for name in ours.fields()
-        for n, item in enumerate(statements["base"].items(name))
-    }
+    base = {item.key for item in statements["base"].items}
     picks = [pick for field_picks in merged.values() for pick in field_picks]
     upstream = [p for p in picks if p.side == "ours" and p.key not in base]
     patch = [p for p in picks if p.side == "theirs" and p.key not in base]
@@ -477,25 +693,23 @@ def _reason(
 
 def _what(statement: _Statement) -> str:
     line = statement.start + statement.offset + 1
-    container = statement.container
-    if isinstance(container, cst.Parameters):
-        return f"parameters to the def at line {line}"
-    if isinstance(container, cst.ImportFrom):
-        return f"imported names to the import at line {line}"
-    if isinstance(container, cst.Call):
-        return f"keyword arguments to the call at line {line}"
-    if isinstance(container, (cst.List, cst.Tuple)):
-        return "names to __all__"
-    kind = "dict" if isinstance(container, cst.Dict) else "set"
-    return f"entries to the {kind} at line {line}"
+    return {
+        "params": f"parameters to the def at line {line}",
+        "import": f"imported names to the import at line {line}",
+        "call": f"keyword arguments to the call at line {line}",
+        "all": "names to __all__",
+        "dict": f"entries to the dict at line {line}",
+        "set": f"entries to the set at line {line}",
+    }[statement.kind]
 
 
 def _names(picks: list[_Pick]) -> str:
-    shown = []
-    for pick in picks[:4]:
-        if pick.key[0] in ("kw", "alias", "param"):
-            shown.append(str(pick.key[1]))
-        else:
-            text = _CODE(getattr(pick.item, "key", None) or getattr(pick.item, "value", pick.item))
-            shown.append(" ".join(text.split())[:30])
+    shown = [
+        (
+            str(pick.key[1])
+            if pick.key[0] in ("kw", "alias", "param")
+            else " ".join(pick.item.shown.split())[:30]
+        )
+        for pick in picks[:4]
+    ]
     return ", ".join(shown) + (", ..." if len(picks) > 4 else "")

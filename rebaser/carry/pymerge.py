@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from rebaser.carry import linematch, pycontainers, pycounts, pysyntax
+from rebaser.carry import linematch, pycontainers, pycounts, pyelements, pysyntax
 from rebaser.carry.pystatements import StatementMerge
 from rebaser.carry.pysyntax import Facts, Lines, ModuleNames, Place, Side
 
@@ -412,8 +412,6 @@ def _resolve_in(
         return places
     merged = None
     if _one_statement(places, sides) and (held := pycontainers.held(places, sides)):
-        from rebaser.carry import pyelements  # LibCST takes 0.15 s to load: only when needed
-
         merged = pyelements.merge(held, sides, facts)
     if merged is None:
         merged = StatementMerge(places, sides).merge(facts)
@@ -521,8 +519,8 @@ def _lost_comment(text: str, sides: dict[str, Side]) -> Optional[str]:
 
 def _misplaced_comment(lines: Lines, sides: dict[str, Side]) -> Optional[str]:
     """A comment the result writes more often than either side (copied), or beside code no
-    side writes it beside (moved): LibCST keeps a comment inside the comma before it, and
-    the item merge, reusing commas, carried comments to items nobody wrote them on."""
+    side writes it beside (moved): the item merge, reusing LibCST's commas, once carried
+    comments to items nobody wrote them on; any merge's result is checked for it."""
     placed = [pysyntax.placed_comments(side.lines) for side in sides.values()]
     counts = [collections.Counter(comment for comment, _ in found) for found in placed]
     result = pysyntax.placed_comments(lines)
