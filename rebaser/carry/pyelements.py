@@ -26,7 +26,9 @@ statement merge, as before.
 from __future__ import annotations
 
 import ast
+import bisect
 import io
+import itertools
 import re
 import tokenize
 from dataclasses import dataclass
@@ -396,10 +398,19 @@ def _split(
     """Each item's (start, end): the tokens between the separating commas (those outside
     every item's own syntax: a lambda's commas are its own). A trailing comma ends the
     last; None for an empty item."""
+    protected = sorted(protected)
+    starts = [start for start, _ in protected]
+    reach = list(itertools.accumulate((end for _, end in protected), max))
+
+    def separates(token: _Token) -> bool:
+        if token.kind != _SEPARATOR:
+            return False
+        last = bisect.bisect_right(starts, token.start) - 1  # the last part starting before it
+        return last < 0 or reach[last] <= token.start  # and no part reaching over it
+
     groups, current = [], []
     for token in tokens:
-        separates = token.kind == _SEPARATOR and not any(a <= token.start < b for a, b in protected)
-        if separates:
+        if separates(token):
             if not current:
                 return None
             groups.append((current[0].start, current[-1].end))
