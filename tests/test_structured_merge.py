@@ -964,24 +964,35 @@ def test_a_name_upstream_defines_where_the_patch_imports_it_stays_a_conflict(tmp
 
 
 @pytest.mark.parametrize(
-    "base, ours, theirs",
+    "base, ours, theirs, merged",
     [
-        ("import os\n", "import os\nimport sys\n", "import os\nimport re\n# keep re last\n"),
+        (
+            "import os\n",
+            "import os\nimport sys\n",
+            "import os\nimport re\n# keep re last\n",
+            None,
+        ),
         (
             "D = {\n    'a': 1,\n}\n",
             "D = {\n    'a': 1,\n    'b': 2,  # upstream: keep in sync with B\n}\n",
             "D = {\n    'a': 1,\n    'c': 3,  # fork: see PR 12\n}\n",
+            "D = {\n    'a': 1,\n    'b': 2,  # upstream: keep in sync with B\n"
+            "    'c': 3,  # fork: see PR 12\n}\n",
         ),
     ],
     ids=["after-the-last-statement", "on-a-dict-entry"],
 )
-def test_a_comment_a_side_adds_is_never_lost(tmp_path, base, ours, theirs):
+def test_a_comment_a_side_adds_is_never_lost(tmp_path, base, ours, theirs, merged):
     """A comment after the last statement of a place belongs to no item, and the item merge
     rewrote a dict entry without its comment: both were dropped. A resolution that lacks a
-    comment a side adds in the hunk stays a conflict."""
+    comment a side adds in the hunk stays a conflict; the item merge now keeps each item's
+    comment on its line, and the dict entries merge with both."""
     text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
-    assert kept and not resolved, text
-    assert "would lose the comment" in kept[0], kept
+    if merged is None:
+        assert kept and not resolved, text
+    else:
+        assert resolved and not kept, kept
+        assert text == merged
 
 
 @pytest.mark.parametrize(
@@ -1137,6 +1148,57 @@ def test_a_comment_is_never_copied_or_moved_onto_another_item(tmp_path, base, ou
     on the patch's new line), and the comment check then kept the hunk. The text between two
     items is now their side's own, and after an item that ended its side's list, upstream's
     separator without comments: each comment once, beside the item it was written on."""
+    text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
+    assert resolved and not kept, kept
+    assert text == merged
+
+
+TYPED_CALL = "x = f(\n    a=1,\n    b=2,  # type: ignore[arg-type]\n)\n"
+NOTED_CALL = "x = f(\n    a=1,\n    b=2,  # keep me\n    c=3,\n)\n"
+COMMENTED_CALL = "x = f(\n    a=1,  # ca\n    b=2  # cb\n)\n"
+HANGING_DEF = "def g(x, *, a=1,\n          b=2,\n          c=3):\n    return x\n"
+
+
+@pytest.mark.parametrize(
+    "base, ours, theirs, merged",
+    [
+        (  # the patch changes upstream's last item
+            TYPED_CALL,
+            TYPED_CALL.replace("a=1", "a=3"),
+            TYPED_CALL.replace("b=2", "b=4"),
+            TYPED_CALL.replace("a=1", "a=3").replace("b=2", "b=4"),
+        ),
+        (  # upstream removes the last item, the patch changes the one before it
+            NOTED_CALL,
+            NOTED_CALL.replace("    c=3,\n", ""),
+            NOTED_CALL.replace("b=2", "b=5"),
+            NOTED_CALL.replace("    c=3,\n", "").replace("b=2", "b=5"),
+        ),
+        (  # the patch appends after a last item without a trailing comma
+            COMMENTED_CALL,
+            COMMENTED_CALL.replace("a=1", "a=3"),
+            COMMENTED_CALL.replace("b=2  # cb", "b=2,  # cb\n    t=6  # ct"),
+            COMMENTED_CALL.replace("a=1", "a=3").replace("b=2  # cb", "b=2,  # cb\n    t=6  # ct"),
+        ),
+        (  # parameters aligned under the first: the separator nearest the end
+            HANGING_DEF,
+            HANGING_DEF.replace("c=3", "c=3,\n          d=4"),
+            HANGING_DEF.replace("c=3", "c=3,\n          t=6"),
+            HANGING_DEF.replace("c=3", "c=3,\n          d=4,\n          t=6"),
+        ),
+    ],
+    ids=[
+        "patch-changes-the-last",
+        "upstream-removes-the-last",
+        "appended-after-the-last",
+        "hanging",
+    ],
+)
+def test_an_items_line_comment_and_layout_stay_with_it(tmp_path, base, ours, theirs, merged):
+    """A hostile review of the item merge without LibCST: where upstream's last item was
+    no longer the same object (the patch's version of it, or another item) the comment on
+    its line was dropped or lost (`# type: ignore` gone from a resolved call), and an item
+    added after parameters aligned under the first joined upstream's last line."""
     text, resolved, kept = reviewed(tmp_path, base, ours, theirs)
     assert resolved and not kept, kept
     assert text == merged

@@ -630,8 +630,8 @@ def _problems(
 def _render(statements: dict[str, _Statement], merged: dict[str, list[_Pick]]) -> Optional[str]:
     """Upstream's statement with the merged items. Between two items stays the text their
     side wrote after the first (its comma, comments, line break and indent), but after an
-    item that ended its side's list: there, upstream's separator without comments; after
-    the last, upstream's text up to its closing bracket."""
+    item that ended its side's list: there, the comment on its line and upstream's
+    separator; after the last, upstream's text up to its closing bracket."""
     ours = statements["ours"]
     picks = [_Pick(item.key, item, "ours") for item in ours.items if item.field in _FIXED]
     picks += [pick for field_picks in merged.values() for pick in field_picks]
@@ -645,39 +645,56 @@ def _render(statements: dict[str, _Statement], merged: dict[str, list[_Pick]]) -
         if number + 1 < len(picks):
             text += _between(pick, statements, model)
     if model.items:
-        text += _last(model, picks[-1])
+        text += _last(picks[-1], statements, model)
     return ours.source[: ours.inner[0]] + text + ours.source[ours.inner[1] :]
 
 
-def _between(pick: _Pick, statements: dict[str, _Statement], model: _Statement) -> str:
-    """The text after an item that another follows: its own, where its side wrote one;
-    after the last item of its side, the comment on its line (with a comma) and the indent
-    of upstream's separator."""
+def _own_gap(pick: _Pick, statements: dict[str, _Statement]) -> tuple[str, bool]:
+    """The text the pick's side wrote after it, and whether it ended that side's list."""
     side = statements[pick.side]
-    number = next(n for n, item in enumerate(side.items) if item is pick.item)
-    if number + 1 < len(side.items):
-        return side.gap(number)
-    separators = [model.gap(n) for n in range(len(model.items) - 1)]
-    separator = _plain(separators[0]) if separators else ", "
-    line, _ = _first_line(side.gap(number))
+    number = side.items.index(pick.item)
+    return side.gap(number), number + 1 == len(side.items)
+
+
+def _between(pick: _Pick, statements: dict[str, _Statement], model: _Statement) -> str:
+    """The text after an item that another follows: its own where its side wrote one, or
+    upstream's after the same item; after the last item of both, the comment on its line
+    (with a comma) and the indent of upstream's separator."""
+    gap, ended = _own_gap(pick, statements)
+    if not ended:
+        return gap
+    keys = [item.key for item in model.items]
+    if pick.key in keys[:-1]:
+        return model.gap(keys.index(pick.key))
+    count = len(model.items)
+    separator = _plain(model.gap(count - 2)) if count > 1 else ", "  # nearest the end
+    line, _ = _first_line(gap)
     if "\n" not in line or "\n" not in separator:
         return separator
-    return ("" if line.lstrip().startswith(",") else ",") + line + separator.rsplit("\n", 1)[1]
+    return "," + _line_end(line)[1] + separator.rsplit("\n", 1)[1]
 
 
-def _last(model: _Statement, last: _Pick) -> str:
-    """The text after the last item up to the closing bracket: upstream's, without the
-    comment on its last item's line where that item is no longer last."""
+def _last(pick: _Pick, statements: dict[str, _Statement], model: _Statement) -> str:
+    """The text after the last item up to the closing bracket: upstream's, but the comment
+    on the last item's line its own where upstream's last item is followed now."""
     tail = model.gap(len(model.items) - 1)
-    if last.item is model.items[-1]:
-        return tail
     line, rest = _first_line(tail)
-    return _plain(line) + rest if "\n" in line else tail
+    if pick.key == model.items[-1].key or "\n" not in line:
+        return tail
+    comma, _ = _line_end(line)
+    own, _ = _first_line(_own_gap(pick, statements)[0])
+    return ("," if comma else "") + (_line_end(own)[1] if "\n" in own else "\n") + rest
 
 
 def _first_line(text: str) -> tuple[str, str]:
     cut = text.find("\n") + 1
     return (text[:cut], text[cut:]) if cut else (text, "")
+
+
+def _line_end(line: str) -> tuple[bool, str]:
+    """Whether the end of an item's line holds its comma, and that end without it."""
+    code, mark, comment = line.partition("#")
+    return "," in code, code.replace(",", "", 1) + mark + comment
 
 
 def _plain(separator: str) -> str:
