@@ -108,7 +108,7 @@ def test_manual_fix_is_exported_and_the_refreshed_series_applies_cleanly(
     # the one a review found left, they no longer apply and a cherry-pick is lost).
     v2 = git(upstream.path, "rev-parse", "v2")
     assert f"@base git:{v2}" in series.read_text().splitlines()
-    assert f"updated   patches/series" in result.out
+    assert "updated   patches/series" in result.out
 
     # The refreshed series applies to v2 without help, and a second refresh changes nothing.
     report2 = tmp_path / "r2.json"
