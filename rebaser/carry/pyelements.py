@@ -38,7 +38,7 @@ from rebaser.carry import pysyntax
 from rebaser.carry.pycontainers import Held, header_end
 from rebaser.carry.pysyntax import Facts, Side
 
-Keyed = dict[tuple, tuple["_Item", str]]  # key -> (the item, the code compared)
+Keyed = dict[tuple, "_Item"]  # key -> the item
 Outcome = Union[None, str, tuple[int, int, list[str], str]]
 # A def's parameters by rank: the fixed ones (positional-only, `/`, `*` or `*args`, `**kw`)
 # must be alike on every side; the two fields between them merge.
@@ -516,7 +516,7 @@ def _keyed(items: Sequence[_Item]) -> Union[str, Keyed]:
     for item in items:
         if item.key in keyed:
             return f"{_show(item.key)} appears twice on one side already"
-        keyed[item.key] = (item, item.code)
+        keyed[item.key] = item
     return keyed
 
 
@@ -544,8 +544,8 @@ def _merge(base: Keyed, ours: Keyed, theirs: Keyed) -> Union[str, list[_Pick]]:
     if refusal:
         return refusal
     picks: list[_Pick] = []
-    for key, (item, code) in ours.items():
-        picked = _pick(key, item, code, base, theirs)
+    for key, item in ours.items():
+        picked = _pick(key, item, base, theirs)
         if isinstance(picked, str):
             return picked
         if picked is not None:
@@ -568,24 +568,22 @@ def _reworked(base: Keyed, ours: Keyed, theirs: Keyed) -> Optional[str]:
     if removed and any(key not in base for key in theirs):
         return f"upstream removes {_show(removed[0])} where the patch adds items"
     for key in removed:
-        if key in theirs and theirs[key][1] != base[key][1]:
+        if key in theirs and theirs[key].code != base[key].code:
             return f"upstream removes {_show(key)}, which the patch changes"
     return None
 
 
-def _pick(
-    key: tuple, item: _Item, code: str, base: Keyed, theirs: Keyed
-) -> Union[None, str, _Pick]:
+def _pick(key: tuple, item: _Item, base: Keyed, theirs: Keyed) -> Union[None, str, _Pick]:
     """Upstream's item, the patch's version of it, None when the patch removed it."""
-    changed_ours = key not in base or code != base[key][1]
+    changed_ours = key not in base or item.code != base[key].code
     if key in base and key not in theirs:
         if changed_ours:
             return f"the patch removes {_show(key)}, which upstream changed"
         if key[0] in ("alias", "param"):  # upstream's code may still use the name, or pass it
             return f"the patch removes {_show(key)}, next to upstream's changes"
         return None
-    if key in theirs and theirs[key][1] != code:
-        changed_theirs = key not in base or theirs[key][1] != base[key][1]
+    if key in theirs and theirs[key].code != item.code:
+        changed_theirs = key not in base or theirs[key].code != base[key].code
         if changed_ours and changed_theirs:
             return (
                 f"both sides change {_show(key)}"
@@ -593,7 +591,7 @@ def _pick(
                 else f"both sides add {_show(key)}, differently"
             )
         if changed_theirs:
-            return _Pick(key, theirs[key][0], "theirs")
+            return _Pick(key, theirs[key], "theirs")
     return _Pick(key, item, "ours")
 
 
@@ -602,7 +600,7 @@ def _insert(picks: list[_Pick], base: Keyed, ours: Keyed, theirs: Keyed) -> list
     keys = [pick.key for pick in picks]
     old = iter(picks)
     return [
-        next(old) if key in keys else _Pick(key, theirs[key][0], "theirs")
+        next(old) if key in keys else _Pick(key, theirs[key], "theirs")
         for key in pysyntax.with_additions(keys, base, ours, list(theirs))
     ]
 
