@@ -1,11 +1,13 @@
 """Benchmark: a real fork carried onto a newer upstream, rebaser against `git rebase`, paired.
 
 A manual check (it needs a real clone): run it in a scratch clone holding the fork's branch
-and the upstream commit to carry it onto. It checks out a branch of its own there and
-deletes rebaser's state (`.git/forkkit`, `refs/forkkit/*`, `forkkit/*` branches) before
-each run, so every run starts with an empty memo; it refuses a clone with local changes.
+and the upstream commit to carry it onto. It deletes rebaser's state (`.git/forkkit`,
+`refs/forkkit/*`, `forkkit/*` branches) before each run, so every run starts with an empty
+memo, and refuses a clone with local changes. It deletes no earlier run's files before a
+timed run: they wait in a folder beside the clone until every run is timed.
 
-`carry` (each round): `git rebase --onto ONTO BASE TIP` with a `--skip` at every stop, then
+`carry` (each round): `git rebase --onto ONTO BASE TIP` with a `--skip` at every stop (in a
+worktree made at TIP for it), then
 for each rebaser given `import` + `apply --keep-going --test none`, as processes. It prints
 each run, the medians, each rebaser against git and against the first rebaser (paired: the
 same round's runs), and whether the trees and the JSON reports agree.
@@ -33,6 +35,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 GIT = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
 
@@ -47,11 +50,18 @@ def timed(command: list[str], cwd: Path) -> tuple[float, subprocess.CompletedPro
     return time.perf_counter() - started, done
 
 
-def forget_rebaser(repo: Path) -> None:
-    """Everything rebaser left in the clone: worktrees, state, memo, branches and refs."""
+def forget_rebaser(repo: Path, trash: Optional[Path] = None) -> None:
+    """Everything rebaser left in the clone: worktrees, state, memo, branches and refs.
+    With `trash`, its worktrees are moved there, not deleted: ext4 passes over the inodes
+    deleted in the last minute or more for each file it creates (`recently_deleted`), so a
+    3,000-file tree deleted just before a timed run slows that run's checkout by up to
+    seconds, a cost no maintainer's own run pays (docs/architecture.md)."""
     git(repo, "rebase", "--abort", check=False)
-    for worktree in (repo / ".git" / "forkkit" / "worktrees").glob("*"):
-        git(repo, "worktree", "remove", "--force", str(worktree), check=False)
+    for number, worktree in enumerate((repo / ".git" / "forkkit" / "worktrees").glob("*")):
+        if trash is None:
+            git(repo, "worktree", "remove", "--force", str(worktree), check=False)
+        else:
+            worktree.rename(trash / f"rebaser-{time.monotonic_ns()}-{number}")
     shutil.rmtree(repo / ".git" / "forkkit", ignore_errors=True)
     git(repo, "worktree", "prune")
     refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/forkkit", "refs/heads/forkkit")
@@ -59,37 +69,51 @@ def forget_rebaser(repo: Path) -> None:
         git(repo, "update-ref", "-d", ref)
 
 
-def git_carry(repo: Path, base: str, tip: str, onto: str) -> tuple[float, str]:
-    """`git rebase` with a `--skip` at each stop: (seconds, the result's tree)."""
-    git(repo, "checkout", "-q", "-B", "bench-git-rebase", tip)
+def settle() -> None:
+    """Before a timed run: what earlier runs wrote, on disk (the timed run flushes none)."""
+    subprocess.run(["sync"], check=False)
+
+
+def git_carry(repo: Path, base: str, tip: str, onto: str, trash: Path) -> tuple[float, str]:
+    """`git rebase` with a `--skip` at each stop: (seconds, the result's tree). It runs in a
+    worktree made for it at TIP, as in a maintainer's checkout of the fork: the clone's own
+    checkout, switched back to TIP, would have thousands of files just deleted."""
+    checkout = trash / f"git-{time.monotonic_ns()}"
+    git(repo, "worktree", "add", "-q", "--detach", str(checkout), tip)
+    state = checkout / git(checkout, "rev-parse", "--git-path", "rebase-merge").stdout.strip()
+    settle()
     started = time.perf_counter()
-    step = git(repo, "rebase", "-q", "--onto", onto, base, check=False)
+    step = git(checkout, "rebase", "-q", "--onto", onto, base, check=False)
     for _ in range(10_000):  # a stop a commit at most
-        if step.returncode == 0 or not (repo / ".git" / "rebase-merge").is_dir():
+        if step.returncode == 0 or not state.is_dir():
             break
-        step = git(repo, "rebase", "--skip", check=False)
+        step = git(checkout, "rebase", "--skip", check=False)
     seconds = time.perf_counter() - started
-    return seconds, git(repo, "rev-parse", "HEAD^{tree}").stdout.strip()
+    return seconds, git(checkout, "rev-parse", "HEAD^{tree}").stdout.strip()
 
 
 def rebaser_carry(
     rebaser: str, repo: Path, base: str, tip: str, onto: str, scratch: Path
 ) -> tuple[float, str, dict]:
     """`import` + `apply --keep-going --test none`: (seconds, branch tree, JSON report)."""
-    forget_rebaser(repo)
+    forget_rebaser(repo, scratch / "trash")
     series, report = scratch / "series", scratch / "report.json"
     shutil.rmtree(series, ignore_errors=True)
+    settle()
     name = "bench"
     import_args = ["import", "--repo", str(repo), "--range", f"{base}..{tip}"]
     started = time.perf_counter()
+    # Run from the scratch folder: from a checkout of this project, `python -m rebaser`
+    # imports the checkout's package before any PYTHONPATH (sys.path[0] is the cwd), so
+    # every rebaser compared would be the same code.
     imported = subprocess.run(
         [rebaser, *import_args, "--series-dir", str(series), "--name", name],
-        capture_output=True, text=True,
+        capture_output=True, text=True, cwd=scratch,
     )  # fmt: skip
     applied = subprocess.run(
         [rebaser, "apply", "--series", str(series / "series"), "--repo", str(repo), "--base",
          onto, "--keep-going", "--test", "none", "--json", str(report)],
-        capture_output=True, text=True,
+        capture_output=True, text=True, cwd=scratch,
     )  # fmt: skip
     seconds = time.perf_counter() - started
     if imported.returncode != 0 or applied.returncode not in (0, 3):
@@ -117,9 +141,11 @@ def carry(args: argparse.Namespace) -> None:
     base, tip = args.range.split("..")
     runs: dict[str, list[float]] = {"git": []}
     reports: dict[str, object] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-real-fork-") as folder:
+    with tempfile.TemporaryDirectory(prefix="bench-real-fork-", dir=args.repo.parent) as folder:
+        trash = Path(folder) / "trash"  # the runs' trees, deleted when all are timed
+        trash.mkdir()
         for round_ in range(1, args.rounds + 1):
-            seconds, tree = git_carry(args.repo, base, tip, args.onto)
+            seconds, tree = git_carry(args.repo, base, tip, args.onto, trash)
             runs["git"].append(seconds)
             print(f"round {round_}: git {seconds:.2f} s (tree {tree[:8]})", flush=True)
             for rebaser in args.rebaser:
@@ -148,8 +174,9 @@ def _paired(these: list[float], those: list[float]) -> str:
 def stops(args: argparse.Namespace) -> None:
     base, tip = args.range.split("..")
     times: dict[str, list[tuple[str, float]]] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-real-fork-") as folder:
+    with tempfile.TemporaryDirectory(prefix="bench-real-fork-", dir=args.repo.parent) as folder:
         scratch = Path(folder)
+        (scratch / "trash").mkdir()
         for round_ in range(1, args.rounds + 1):
             for rebaser in args.rebaser:
                 done = _one_stops_run(rebaser, args.repo, base, tip, args.onto, scratch)
@@ -175,13 +202,13 @@ def stops(args: argparse.Namespace) -> None:
 def _one_stops_run(
     rebaser: str, repo: Path, base: str, tip: str, onto: str, scratch: Path
 ) -> list[tuple[str, float]]:
-    forget_rebaser(repo)
+    forget_rebaser(repo, scratch / "trash")
     series = scratch / "series"
     shutil.rmtree(series, ignore_errors=True)  # `continue` records resolutions beside it
     subprocess.run(
         [rebaser, "import", "--repo", str(repo), "--range", f"{base}..{tip}", "--series-dir",
          str(series), "--name", "bench"],
-        check=True, capture_output=True,
+        check=True, capture_output=True, cwd=scratch,  # as in rebaser_carry
     )  # fmt: skip
     done: list[tuple[str, float]] = []
 
@@ -247,7 +274,6 @@ def main() -> None:
     finally:  # the clone as it was, less rebaser's state
         forget_rebaser(args.repo)
         git(args.repo, "checkout", "-q", head)
-        git(args.repo, "branch", "-D", "bench-git-rebase", check=False)
 
 
 if __name__ == "__main__":
