@@ -19,6 +19,7 @@ from synthetic import CALC, Change, SyntheticUpstream, apply_args, build_series,
 from test_apply_synthetic import apply
 
 from rebaser.carry import triage as triage_module
+from rebaser.carry.collision import Bisector
 from rebaser.errors import ExitCode
 from rebaser.repo.git import Git
 from rebaser.repo.memo import memo
@@ -83,6 +84,39 @@ def test_the_colliding_commit_is_the_one_the_history_planted(
     }
     assert row["proposal"] == "keep"
     assert row["reason"] == f"a real conflict with {shas[16][:12]} (upstream 17): resolve by hand"
+
+
+def test_the_bisection_probes_only_commits_touching_the_files_in_conflict(
+    carry_changes, upstream, monkeypatch
+):
+    """The patch also edits pkg/notes.py, which twenty upstream commits edit elsewhere: they
+    cannot change whether it conflicts in pkg/calc.py, so they add probes, never answers.
+    On a real fork such a commit was named: ort's rename detection, which reads whole
+    trees, flipped the conflict between a file and its renamed copy there, and the
+    bisection's two neighbours answered differently."""
+    notes = [f"NOTE_{n} = {n}\n" for n in range(40)]
+    upstream.commit({"pkg/notes.py": "".join(notes)}, "notes")
+    git(upstream.path, "tag", "-f", "v1")
+    shas = []
+    for number in range(1, 21):
+        noted = "".join(notes[:-1]) + f"NOTE_39 = {number}\n"
+        planted = (
+            {"pkg/calc.py": edit(CALC, "return a * b", "return b * a")} if number == 15 else {}
+        )
+        shas.append(upstream.commit({"pkg/notes.py": noted, **planted}, f"upstream {number}"))
+    git(upstream.path, "tag", "tip")
+    probes = []
+    probe = Bisector.conflicts
+    monkeypatch.setattr(
+        Bisector, "conflicts", lambda self, *args: probes.append(args) or probe(self, *args)
+    )
+    fork_notes = "NOTE_0 = 'fork'\n" + "".join(notes[1:])
+    rows, _, _ = carry_changes(
+        [Change("fork: double mul", {"pkg/calc.py": DOUBLED, "pkg/notes.py": fork_notes})]
+    )
+    assert rows["0001"]["collides_with"]["sha"] == shas[14], rows["0001"]
+    assert rows["0001"]["collides_with"]["what"] == "modified pkg/calc.py"
+    assert probes == []  # one commit touches pkg/calc.py: nothing to bisect
 
 
 def test_a_colliding_commit_upstream_reverted_is_not_the_one_named(

@@ -6,8 +6,8 @@ before it that applied, stops applying. As git-imerge finds where a pair of comm
 conflicts, each probe is one cherry-pick made as a merge of trees (repo/picks.py: ort in
 `git merge-tree`, in memory, no worktree or index) in the scratch repository.
 
-Only commits that touch the patch's files (or the files it conflicts in) can change whether
-it applies, so the bisection runs over those: a handful of probes, milliseconds each. The
+Only commits that touch the files it conflicts in can change whether it conflicts there, so
+the bisection runs over those: a handful of probes, milliseconds each. The
 patches before it that applied and touch the files it conflicts in are merged onto each
 probed commit first (without them the probe would conflict with their changes; the others
 cannot change what conflicts there). A probe counts as "stops" when
@@ -90,8 +90,9 @@ class Bisector:
     ) -> Optional[Found]:
         """The first upstream commit (first-parent) at which the patch conflicts in one of
         `files`; None when it already does on the recorded base (not upstream's doing)."""
-        paths = sorted({*files, *patch.touched_paths})
-        candidates = self.history.first_parent_touching(paths)
+        # A commit that leaves these files as they were (a rename into one adds it) leaves
+        # their conflicts as they were: the patch's other files would add probes, not answers.
+        candidates = self.history.first_parent_touching(sorted(set(files)))
         if not candidates:
             return None
         wanted = set(files)
