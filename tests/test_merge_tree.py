@@ -177,3 +177,69 @@ def test_commits_written_by_python_are_the_ones_commit_tree_makes(tmp_path, monk
     assert (
         git(repo, "rev-parse", f"{made_there}^{{tree}}", f"{made_there}^") == f"{tree}\n{tips[0]}"
     )
+
+
+def test_a_subtree_holds_only_the_paths_asked(tmp_path):
+    """A probe's trees cut to some paths (Commits.subtree): the tree git writes from an
+    index holding only those entries (files as 100644), a path the tree lacks left out; in
+    the user's own repository none is written."""
+    from rebaser.repo import scratch
+    from rebaser.repo.commits import Commits
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    tips = _history(repo)
+    (repo / "run.sh").write_text("#!/bin/sh\n")
+    (repo / "run.sh").chmod(0o755)
+    git(repo, "add", "run.sh")
+    tip = commit_verbatim(repo, "script\n", author=AUTHOR)
+    asked = {"a.py", "dir/c.py", "odd name\t é.py", "run.sh", "renamed/b.py", "no/such.py"}
+    with scratch.repository(repo / ".git", tip) as lane, Commits(lane) as made:
+        cut = made.subtree(f"{tip}^{{tree}}", asked)
+        index = {"GIT_INDEX_FILE": str(tmp_path / "index")}
+        listed = lane.run("ls-tree", "-r", "-z", f"{tip}^{{tree}}").stdout.split("\0")
+        entries = [entry.split("\t", 1) for entry in listed if entry]
+        info = "".join(
+            f"100644 {meta.split()[2]}\t{path}\0" for meta, path in entries if path in asked
+        )
+        lane.run("update-index", "-z", "--add", "--index-info", env=index, stdin=info.encode())
+        assert cut == lane.out("write-tree", env=index)
+        assert lane.run("fsck", "--no-dangling", "--strict").ok
+        assert sorted(lane.out("ls-tree", "-r", "--name-only", "-z", cut).split("\0")[:-1]) == [
+            "a.py", "dir/c.py", "odd name\t é.py", "run.sh"
+        ]  # fmt: skip
+    with Commits(Git(repo)) as own:
+        assert own.subtree(f"{tip}^{{tree}}", asked) is None
+
+
+def test_a_probe_cut_to_the_files_asked_answers_as_a_whole_one(tmp_path):
+    """Each branch of the history picked onto each other, asked about each file either
+    changes or the whole merge leaves in conflict: a conflict, a modify/delete, a rename
+    against a modification (either way round). The cut merge conflicts in the file asked
+    exactly when the whole one does; the file a patch changes that all three trees hold
+    and nothing asks about is left out."""
+    from rebaser.carry.collision import Bisector
+    from rebaser.repo import scratch
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    tips = _history(repo)
+    base = git(repo, "rev-parse", f"{tips[0]}^")
+    with (
+        scratch.repository(repo / ".git", tips[0]) as lane,
+        Bisector(lane, base, tips[0], commit_of=lambda patch: patch) as bisector,
+    ):
+        for patch in tips:
+            for upstream in tips:
+                whole = bisector.conflicts(patch, [], upstream)  # type: ignore[arg-type]
+                assert whole is not None
+                files = {*whole, *bisector._picks.changed(patch)}
+                for asked in files | bisector._picks.changed(upstream):
+                    cut = bisector.conflicts(patch, [], upstream, {asked})  # type: ignore
+                    assert cut is not None
+                    assert (asked in cut) == (asked in whole), (patch, upstream, asked, whole)
+        edits_gone_and_odd, deletes_gone = tips[6], tips[5]
+        within = bisector._within(edits_gone_and_odd, [], tips[0], {"gone.py"})  # type: ignore
+        assert within == {"gone.py"}
+        within = bisector._within(deletes_gone, [], tips[0], {"gone.py"})  # type: ignore
+        assert within == {"gone.py"}  # the other file it changes, all three trees hold

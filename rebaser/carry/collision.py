@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Collection, Optional, Sequence
 
 from rebaser.repo.git import Git, nameable
 from rebaser.repo.history import RangeHistory
@@ -71,19 +71,49 @@ class Bisector:
         self._picks.close()
 
     def conflicts(
-        self, patch: Patch, before: Sequence[Patch], at: Optional[str] = None
+        self,
+        patch: Patch,
+        before: Sequence[Patch],
+        at: Optional[str] = None,
+        asked: Collection[str] = (),
     ) -> Optional[list[str]]:
         """The files the patch conflicts in when cherry-picked onto `at` (default: the
         target) with those of `before` (earlier patches) merged first that apply there (one
         that does not would blame its own conflict on this patch); None when the patch has
-        no commit."""
+        no commit. With `asked`, only whether those conflict is asked: the merges read
+        only the files that can decide it (_within)."""
         tree = f"{at or self.target}^{{tree}}"
+        within = self._within(patch, before, tree, asked) if asked else None
         for earlier in before:
-            merged = self._pick(tree, earlier)
+            merged = self._pick(tree, earlier, within)
             if merged is not None and not merged[1]:
                 tree = merged[0]
-        picked = self._pick(tree, patch)
+        picked = self._pick(tree, patch, within)
         return None if picked is None else picked[1]
+
+    def _within(
+        self, patch: Patch, before: Sequence[Patch], tree: str, asked: Collection[str]
+    ) -> Optional[frozenset[str]]:
+        """The files whose merge decides whether the patch, onto `tree` after `before`,
+        conflicts in `asked`: those, every file the patches before it change (whether each
+        applies), and each of its own files that one of the three trees lacks (one it adds
+        or deletes). A file all three hold merges alone: on the real fork a probe of 0020
+        merged 19 files for 5. None (the whole trees): a commit is missing, or `tree` lacks
+        a file one of the patches changes, which ort may pair with any file upstream added
+        (a rename) only in the whole trees."""
+        commits = [self.commit_of(one) for one in (patch, *before)]
+        if None in commits:
+            return None
+        holds = self._picks.commits.holds
+        paths = set(asked)
+        for number, commit in enumerate(commits):
+            for path in self._picks.changed(commit):  # type: ignore[arg-type]
+                there = [holds(f"{holder}:{path}") for holder in (f"{commit}^", commit, tree)]
+                if there[0] and not there[2]:
+                    return None
+                if number or not all(there):
+                    paths.add(path)
+        return frozenset(paths)
 
     def first_colliding(
         self, patch: Patch, before: Sequence[Patch], files: Sequence[str]
@@ -102,7 +132,7 @@ class Bisector:
         def stops(at: int) -> bool:
             nonlocal probes
             probes += 1
-            found = self.conflicts(patch, before, candidates[at])
+            found = self.conflicts(patch, before, candidates[at], wanted)
             return found is None or bool(wanted & set(found))  # None: no commit, no bisection
 
         low, high = -1, len(candidates) - 1  # low applies (the recorded base), high stops
@@ -276,13 +306,15 @@ class Bisector:
                 found[line[0]].setdefault(match.group(1), []).append(path[line[0]])
         return found["-"], found["+"]
 
-    def _pick(self, tree: str, patch: Patch) -> Optional[tuple[str, list[str]]]:
-        """The patch's commit merged onto `tree` as a cherry-pick: (the merged tree, the
-        files in conflict); None when the patch has no commit."""
+    def _pick(
+        self, tree: str, patch: Patch, within: Optional[frozenset[str]] = None
+    ) -> Optional[tuple[str, list[str]]]:
+        """The patch's commit merged onto `tree` as a cherry-pick (the trees cut to `within`):
+        (the merged tree, the files in conflict); None when the patch has no commit."""
         commit = self.commit_of(patch)
         if commit is None:
             return None
-        merged = self._picks.pick(tree, commit)
+        merged = self._picks.pick(tree, commit, within)
         return None if merged is None else (merged.tree, merged.conflicted)
 
 

@@ -503,7 +503,7 @@ class Triage:
     def _conflicts_on_base(self, row: Row, applied: list[Patch], own: list[str]) -> bool:
         assert self.bisector is not None
         before = touching(applied, set(own))
-        at_base = self.bisector.conflicts(row.patch, before, self.upstream.base)
+        at_base = self.bisector.conflicts(row.patch, before, self.upstream.base, own)
         return at_base is None or bool(set(at_base) & set(own))
 
     # -- superseded ------------------------------------------------------------------------

@@ -10,7 +10,8 @@ file named by its hash, put in place by a rename. Only into a scratch repository
 objects folder, which nothing else reads, and no shared-repository permissions to keep);
 elsewhere, where the environment sets a commit date, or where that process fails, each
 commit is made by `git commit-tree` as before; a name that is no tree fails there as it
-always did.
+always did. A probe's trees can be cut down to the paths that decide its answer the same way
+(`subtree`: objects looked up in that process, trees written as loose objects).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import tempfile
 import threading
 import zlib
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Collection, Optional, Sequence
 
 from rebaser.repo import tempdirs
 from rebaser.repo.git import Git, commit_text, commit_tree, ended
@@ -76,9 +77,60 @@ class Commits:
         process, self._process = self._process, None
         ended(process)
 
+    def subtree(self, tree: str, paths: Collection[str]) -> Optional[str]:
+        """The id of a tree holding only `paths` of `tree` (those it has; a file's mode
+        is 100644 whatever it was); None where no such tree can be written here (not a
+        scratch repository, or a path names no object there). A merge of such trees
+        conflicts in those paths as one of the whole trees does, at a fraction of the cost
+        where the trees are large and far apart."""
+        with self._lock:
+            if self._objects is None:
+                return None
+            try:
+                found = {path: self._object(f"{tree}:{path}") for path in paths}
+                return self._nested({path: entry for path, entry in found.items() if entry})
+            except (OSError, EOFError, ValueError, KeyError):
+                self._objects = None
+                self._close()
+                return None
+
+    def holds(self, name: str) -> bool:
+        """Whether `name` (`<tree>:<path>`) names an object; False where git cannot say."""
+        with self._lock:
+            try:
+                return self._object(name) is not None
+            except (OSError, EOFError, ValueError):
+                self._close()
+                return False
+
+    def _nested(self, entries: dict[str, tuple[str, str]]) -> str:
+        """The tree of `entries` (path -> (id, type)), its folders written as needed."""
+        here: dict[bytes, tuple[bytes, str]] = {}  # name -> (mode, id)
+        below: dict[str, dict[str, tuple[str, str]]] = {}
+        for path, (oid, kind) in entries.items():
+            folder, slash, rest = path.partition("/")
+            if slash:
+                below.setdefault(folder, {})[rest] = (oid, kind)
+            else:
+                here[path.encode()] = (_MODES[kind], oid)
+        for folder, inside in below.items():
+            here[folder.encode()] = (b"40000", self._nested(inside))
+        text = b"".join(
+            b"%s %s\0" % (mode, name) + bytes.fromhex(oid)
+            for name, (mode, oid) in sorted(
+                here.items(), key=lambda item: item[0] + (b"/" if item[1][0] == b"40000" else b"")
+            )
+        )
+        return self._stored(text, b"tree")
+
     def _tree(self, name: str) -> Optional[str]:
         """The id of the tree `name` names; None when it names no tree (commit-tree then
         fails, saying why)."""
+        found = self._object(name)
+        return found[0] if found and found[1] == "tree" else None
+
+    def _object(self, name: str) -> Optional[tuple[str, str]]:
+        """(id, type) of the object `name` names; None when it names none."""
         if self._process is None:
             self._process = self.git.serving("cat-file", "--batch-check")
         assert self._process.stdin is not None and self._process.stdout is not None
@@ -90,7 +142,7 @@ class Commits:
         if not answer:
             raise EOFError("git cat-file --batch-check ended")
         fields = answer.decode().split()
-        return fields[0] if len(fields) == 3 and fields[1] == "tree" else None
+        return (fields[0], fields[1]) if len(fields) == 3 else None
 
     def stored(self, text: bytes) -> str:
         """The commit whose text is exactly `text`; its id. A lane's commits keep their
@@ -109,9 +161,9 @@ class Commits:
     def _written(self, tree: str, parents: Sequence[str], message: str) -> str:
         return self._stored(commit_text(tree, parents, message))
 
-    def _stored(self, text: bytes) -> str:
+    def _stored(self, text: bytes, kind: bytes = b"commit") -> str:
         assert self._objects is not None
-        stored = b"commit %d\0" % len(text) + text
+        stored = b"%s %d\0" % (kind, len(text)) + text
         oid = hashlib.new(self._hash, stored).hexdigest()
         path = self._objects / oid[:2] / oid[2:]
         if not path.exists():
@@ -122,6 +174,10 @@ class Commits:
             os.chmod(temporary, 0o444)  # as git leaves its objects
             os.replace(temporary, path)
         return oid
+
+
+# A subtree's entries by object type: folders, files, submodules.
+_MODES = {"tree": b"40000", "blob": b"100644", "commit": b"160000"}
 
 
 def _sha256(config: Path) -> bool:

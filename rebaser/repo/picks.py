@@ -26,7 +26,9 @@ class TreePicks:
     def __init__(self, git: Git) -> None:
         self.commits = Commits(git)
         self._merges = TreeMerges(git, FOLLOW_RENAMES)  # as `git rebase` and the per-patch path
-        self._pairs: dict[str, tuple[str, str]] = {}  # commit -> (its base, its change)
+        # (commit, the paths its trees hold) -> (its base, its change)
+        self._pairs: dict[tuple[str, Optional[frozenset[str]]], tuple[str, str]] = {}
+        self._changed: dict[str, frozenset[str]] = {}
         self._lock = threading.Lock()
         self.count = 0  # merges made
 
@@ -45,23 +47,57 @@ class TreePicks:
         new git process (a running one keeps the merge drivers it read)."""
         self._merges.close()
 
-    def pick(self, tree: str, commit: str) -> Optional[Merged]:
+    def pick(
+        self, tree: str, commit: str, within: Optional[frozenset[str]] = None
+    ) -> Optional[Merged]:
         """`commit` cherry-picked onto `tree` (a tree's name: an id, `<commit>^{tree}`): the
         merged tree and the stages of each file in conflict; None when git could not merge
-        (not a conflict)."""
+        (not a conflict). `within`: the paths whose conflicts are asked; the three trees
+        hold only those where they can (Commits.subtree), else all of them."""
+        ours = self.commits.subtree(tree, within) if within is not None else None
+        key = (commit, within if ours is not None else None)
         with self._lock:
-            pair = self._pairs.get(commit)
+            pair = self._pairs.get(key)
         if pair is None:
-            base = self.commits.commit(f"{commit}^^{{tree}}", [], "base\n")
-            pair = (base, self.commits.commit(f"{commit}^{{tree}}", [base], "patch\n"))
+            pair = self._pair(commit, key[1])
+            if pair is None:  # the commit's trees could not be cut: none are
+                ours, key = None, (commit, None)
+                pair = self._pair(commit, None)
+            assert pair is not None
             with self._lock:
-                self._pairs[commit] = pair
+                self._pairs[key] = pair
         base, change = pair
-        ours = self.commits.commit(tree, [base], "upstream\n")
+        ours = self.commits.commit(ours or tree, [base], "upstream\n")
         merged = self._merges.merge(ours, change)
         with self._lock:
             self.count += 1
         return merged
+
+    def _pair(self, commit: str, within: Optional[frozenset[str]]) -> Optional[tuple[str, str]]:
+        """The commits a pick of `commit` merges: its parent's tree as the base, its own tree
+        on it (each cut to `within`); None where they cannot be cut."""
+        trees = [f"{commit}^^{{tree}}", f"{commit}^{{tree}}"]
+        if within is not None:
+            cut = [self.commits.subtree(name, within) for name in trees]
+            if None in cut:
+                return None
+            trees = cut  # type: ignore[assignment]
+        base = self.commits.commit(trees[0], [], "base\n")
+        return base, self.commits.commit(trees[1], [base], "patch\n")
+
+    def changed(self, commit: str) -> frozenset[str]:
+        """The paths `commit` changes from its first parent (renames as a deletion and an
+        addition)."""
+        with self._lock:
+            found = self._changed.get(commit)
+        if found is None:
+            listed = self.commits.git.run(
+                "diff-tree", "-r", "--no-renames", "--name-only", "-z", f"{commit}^", commit
+            )
+            found = frozenset(filter(None, listed.stdout.split("\0")))
+            with self._lock:
+                self._changed[commit] = found
+        return found
 
     def replaced(self, tree: str, files: dict[str, bytes]) -> str:
         """The id of `tree` with `files` (path -> bytes; each a file `tree` holds) in place,
