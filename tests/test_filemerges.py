@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rebaser.carry import filemerges, structured
-from rebaser.repo import tempdirs
+from rebaser.repo import processes, tempdirs
 from rebaser.repo.git import Git
 
 IDENTITY = ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
@@ -76,7 +76,7 @@ def state(repo: Path) -> tuple:
 @pytest.fixture
 def two_cores(monkeypatch):
     """Two cores, whatever the machine, and a merge cache of this test's own."""
-    monkeypatch.setattr(filemerges, "_cores", lambda: 2)
+    monkeypatch.setattr(processes, "cores", lambda: 2)
     monkeypatch.setattr(structured, "_cache", {})
 
 
@@ -206,7 +206,7 @@ def test_a_helper_for_each_core_to_spare(tmp_path, monkeypatch, answered, cores,
     """On more cores, more helpers: one for each three files, on the cores the caller
     leaves free; the answers are still one process's."""
     alone = merged_alone(tmp_path, monkeypatch, count=9)
-    monkeypatch.setattr(filemerges, "_cores", lambda: cores)
+    monkeypatch.setattr(processes, "cores", lambda: cores)
     monkeypatch.setattr(structured, "_cache", {})
     started = []
     start = filemerges._Helper.start.__func__
@@ -231,7 +231,7 @@ def test_a_helper_for_each_core_to_spare(tmp_path, monkeypatch, answered, cores,
 def test_an_interrupt_while_helpers_start_leaves_none_running(tmp_path, monkeypatch):
     """A review: Ctrl-C as the third of eight helpers started left the first two running
     (they were started before the merge's clean-up was in place)."""
-    monkeypatch.setattr(filemerges, "_cores", lambda: 8)
+    monkeypatch.setattr(processes, "cores", lambda: 8)
     monkeypatch.setattr(structured, "_cache", {})
     repo = conflicted(tmp_path / "repo", count=24)
     started = []

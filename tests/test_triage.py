@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -284,6 +285,38 @@ def test_going_on_the_patches_left_off_are_triaged_beside_the_lane(rebaser, tmp_
     found = {row["name"][:4]: row["collides_with"] for row in rows[0]}
     assert found["0001"]["sha"] == shas[16] and found["0003"]["sha"] == shas[22], found
     assert found["0002"] is None
+
+
+def test_with_cores_to_spare_the_stopped_patches_are_bisected_side_by_side(
+    rebaser, tmp_path, upstream, monkeypatch
+):
+    """On 16 cores the bisections one after the other were the apply's end. With cores to
+    spare, 0001's bisection waits (up to 30 s) until 0003's has begun beside it, in a
+    thread and merge process of its own; the verdicts are the ones found alone."""
+    from rebaser.repo import processes
+
+    shas, series = two_stops(upstream, tmp_path)
+    began, met = threading.Event(), []
+    bisect = Bisector.first_colliding
+
+    def side_by_side(self, patch, *args):
+        if patch.name.startswith("0003"):
+            began.set()
+        elif patch.name.startswith("0001"):
+            met.append(began.wait(30))
+        return bisect(self, patch, *args)
+
+    monkeypatch.setattr(processes, "cores", lambda: 8)
+    monkeypatch.setattr(Bisector, "first_colliding", side_by_side)
+    report = tmp_path / "report.json"
+    done = apply(rebaser, series, upstream, "tip", "--keep-going", "--json", report)
+    assert done.code == ExitCode.NOT_APPLIED, done.out + done.err
+    assert "triage beside the lane: 2 stopped patches, " in done.err, done.err
+    assert met == [True]
+    found = {
+        row["name"][:4]: row["collides_with"] for row in json.loads(report.read_text())["steps"][1:]
+    }
+    assert found["0001"]["sha"] == shas[16] and found["0003"]["sha"] == shas[22], found
 
 
 def test_a_patch_asked_about_in_two_lanes_is_counted_once(rebaser, tmp_path, upstream):

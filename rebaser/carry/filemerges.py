@@ -44,7 +44,7 @@ def merged(git: Git, jobs: Sequence[Job], *, busy: int = 1) -> list[Outcome]:
     """merge_file(git, *job) for each job, in order; where enough, helpers take their share,
     one on each core that `busy` (the cores this process keeps busy: its own thread, and
     others working beside it) leaves free."""
-    wanted = min(_cores() - busy, len(jobs) // WORTH_A_HELPER)
+    wanted = min(processes.cores() - busy, len(jobs) // WORTH_A_HELPER)
     if wanted < 1:
         return [merge_file(git, *job) for job in jobs]
     results: list[Optional[Outcome]] = [None] * len(jobs)
@@ -220,10 +220,3 @@ class _Helper:
             except OSError:
                 pass
         self.process.wait()
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1

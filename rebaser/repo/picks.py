@@ -25,7 +25,8 @@ class TreePicks:
 
     def __init__(self, git: Git) -> None:
         self.commits = Commits(git)
-        self._merges = TreeMerges(git, FOLLOW_RENAMES)  # as `git rebase` and the per-patch path
+        # One merge process for each thread that picks: probes in threads run side by side.
+        self._merges: dict[int, TreeMerges] = {}
         # (commit, the paths its trees hold) -> (its base, its change)
         self._pairs: dict[tuple[str, Optional[frozenset[str]]], tuple[str, str]] = {}
         self._changed: dict[str, frozenset[str]] = {}
@@ -39,13 +40,25 @@ class TreePicks:
         self.close()
 
     def close(self) -> None:
-        self._merges.close()
+        self.attributes_changed()
         self.commits.close()
 
     def attributes_changed(self) -> None:
         """The worktree's `.gitattributes` files changed: the next merge reads them in a
         new git process (a running one keeps the merge drivers it read)."""
-        self._merges.close()
+        with self._lock:
+            running, self._merges = list(self._merges.values()), {}
+        for merges in running:
+            merges.close()
+
+    def _merges_here(self) -> TreeMerges:
+        """This thread's merge process (as `git rebase` and the per-patch path merge)."""
+        with self._lock:
+            merges = self._merges.get(threading.get_ident())
+            if merges is None:
+                merges = TreeMerges(self.commits.git, FOLLOW_RENAMES)
+                self._merges[threading.get_ident()] = merges
+            return merges
 
     def pick(
         self, tree: str, commit: str, within: Optional[frozenset[str]] = None
@@ -68,7 +81,7 @@ class TreePicks:
                 self._pairs[key] = pair
         base, change = pair
         ours = self.commits.commit(ours or tree, [base], "upstream\n")
-        merged = self._merges.merge(ours, change)
+        merged = self._merges_here().merge(ours, change)
         with self._lock:
             self.count += 1
         return merged

@@ -90,3 +90,11 @@ def _die_with(parent: int) -> Optional[Callable[[], None]]:
             os._exit(1)
 
     return setup
+
+
+def cores() -> int:
+    """The cores this process may run on: how many child processes can run at once."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

@@ -22,7 +22,7 @@ from typing import Callable, Optional, Sequence
 from rebaser.carry import triage
 from rebaser.carry.collision import Bisector
 from rebaser.carry.replay import Replay
-from rebaser.repo import scratch
+from rebaser.repo import processes, scratch
 from rebaser.repo.git import Git
 from rebaser.repo.memo import memo
 from rebaser.wording import counted
@@ -224,13 +224,32 @@ class BesideTheLane:
                     name="forkkit-triage-names",
                 )
                 names.start()
+                # On a machine with cores to spare, stopped patches are bisected side by
+                # side (each thread its own merge process): one after the other, the
+                # last ones were the apply's end on 16 cores.
+                others = [
+                    threading.Thread(
+                        target=_quietly(self._answer), args=(triaged,), name="forkkit-triage-more"
+                    )
+                    for _ in range(_spare_cores() - 1)
+                ]
+                for other in others:
+                    other.start()
                 try:
-                    while not self._stopping.is_set() and (asked := self._asked.get()):
-                        triaged.ask_stopped(*asked)
-                        self._answered.add(asked[0].patch.name)
+                    self._answer(triaged)
                 finally:
+                    for other in others:
+                        other.join()
                     self._merges = bisector.merges
                     names.join()
+
+    def _answer(self, triaged: triage.Triage) -> None:
+        """Ask about each stopped patch taken off the queue, up to its end (a None, put back
+        for the other threads) or a cancel."""
+        while not self._stopping.is_set() and (asked := self._asked.get()):
+            triaged.ask_stopped(*asked)
+            self._answered.add(asked[0].patch.name)
+        self._asked.put(None)
 
     def wait(self) -> str:
         """Until every patch asked about is answered: the triage after the lane then finds
@@ -254,6 +273,13 @@ class BesideTheLane:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+
+def _spare_cores() -> int:
+    """Threads for the bisections beside the lane: the cores the lane (this process and its
+    git), its judge and the greps leave, at most six (each a merge process reading
+    upstream's trees); at least one."""
+    return max(1, min(6, processes.cores() - 3))
 
 
 def _quietly(ask: Callable[..., None]) -> Callable[..., None]:
