@@ -188,7 +188,7 @@ def test_a_subtree_holds_only_the_paths_asked(tmp_path):
 
     repo = tmp_path / "repo"
     repo.mkdir()
-    tips = _history(repo)
+    _history(repo)  # the last branch checked out
     (repo / "run.sh").write_text("#!/bin/sh\n")
     (repo / "run.sh").chmod(0o755)
     git(repo, "add", "run.sh")
