@@ -243,3 +243,4 @@ def test_a_probe_cut_to_the_files_asked_answers_as_a_whole_one(tmp_path):
         assert within == {"gone.py"}
         within = bisector._within(deletes_gone, [], tips[0], {"gone.py"})  # type: ignore
         assert within == {"gone.py"}  # the other file it changes, all three trees hold
+        assert bisector._within(base, [], tips[0], {"a.py"}) is None  # a root: no changes known

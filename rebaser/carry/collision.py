@@ -100,14 +100,15 @@ class Bisector:
         or deletes). A file all three hold merges alone: on the real fork a probe of 0020
         merged 19 files for 5. None (the whole trees): a commit is missing, or `tree` lacks
         a file one of the patches changes, which ort may pair with any file upstream added
-        (a rename) only in the whole trees."""
+        (a rename) only in the whole trees; or git cannot tell what a commit changes."""
         commits = [self.commit_of(one) for one in (patch, *before)]
-        if None in commits:
+        changes = [self._picks.changed(commit) for commit in commits if commit is not None]
+        if len(changes) < len(commits) or None in changes:
             return None
         holds = self._picks.commits.holds
         paths = set(asked)
-        for number, commit in enumerate(commits):
-            for path in self._picks.changed(commit):  # type: ignore[arg-type]
+        for number, (commit, changed) in enumerate(zip(commits, changes)):
+            for path in changed:  # type: ignore[union-attr]
                 there = [holds(f"{holder}:{path}") for holder in (f"{commit}^", commit, tree)]
                 if there[0] and not there[2]:
                     return None

@@ -80,9 +80,9 @@ class Commits:
     def subtree(self, tree: str, paths: Collection[str]) -> Optional[str]:
         """The id of a tree holding only `paths` of `tree` (those it has; a file's mode
         is 100644 whatever it was); None where no such tree can be written here (not a
-        scratch repository, or a path names no object there). A merge of such trees
-        conflicts in those paths as one of the whole trees does, at a fraction of the cost
-        where the trees are large and far apart."""
+        scratch repository, or git failed). Merged, such trees conflict in those paths as
+        the whole ones do where no rename reaches outside them (carry/collision.py says
+        when), at a fraction of the cost where the trees are large and far apart."""
         with self._lock:
             if self._objects is None:
                 return None

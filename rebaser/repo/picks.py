@@ -98,15 +98,18 @@ class TreePicks:
         base = self.commits.commit(trees[0], [], "base\n")
         return base, self.commits.commit(trees[1], [base], "patch\n")
 
-    def changed(self, commit: str) -> frozenset[str]:
+    def changed(self, commit: str) -> Optional[frozenset[str]]:
         """The paths `commit` changes from its first parent (renames as a deletion and an
-        addition)."""
+        addition); None where git cannot tell."""
         with self._lock:
             found = self._changed.get(commit)
         if found is None:
             listed = self.commits.git.run(
-                "diff-tree", "-r", "--no-renames", "--name-only", "-z", f"{commit}^", commit
-            )
+                "diff-tree", "-r", "--no-renames", "--name-only", "-z", f"{commit}^", commit,
+                check=False,
+            )  # fmt: skip
+            if not listed.ok:
+                return None
             found = frozenset(filter(None, listed.stdout.split("\0")))
             with self._lock:
                 self._changed[commit] = found
