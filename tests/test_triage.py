@@ -245,13 +245,20 @@ def test_a_knock_on_stops_triage_starts_beside_it_too(rebaser, tmp_path, upstrea
         assert reports[0][key] == reports[1][key], key
 
 
-def two_stops(upstream: SyntheticUpstream, tmp_path: Path) -> tuple[list[str], Path]:
+def two_stops(
+    upstream: SyntheticUpstream, tmp_path: Path, every_commit_touches_calc: bool = False
+) -> tuple[list[str], Path]:
     """A series of three patches on v1 whose first and third collide with upstream 17 and
-    23 on `tip` (going on past them, the lane leaves both off): upstream's shas, the series."""
+    23 on `tip` (going on past them, the lane leaves both off): upstream's shas, the series.
+    `every_commit_touches_calc`: each upstream commit also adds a line at pkg/calc.py's end
+    (30 commits to bisect, not two)."""
     text, planted = CALC, {}
-    for number, (old, new) in {17: ("a * b", "b * a"), 23: ("a - b", "-b + a")}.items():
-        text = edit(text, f"return {old}", f"return {new}")
-        planted[number] = {"pkg/calc.py": text}
+    for number in range(1, 31):
+        old, new = {17: ("a * b", "b * a"), 23: ("a - b", "-b + a")}.get(number, ("", ""))
+        text = edit(text, f"return {old}", f"return {new}") if old else text
+        text += f"# upstream {number}\n" if every_commit_touches_calc else ""
+        if old or every_commit_touches_calc:
+            planted[number] = {"pkg/calc.py": text}
     shas = history(upstream, 30, planted)
     changes = [
         Change("fork: double mul", {"pkg/calc.py": DOUBLED}),
@@ -292,10 +299,11 @@ def test_with_cores_to_spare_the_stopped_patches_are_bisected_side_by_side(
 ):
     """On 16 cores the bisections one after the other were the apply's end. With cores to
     spare, 0001's bisection waits (up to 30 s) until 0003's has begun beside it, in a
-    thread and merge process of its own; the verdicts are the ones found alone."""
+    thread and merge process of its own, and each round probes several commits at once;
+    the verdicts are the ones found alone."""
     from rebaser.repo import processes
 
-    shas, series = two_stops(upstream, tmp_path)
+    shas, series = two_stops(upstream, tmp_path, every_commit_touches_calc=True)
     began, met = threading.Event(), []
     bisect = Bisector.first_colliding
 
@@ -306,6 +314,13 @@ def test_with_cores_to_spare_the_stopped_patches_are_bisected_side_by_side(
             met.append(began.wait(30))
         return bisect(self, patch, *args)
 
+    threads = set()
+    probe = Bisector.conflicts
+    monkeypatch.setattr(
+        Bisector,
+        "conflicts",
+        lambda self, *args: threads.add(threading.current_thread().name) or probe(self, *args),
+    )
     monkeypatch.setattr(processes, "cores", lambda: 8)
     monkeypatch.setattr(Bisector, "first_colliding", side_by_side)
     report = tmp_path / "report.json"
@@ -313,6 +328,7 @@ def test_with_cores_to_spare_the_stopped_patches_are_bisected_side_by_side(
     assert done.code == ExitCode.NOT_APPLIED, done.out + done.err
     assert "triage beside the lane: 2 stopped patches, " in done.err, done.err
     assert met == [True]
+    assert any(name.startswith("forkkit-probe") for name in threads), threads
     found = {
         row["name"][:4]: row["collides_with"] for row in json.loads(report.read_text())["steps"][1:]
     }

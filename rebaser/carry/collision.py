@@ -18,6 +18,7 @@ are the files the patch it needs never touches ("its own conflicts").
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Collection, Optional, Sequence
 
@@ -50,14 +51,23 @@ class Bisector:
         target: str,
         commit_of: Callable[[Patch], Optional[str]],
         history: Optional[RangeHistory] = None,
+        ways: int = 1,
     ) -> None:
         """`history`: upstream's commits from the recorded base to the target, when the
-        caller reads them for other questions too."""
+        caller reads them for other questions too. `ways`: the probes a bisection's round
+        makes at once (on cores to spare: a bisection is a chain of probes, and the last
+        stopped patch's chain ended the apply on 16 cores)."""
         self.git = scratch
         self.history = history or RangeHistory(scratch, recorded_base, target)
         self.base, self.target = recorded_base, target
         self.commit_of = commit_of
         self._picks = TreePicks(scratch)  # probes run in threads (carry/triage.py)
+        self._ways = max(1, ways)
+        self._pool = (  # the other probes of a round: threads kept, each its merge process
+            ThreadPoolExecutor(self._ways - 1, thread_name_prefix="forkkit-probe")
+            if self._ways > 1
+            else None
+        )
 
     @property
     def merges(self) -> int:
@@ -68,6 +78,8 @@ class Bisector:
         return self
 
     def __exit__(self, *_: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
         self._picks.close()
 
     def conflicts(
@@ -128,19 +140,16 @@ class Bisector:
             return None
         wanted = set(files)
         before = touching(before, wanted)
-        probes = 0
+        probed: list[int] = []
 
         def stops(at: int) -> bool:
-            nonlocal probes
-            probes += 1
+            probed.append(at)
             found = self.conflicts(patch, before, candidates[at], wanted)
             return found is None or bool(wanted & set(found))  # None: no commit, no bisection
 
         low, high = -1, len(candidates) - 1  # low applies (the recorded base), high stops
         while True:
-            while high - low > 1:
-                middle = (low + high) // 2
-                low, high = (low, middle) if stops(middle) else (middle, high)
+            low, high = self._narrowed(low, high, stops)
             # Upstream reverted it, and the patch applies again there: a later commit is
             # what it collides with at the target.
             revert = self._reverted_in(candidates[high], candidates[high + 1 :])
@@ -149,7 +158,23 @@ class Bisector:
             low, high = at, len(candidates) - 1
         sha = candidates[high]
         subject = self.git.out("log", "-1", "--format=%s", sha)
-        return Found(sha, subject, self.what(sha, patch, files), probes)
+        return Found(sha, subject, self.what(sha, patch, files), len(probed))
+
+    def _narrowed(self, low: int, high: int, stops: Callable[[int], bool]) -> tuple[int, int]:
+        """Neighbours between `low` (applies) and `high` (stops) where the answer changes:
+        each round probes `ways` evenly spaced points at once (one: the middle) and keeps
+        the span before the first that stops."""
+        while high - low > 1:
+            count = min(self._ways, high - low - 1)
+            points = [low + (high - low) * n // (count + 1) for n in range(1, count + 1)]
+            others = [self._pool.submit(stops, at) for at in points[1:]] if self._pool else []
+            answers = [stops(points[0]), *(other.result() for other in others)]
+            for at, stopped in zip(points, answers):
+                if stopped:
+                    high = at
+                    break
+                low = at
+        return low, high
 
     def _reverted_in(self, sha: str, later: Sequence[str]) -> Optional[str]:
         """The first of `later` (candidates after `sha`) that says it reverts `sha`, as

@@ -212,7 +212,12 @@ class BesideTheLane:
             with (
                 scratch.repository(self.git_dir, self.target) as lane,
                 Bisector(
-                    lane, self.replay.base_sha, self.target, self.replay.commit_of, upstream.log
+                    lane,
+                    self.replay.base_sha,
+                    self.target,
+                    self.replay.commit_of,
+                    upstream.log,
+                    ways=max(1, min(3, _spare_cores() // 2)),
                 ) as bisector,
             ):
                 triaged = triage.Triage(upstream, bisector, memo_for)
@@ -225,8 +230,9 @@ class BesideTheLane:
                 )
                 names.start()
                 # On a machine with cores to spare, stopped patches are bisected side by
-                # side (each thread its own merge process): one after the other, the
-                # last ones were the apply's end on 16 cores.
+                # side (each thread its own merge process), each in rounds of probes made
+                # at once: one after the other, the last ones were the apply's end on 16
+                # cores.
                 others = [
                     threading.Thread(
                         target=_quietly(self._answer), args=(triaged,), name="forkkit-triage-more"
