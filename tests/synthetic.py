@@ -82,13 +82,19 @@ class SyntheticUpstream:
 
     path: Path
 
-    def write(self, files: dict[str, str]) -> None:
+    def write(self, files: dict[str, Optional[str]]) -> None:
+        """Each file's text; None deletes it."""
         for name, text in files.items():
             target = self.path / name
+            if text is None:
+                target.unlink()
+                continue
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
 
-    def commit(self, files: dict[str, str], message: str, tag: Optional[str] = None) -> str:
+    def commit(
+        self, files: dict[str, Optional[str]], message: str, tag: Optional[str] = None
+    ) -> str:
         self.write(files)
         git(self.path, "add", "--all")
         git(self.path, "commit", "-qm", message)

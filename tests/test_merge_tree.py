@@ -180,36 +180,94 @@ def test_commits_written_by_python_are_the_ones_commit_tree_makes(tmp_path, monk
 
 
 def test_a_subtree_holds_only_the_paths_asked(tmp_path):
-    """A probe's trees cut to some paths (Commits.subtree): the tree git writes from an
-    index holding only those entries (files as 100644), a path the tree lacks left out; in
-    the user's own repository none is written."""
+    """A probe's trees cut to some paths (repo/subtrees.py): the tree git writes from an
+    index holding only those entries as the whole tree holds them (an executable, a
+    submodule whose commit is not in the repository, names with spaces and tabs), a path
+    the tree lacks left out; in the user's own repository none is written."""
     from rebaser.repo import scratch
     from rebaser.repo.commits import Commits
+    from rebaser.repo.subtrees import Subtrees
 
     repo = tmp_path / "repo"
     repo.mkdir()
     _history(repo)  # the last branch checked out
     (repo / "run.sh").write_text("#!/bin/sh\n")
     (repo / "run.sh").chmod(0o755)
-    git(repo, "add", "run.sh")
+    (repo / "my file.py").write_text("x\n")
+    git(repo, "add", "run.sh", "my file.py")
+    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},sub")
     tip = commit_verbatim(repo, "script\n", author=AUTHOR)
-    asked = {"a.py", "dir/c.py", "odd name\t é.py", "run.sh", "renamed/b.py", "no/such.py"}
+    asked = {"a.py", "dir/c.py", "odd name\t é.py", "run.sh", "my file.py", "sub", "no/such.py"}
     with scratch.repository(repo / ".git", tip) as lane, Commits(lane) as made:
-        cut = made.subtree(f"{tip}^{{tree}}", asked)
+        trees = Subtrees(made)
+        cut = trees.cut(tip, asked)
+        assert trees.holds(tip, "my file.py") and not trees.holds(tip, "my")
+        trees.close()
         index = {"GIT_INDEX_FILE": str(tmp_path / "index")}
         listed = lane.run("ls-tree", "-r", "-z", f"{tip}^{{tree}}").stdout.split("\0")
         entries = [entry.split("\t", 1) for entry in listed if entry]
         info = "".join(
-            f"100644 {meta.split()[2]}\t{path}\0" for meta, path in entries if path in asked
+            f"{meta.split()[0]} {meta.split()[2]}\t{path}\0"
+            for meta, path in entries
+            if path in asked
         )
         lane.run("update-index", "-z", "--add", "--index-info", env=index, stdin=info.encode())
         assert cut == lane.out("write-tree", env=index)
-        assert lane.run("fsck", "--no-dangling", "--strict").ok
         assert sorted(lane.out("ls-tree", "-r", "--name-only", "-z", cut).split("\0")[:-1]) == [
-            "a.py", "dir/c.py", "odd name\t é.py", "run.sh"
+            "a.py", "dir/c.py", "my file.py", "odd name\t é.py", "run.sh", "sub"
         ]  # fmt: skip
     with Commits(Git(repo)) as own:
-        assert own.subtree(f"{tip}^{{tree}}", asked) is None
+        assert Subtrees(own).cut(tip, asked) is None
+
+
+def test_a_cut_probe_answers_as_a_whole_one_where_ort_pairs_files(tmp_path):
+    """From a hostile review, each a case where the first cut answered otherwise: upstream
+    renames a folder the patch adds a file to; the patch renames a folder upstream adds a
+    file to; a rename of a file whose name has one space; a submodule both sides move; a
+    patch that renames a file upstream then edits (bisected: the edit is named)."""
+    from rebaser.carry.collision import Bisector
+    from rebaser.repo import scratch
+
+    lines = "".join(f"line {n}\n" for n in range(30))
+    cases = {
+        "upstream moves the folder": (
+            {"dir/a.py": lines, "dir/b.py": lines.upper()},
+            {"dir/new.py": "fork\n"},
+            {"dir/a.py": None, "dir/b.py": None, "pkg/a.py": lines, "pkg/b.py": lines.upper(),
+             "pkg/new.py": "upstream\n"},
+        ),
+        "the patch moves the folder": (
+            {"lib_old/a.py": lines, "lib_old/b.py": lines.upper()},
+            {"lib_old/a.py": None, "lib_old/b.py": None, "lib/a.py": lines,
+             "lib/b.py": lines.upper(), "lib/new.py": "fork\n"},
+            {"lib_old/new.py": "upstream\n"},
+        ),
+        "a name with one space": (
+            {"my file.py": lines},
+            {"my file.py": lines.replace("line 7\n", "fork 7\n")},
+            {"my file.py": None, "my_file.py": lines.replace("line 7\n", "upstream 7\n")},
+        ),
+    }  # fmt: skip
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    for number, (name, (base, fork, upstream)) in enumerate(cases.items()):
+        git(repo, "checkout", "-q", "--orphan", f"base{number}")
+        git(repo, "rm", "-rqf", "--ignore-unmatch", ".")
+        root = _commit(repo, {**base, "keep.py": name}, "base")
+        git(repo, "checkout", "-q", "-b", f"fork{number}")
+        patch = _commit(repo, fork, "fork")
+        git(repo, "checkout", "-q", "-b", f"up{number}", root)
+        theirs = _commit(repo, upstream, "upstream")
+        with (
+            scratch.repository(repo / ".git", theirs) as lane,
+            Bisector(lane, root, theirs, commit_of=lambda patch: patch) as bisector,
+        ):
+            whole = bisector.conflicts(patch, [], theirs)  # type: ignore[arg-type]
+            assert whole, name
+            for asked in whole:
+                cut = bisector.conflicts(patch, [], theirs, {asked})  # type: ignore
+                assert asked in (cut or []), (name, asked, whole, cut)
 
 
 def test_a_probe_cut_to_the_files_asked_answers_as_a_whole_one(tmp_path):

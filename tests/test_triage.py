@@ -120,6 +120,21 @@ def test_the_bisection_probes_only_commits_touching_the_files_in_conflict(
     assert probes == []  # one commit touches pkg/calc.py: nothing to bisect
 
 
+def test_a_patch_that_renames_a_file_collides_with_the_commit_that_edited_it(
+    carry_changes, upstream
+):
+    """The patch moves pkg/calc.py (with its edit) and upstream edits the old name: at the
+    target the patch conflicts in the new name, which no upstream commit touches. The
+    bisection runs over the commits touching the files the patch deletes too (a hostile
+    review: it named none)."""
+    shas = history(upstream, 30, {17: {"pkg/calc.py": edit(CALC, "return a * b", "return b * a")}})
+    rows, _, _ = carry_changes(
+        [Change("fork: move calc", {"pkg/calc.py": None, "pkg/arith.py": DOUBLED})]
+    )
+    assert rows["0001"]["stop"]["conflicts"] == ["pkg/arith.py"], rows["0001"]
+    assert rows["0001"]["collides_with"]["sha"] == shas[16], rows["0001"]
+
+
 def test_a_colliding_commit_upstream_reverted_is_not_the_one_named(
     carry_changes, rebaser, tmp_path, upstream
 ):

@@ -95,12 +95,16 @@ class Bisector:
         no commit. With `asked`, only whether those conflict is asked: the merges read
         only the files that can decide it (_within)."""
         tree = f"{at or self.target}^{{tree}}"
-        within = self._within(patch, before, tree, asked) if asked else None
+        within = (
+            self._within(patch, before, tree, asked) if asked and not self._picks.uncut else None
+        )
         for earlier in before:
             merged = self._pick(tree, earlier, within)
             if merged is not None and not merged[1]:
                 tree = merged[0]
         picked = self._pick(tree, patch, within)
+        if within is not None and self._picks.uncut:  # a pick of the chain merged whole
+            return self.conflicts(patch, before, at)
         return None if picked is None else picked[1]
 
     def _within(
@@ -110,22 +114,36 @@ class Bisector:
         conflicts in `asked`: those, every file the patches before it change (whether each
         applies), and each of its own files that one of the three trees lacks (one it adds
         or deletes). A file all three hold merges alone: on the real fork a probe of 0020
-        merged 19 files for 5. None (the whole trees): a commit is missing, or `tree` lacks
-        a file one of the patches changes, which ort may pair with any file upstream added
-        (a rename) only in the whole trees; or git cannot tell what a commit changes."""
+        merged 19 files for 5. None, the whole trees, where ort may pair a file with one
+        outside them: `tree` lacks a file a patch changes (a rename upstream), or a side
+        lacks the folder of one (a folder renamed); or git cannot tell what a commit
+        changes, or a name is not one the cut can read."""
         commits = [self.commit_of(one) for one in (patch, *before)]
         changes = [self._picks.changed(commit) for commit in commits if commit is not None]
         if len(changes) < len(commits) or None in changes:
             return None
-        holds = self._picks.commits.holds
+        holds = self._picks.subtrees.holds
         paths = set(asked)
-        for number, (commit, changed) in enumerate(zip(commits, changes)):
-            for path in changed:  # type: ignore[union-attr]
-                there = [holds(f"{holder}:{path}") for holder in (f"{commit}^", commit, tree)]
-                if there[0] and not there[2]:
-                    return None
-                if number or not all(there):
-                    paths.add(path)
+        try:
+            for path in paths:
+                holds(tree, path)  # a name the cut cannot read: Unreadable
+            for number, (commit, changed) in enumerate(zip(commits, changes)):
+                sides = (f"{commit}^", commit, tree)
+                for path in changed:  # type: ignore[union-attr]
+                    there = [holds(side, path) for side in sides]
+                    folder = path.rpartition("/")[0]
+                    if there[0] and not there[2]:
+                        return None
+                    if (
+                        folder
+                        and holds(sides[0], folder)
+                        and not all(holds(side, folder) for side in sides[1:])
+                    ):
+                        return None
+                    if number or not all(there):
+                        paths.add(path)
+        except (OSError, EOFError, ValueError):  # Unreadable too
+            return None
         return frozenset(paths)
 
     def first_colliding(
@@ -133,9 +151,10 @@ class Bisector:
     ) -> Optional[Found]:
         """The first upstream commit (first-parent) at which the patch conflicts in one of
         `files`; None when it already does on the recorded base (not upstream's doing)."""
-        # A commit that leaves these files as they were (a rename into one adds it) leaves
-        # their conflicts as they were: the patch's other files would add probes, not answers.
-        candidates = self.history.first_parent_touching(sorted(set(files)))
+        # A commit that leaves these files as they were (a rename into one adds it), and
+        # those the patch deletes or renames away, leaves their conflicts as they were: the
+        # patch's other files would add probes, not answers.
+        candidates = self.history.first_parent_touching(sorted({*files, *self._gone(patch)}))
         if not candidates:
             return None
         wanted = set(files)
@@ -175,6 +194,16 @@ class Bisector:
                     break
                 low = at
         return low, high
+
+    def _gone(self, patch: Patch) -> list[str]:
+        """The files the patch's commit deletes (a rename's old name too)."""
+        commit = self.commit_of(patch)
+        changed = self._picks.changed(commit) if commit is not None else None
+        try:
+            holds = self._picks.subtrees.holds
+            return [path for path in changed or () if not holds(commit, path)]  # type: ignore
+        except (OSError, EOFError, ValueError):
+            return list(patch.touched_paths)  # as before the cut: the patch's own files
 
     def _reverted_in(self, sha: str, later: Sequence[str]) -> Optional[str]:
         """The first of `later` (candidates after `sha`) that says it reverts `sha`, as

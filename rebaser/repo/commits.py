@@ -10,8 +10,7 @@ file named by its hash, put in place by a rename. Only into a scratch repository
 objects folder, which nothing else reads, and no shared-repository permissions to keep);
 elsewhere, where the environment sets a commit date, or where that process fails, each
 commit is made by `git commit-tree` as before; a name that is no tree fails there as it
-always did. A probe's trees can be cut down to the paths that decide its answer the same way
-(`subtree`: objects looked up in that process, trees written as loose objects).
+always did. Trees are written the same way for probes cut to a few paths (repo/subtrees.py).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import tempfile
 import threading
 import zlib
 from pathlib import Path
-from typing import Collection, Optional, Sequence
+from typing import Optional, Sequence
 
 from rebaser.repo import tempdirs
 from rebaser.repo.git import Git, commit_text, commit_tree, ended
@@ -77,45 +76,38 @@ class Commits:
         process, self._process = self._process, None
         ended(process)
 
-    def subtree(self, tree: str, paths: Collection[str]) -> Optional[str]:
-        """The id of a tree holding only `paths` of `tree` (those it has; a file's mode
-        is 100644 whatever it was); None where no such tree can be written here (not a
-        scratch repository, or git failed). Merged, such trees conflict in those paths as
-        the whole ones do where no rename reaches outside them (carry/collision.py says
-        when), at a fraction of the cost where the trees are large and far apart."""
+    def tree_of(self, name: str) -> Optional[str]:
+        """The id of the tree `name` names; None when it names none, or git cannot say."""
+        with self._lock:
+            try:
+                return self._tree(name)
+            except (OSError, EOFError, ValueError):
+                self._close()
+                return None
+
+    def tree(self, entries: dict[str, tuple[bytes, str]]) -> Optional[str]:
+        """The id of a tree of `entries` (path -> (mode, id)), its folders written as
+        needed; None outside a scratch repository (repo/subtrees.py)."""
         with self._lock:
             if self._objects is None:
                 return None
             try:
-                found = {path: self._object(f"{tree}:{path}") for path in paths}
-                return self._nested({path: entry for path, entry in found.items() if entry})
-            except (OSError, EOFError, ValueError, KeyError):
-                self._objects = None
-                self._close()
+                return self._nested(entries)
+            except OSError:
                 return None
 
-    def holds(self, name: str) -> bool:
-        """Whether `name` (`<tree>:<path>`) names an object; False where git cannot say."""
-        with self._lock:
-            try:
-                return self._object(name) is not None
-            except (OSError, EOFError, ValueError):
-                self._close()
-                return False
-
-    def _nested(self, entries: dict[str, tuple[str, str]]) -> str:
-        """The tree of `entries` (path -> (id, type)), its folders written as needed."""
+    def _nested(self, entries: dict[str, tuple[bytes, str]]) -> str:
         here: dict[bytes, tuple[bytes, str]] = {}  # name -> (mode, id)
-        below: dict[str, dict[str, tuple[str, str]]] = {}
-        for path, (oid, kind) in entries.items():
+        below: dict[str, dict[str, tuple[bytes, str]]] = {}
+        for path, entry in entries.items():
             folder, slash, rest = path.partition("/")
             if slash:
-                below.setdefault(folder, {})[rest] = (oid, kind)
+                below.setdefault(folder, {})[rest] = entry
             else:
-                here[path.encode()] = (_MODES[kind], oid)
+                here[path.encode("utf-8", "surrogateescape")] = entry
         for folder, inside in below.items():
-            here[folder.encode()] = (b"40000", self._nested(inside))
-        text = b"".join(
+            here[folder.encode("utf-8", "surrogateescape")] = (b"40000", self._nested(inside))
+        text = b"".join(  # git's order: a folder's name sorts as if it ended with "/"
             b"%s %s\0" % (mode, name) + bytes.fromhex(oid)
             for name, (mode, oid) in sorted(
                 here.items(), key=lambda item: item[0] + (b"/" if item[1][0] == b"40000" else b"")
@@ -126,11 +118,6 @@ class Commits:
     def _tree(self, name: str) -> Optional[str]:
         """The id of the tree `name` names; None when it names no tree (commit-tree then
         fails, saying why)."""
-        found = self._object(name)
-        return found[0] if found and found[1] == "tree" else None
-
-    def _object(self, name: str) -> Optional[tuple[str, str]]:
-        """(id, type) of the object `name` names; None when it names none."""
         if self._process is None:
             self._process = self.git.serving("cat-file", "--batch-check")
         assert self._process.stdin is not None and self._process.stdout is not None
@@ -142,7 +129,7 @@ class Commits:
         if not answer:
             raise EOFError("git cat-file --batch-check ended")
         fields = answer.decode().split()
-        return (fields[0], fields[1]) if len(fields) == 3 else None
+        return fields[0] if len(fields) == 3 and fields[1] == "tree" else None
 
     def stored(self, text: bytes) -> str:
         """The commit whose text is exactly `text`; its id. A lane's commits keep their
@@ -174,10 +161,6 @@ class Commits:
             os.chmod(temporary, 0o444)  # as git leaves its objects
             os.replace(temporary, path)
         return oid
-
-
-# A subtree's entries by object type: folders, files, submodules.
-_MODES = {"tree": b"40000", "blob": b"100644", "commit": b"160000"}
 
 
 def _sha256(config: Path) -> bool:

@@ -17,6 +17,7 @@ from typing import Optional
 from rebaser.repo.commits import Commits
 from rebaser.repo.git import FOLLOW_RENAMES, Git
 from rebaser.repo.merge_tree import Merged, TreeMerges
+from rebaser.repo.subtrees import Subtrees
 
 
 class TreePicks:
@@ -25,6 +26,7 @@ class TreePicks:
 
     def __init__(self, git: Git) -> None:
         self.commits = Commits(git)
+        self.subtrees = Subtrees(self.commits)
         # One merge process for each thread that picks: probes in threads run side by side.
         self._merges: dict[int, TreeMerges] = {}
         # (commit, the paths its trees hold) -> (its base, its change)
@@ -32,6 +34,7 @@ class TreePicks:
         self._changed: dict[str, frozenset[str]] = {}
         self._lock = threading.Lock()
         self.count = 0  # merges made
+        self.uncut = False  # a pick asked to cut its trees merged them whole (git failed)
 
     def __enter__(self) -> "TreePicks":
         return self
@@ -41,6 +44,7 @@ class TreePicks:
 
     def close(self) -> None:
         self.attributes_changed()
+        self.subtrees.close()
         self.commits.close()
 
     def attributes_changed(self) -> None:
@@ -66,8 +70,8 @@ class TreePicks:
         """`commit` cherry-picked onto `tree` (a tree's name: an id, `<commit>^{tree}`): the
         merged tree and the stages of each file in conflict; None when git could not merge
         (not a conflict). `within`: the paths whose conflicts are asked; the three trees
-        hold only those where they can (Commits.subtree), else all of them."""
-        ours = self.commits.subtree(tree, within) if within is not None else None
+        hold only those where they can (repo/subtrees.py), else all of them."""
+        ours = self._cut(tree, within) if within is not None else None
         key = (commit, within if ours is not None else None)
         with self._lock:
             pair = self._pairs.get(key)
@@ -79,6 +83,8 @@ class TreePicks:
             assert pair is not None
             with self._lock:
                 self._pairs[key] = pair
+        if within is not None and ours is None:
+            self.uncut = True
         base, change = pair
         ours = self.commits.commit(ours or tree, [base], "upstream\n")
         merged = self._merges_here().merge(ours, change)
@@ -91,12 +97,18 @@ class TreePicks:
         on it (each cut to `within`); None where they cannot be cut."""
         trees = [f"{commit}^^{{tree}}", f"{commit}^{{tree}}"]
         if within is not None:
-            cut = [self.commits.subtree(name, within) for name in trees]
+            cut = [self._cut(name, within) for name in trees]
             if None in cut:
                 return None
             trees = cut  # type: ignore[assignment]
         base = self.commits.commit(trees[0], [], "base\n")
         return base, self.commits.commit(trees[1], [base], "patch\n")
+
+    def _cut(self, tree: str, within: frozenset[str]) -> Optional[str]:
+        try:
+            return self.subtrees.cut(tree, within)
+        except (OSError, EOFError, ValueError):  # Unreadable too: the whole trees
+            return None
 
     def changed(self, commit: str) -> Optional[frozenset[str]]:
         """The paths `commit` changes from its first parent (renames as a deletion and an
