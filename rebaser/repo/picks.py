@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
+from rebaser.errors import RebaserError
 from rebaser.repo.commits import Commits
 from rebaser.repo.git import FOLLOW_RENAMES, Git
 from rebaser.repo.merge_tree import Merged, TreeMerges
@@ -116,13 +117,12 @@ class TreePicks:
         with self._lock:
             found = self._changed.get(commit)
         if found is None:
-            listed = self.commits.git.run(
-                "diff-tree", "-r", "--no-renames", "--name-only", "-z", f"{commit}^", commit,
-                check=False,
-            )  # fmt: skip
-            if not listed.ok:
+            try:
+                found = frozenset(
+                    self.commits.git.changed_paths("--no-renames", f"{commit}^", commit)
+                )
+            except RebaserError:  # a root commit, or git failed
                 return None
-            found = frozenset(filter(None, listed.stdout.split("\0")))
             with self._lock:
                 self._changed[commit] = found
         return found
