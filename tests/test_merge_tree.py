@@ -9,6 +9,7 @@ import signal
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 from synthetic import commit_verbatim, git
 
 from rebaser.repo.git import Git
@@ -186,7 +187,7 @@ def test_a_subtree_holds_only_the_paths_asked(tmp_path):
     the tree lacks left out; in the user's own repository none is written."""
     from rebaser.repo import scratch
     from rebaser.repo.commits import Commits
-    from rebaser.repo.subtrees import Subtrees
+    from rebaser.repo.subtrees import Subtrees, Unreadable
 
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -202,6 +203,14 @@ def test_a_subtree_holds_only_the_paths_asked(tmp_path):
         trees = Subtrees(made)
         cut = trees.cut(tip, asked)
         assert trees.holds(tip, "my file.py") and not trees.holds(tip, "my")
+        assert trees._process is not None
+        trees._process.kill()  # git's answers end: the cut cannot read, and says so
+        trees._process.wait()
+        with pytest.raises(Unreadable):
+            trees.entry(f"{tip}^", "a.py")
+        assert trees.holds(f"{tip}^", "a.py")  # a new process answers the next one
+        with pytest.raises(Unreadable):
+            trees.entry("no-such-commit", "a.py")
         trees.close()
         index = {"GIT_INDEX_FILE": str(tmp_path / "index")}
         listed = lane.run("ls-tree", "-r", "-z", f"{tip}^{{tree}}").stdout.split("\0")

@@ -25,6 +25,7 @@ from typing import Callable, Collection, Optional, Sequence
 from rebaser.repo.git import Git, nameable
 from rebaser.repo.history import RangeHistory
 from rebaser.repo.picks import TreePicks
+from rebaser.repo.subtrees import Unreadable
 from rebaser.series.patches import Patch
 
 _DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)")
@@ -142,7 +143,7 @@ class Bisector:
                         return None
                     if number or not all(there):
                         paths.add(path)
-        except (OSError, EOFError, ValueError):  # Unreadable too
+        except Unreadable:
             return None
         return frozenset(paths)
 
@@ -202,7 +203,7 @@ class Bisector:
         try:
             holds = self._picks.subtrees.holds
             return [path for path in changed or () if not holds(commit, path)]  # type: ignore
-        except (OSError, EOFError, ValueError):
+        except Unreadable:
             return list(patch.touched_paths)  # as before the cut: the patch's own files
 
     def _reverted_in(self, sha: str, later: Sequence[str]) -> Optional[str]:

@@ -18,7 +18,7 @@ from rebaser.errors import RebaserError
 from rebaser.repo.commits import Commits
 from rebaser.repo.git import FOLLOW_RENAMES, Git
 from rebaser.repo.merge_tree import Merged, TreeMerges
-from rebaser.repo.subtrees import Subtrees
+from rebaser.repo.subtrees import Subtrees, Unreadable
 
 
 class TreePicks:
@@ -108,7 +108,7 @@ class TreePicks:
     def _cut(self, tree: str, within: frozenset[str]) -> Optional[str]:
         try:
             return self.subtrees.cut(tree, within)
-        except (OSError, EOFError, ValueError):  # Unreadable too: the whole trees
+        except Unreadable:  # the whole trees
             return None
 
     def changed(self, commit: str) -> Optional[frozenset[str]]:

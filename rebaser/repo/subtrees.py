@@ -22,9 +22,9 @@ Entry = tuple[bytes, str]  # (mode, object id)
 _FOLDER = b"40000"
 
 
-class Unreadable(ValueError):
-    """A path the cut cannot read as git stores it (a name git got as other bytes than
-    UTF-8): the caller merges the whole trees."""
+class Unreadable(Exception):
+    """A path the cut cannot read: a name git gave as other bytes than UTF-8, or git's
+    answer failed. The caller merges the whole trees."""
 
 
 class Subtrees:
@@ -34,7 +34,7 @@ class Subtrees:
         self.commits = commits
         self._process: Optional[subprocess.Popen[bytes]] = None
         self._trees: dict[str, dict[bytes, Entry]] = {}  # tree id -> its entries, by name
-        self._roots: dict[str, Optional[str]] = {}  # a tree's name -> its id
+        self._roots: dict[str, str] = {}  # a tree's name -> its id
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -52,14 +52,19 @@ class Subtrees:
         if "\ufffd" in path:  # git's name was not UTF-8: these bytes are not its name
             raise Unreadable(path)
         with self._lock:
-            folder = self._root(tree)
-            *folders, name = path.encode("utf-8", "surrogateescape").split(b"/")
-            for part in folders:
-                if folder is None:
-                    return None
-                found = self._entries(folder).get(part)
-                folder = found[1] if found and found[0] == _FOLDER else None
-            return None if folder is None else self._entries(folder).get(name)
+            try:
+                folder: Optional[str] = self._root(tree)
+                *folders, name = path.encode("utf-8", "surrogateescape").split(b"/")
+                for part in folders:
+                    if folder is None:
+                        return None
+                    found = self._entries(folder).get(part)
+                    folder = found[1] if found and found[0] == _FOLDER else None
+                return None if folder is None else self._entries(folder).get(name)
+            except (OSError, EOFError, ValueError) as failed:  # its answers may be out of step
+                process, self._process = self._process, None
+                ended(process)
+                raise Unreadable(path) from failed
 
     def cut(self, tree: str, paths: Collection[str]) -> Optional[str]:
         """The id of a tree holding only `paths` of `tree` (those it has), each entry as
@@ -68,9 +73,12 @@ class Subtrees:
         found = {path: self.entry(tree, path) for path in paths}
         return self.commits.tree({path: entry for path, entry in found.items() if entry})
 
-    def _root(self, name: str) -> Optional[str]:
+    def _root(self, name: str) -> str:
         if name not in self._roots:
-            self._roots[name] = self.commits.tree_of(f"{name}^{{tree}}")
+            found = self.commits.tree_of(f"{name}^{{tree}}")
+            if found is None:  # our names are all trees or commits: git failed
+                raise ValueError(f"no tree for {name}")
+            self._roots[name] = found
         return self._roots[name]
 
     def _entries(self, tree: str) -> dict[bytes, Entry]:
