@@ -350,6 +350,38 @@ def test_with_cores_to_spare_the_stopped_patches_are_bisected_side_by_side(
     assert found["0001"]["sha"] == shas[16] and found["0003"]["sha"] == shas[22], found
 
 
+def test_once_the_lane_has_ended_its_core_bisects_too(rebaser, tmp_path, upstream, monkeypatch):
+    """On two cores one thread bisected beside the lane, and after the lane's end too: the
+    real fork's last 22 stopped patches took 1.3 s one after the other while the lane's
+    core waited. Now 0001's bisection waits (up to 30 s) until 0003's has begun beside it,
+    which only a thread started at the lane's end can do; the verdicts are those found
+    alone."""
+    from rebaser.repo import processes
+
+    shas, series = two_stops(upstream, tmp_path)
+    began, met = threading.Event(), []
+    bisect = Bisector.first_colliding
+
+    def side_by_side(self, patch, *args):
+        if patch.name.startswith("0003"):
+            began.set()
+        elif patch.name.startswith("0001"):
+            met.append(began.wait(30))
+        return bisect(self, patch, *args)
+
+    monkeypatch.setattr(processes, "cores", lambda: 2)
+    monkeypatch.setattr(Bisector, "first_colliding", side_by_side)
+    report = tmp_path / "report.json"
+    done = apply(rebaser, series, upstream, "tip", "--keep-going", "--json", report)
+    assert done.code == ExitCode.NOT_APPLIED, done.out + done.err
+    assert "triage beside the lane: 2 stopped patches, " in done.err, done.err
+    assert met == [True]
+    found = {
+        row["name"][:4]: row["collides_with"] for row in json.loads(report.read_text())["steps"][1:]
+    }
+    assert found["0001"]["sha"] == shas[16] and found["0003"]["sha"] == shas[22], found
+
+
 def test_a_patch_asked_about_in_two_lanes_is_counted_once(rebaser, tmp_path, upstream):
     """A lane cut before a patch it left off (an exact apply ort would make otherwise)
     asks about that patch again in the next lane: the progress line counts patches, and
