@@ -110,7 +110,7 @@ def first_line(statement: ast.stmt) -> int:
 def body_starts_a_line(lines: Lines, node: ast.stmt) -> bool:
     """Whether a def's or class's body starts on a line of its own, not after its colon
     (ast's columns count UTF-8 bytes)."""
-    first = node.body[0]  # type: ignore[attr-defined]
+    first = node.body[0]
     if getattr(first, "decorator_list", None):
         return True
     return not lines[first.lineno - 1].encode()[: first.col_offset].strip()
@@ -432,21 +432,38 @@ def bound_by(node: ast.stmt) -> set[str]:
         targets = [node.target]
     elif isinstance(node, (ast.For, ast.AsyncFor)):
         targets = [node.target]
-    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return {name for target in targets for name in _names_in(target)}
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    """The ids of the Names in a piece of code (ast.walk's, without its generators: an
+    assignment's target is most often one Name, or one in an attribute)."""
+    if type(node) is ast.Name:
+        return {node.id}
+    found, stack = set(), [node]
+    while stack:
+        inner = stack.pop()
+        kind = type(inner)
+        if kind is ast.Name:
+            found.add(inner.id)
+            continue
+        _push_named(stack, inner, kind)
+    return found
 
 
 def used_names(node: ast.AST) -> set[str]:
     """Names a piece of code reads and does not bind itself (its parameters, assignments,
-    loop and comprehension variables, imports and nested definitions are its own); names
-    in string annotations ("Optional['RouterReplay']") count as read.
+    loop and comprehension variables, imports and nested definitions are its own, and so
+    is a name it declares global or nonlocal and binds); names in string annotations
+    ("Optional[RouterReplay]") count as read.
 
-    Visits the nodes in ast.walk's order (a `global` drops the names bound before it), with
-    its own queue: on a whole module this runs for every check of a merged file, and
-    ast.walk's generators were most of its time."""
+    Its own walk: on a whole module this runs for every check of a merged file, ast.walk's
+    generators were most of its time, and contexts and operators, which hold no name, were
+    a third of the nodes."""
     loads, own = set(), set()
-    queue = collections.deque([node])
-    while queue:
-        inner = queue.popleft()
+    stack = [node]
+    while stack:
+        inner = stack.pop()
         kind = type(inner)
         if kind is ast.Name:
             (loads if type(inner.ctx) is ast.Load else own).add(inner.id)
@@ -455,12 +472,29 @@ def used_names(node: ast.AST) -> set[str]:
             own.add(inner.arg)
         elif isinstance(inner, ast.stmt) and inner is not node:
             own |= bound_by(inner)
-        elif kind is ast.Global or kind is ast.Nonlocal:
-            own -= set(inner.names)
         if kind in _ANNOTATED:
             loads |= _quoted_in(inner)
-        queue.extend(_children(inner, ast.AST))
+        _push_named(stack, inner, kind)
     return loads - own - _BUILTINS
+
+
+# The fields of each kind of node that may hold a name (all but contexts and operators).
+_NAMED_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _push_named(stack: list[ast.AST], node: ast.AST, kind: type) -> None:
+    """The node's children that may hold a name, onto `stack`."""
+    fields = _NAMED_FIELDS.get(kind)
+    if fields is None:
+        fields = _NAMED_FIELDS[kind] = tuple(
+            name for name in kind._fields if name not in ("ctx", "op", "ops")
+        )
+    for name in fields:
+        value = getattr(node, name, None)
+        if type(value) is list:
+            stack.extend(item for item in value if isinstance(item, ast.AST))
+        elif isinstance(value, ast.AST):
+            stack.append(value)
 
 
 def _quoted_in(node: ast.AST) -> set[str]:
