@@ -316,7 +316,7 @@ def _spare_cores() -> int:
 def _answering_after_the_lane() -> int:
     """Threads for the bisections once the lane has ended (this process only waits): one a
     core, at most six as beside it."""
-    return max(_spare_cores(), min(6, processes.cores()))
+    return min(6, processes.cores())
 
 
 def _quietly(ask: Callable[..., None]) -> Callable[..., None]:
