@@ -216,6 +216,21 @@ def test_unknown_base_suggests_close_names(rebaser, tmp_path, upstream):
     assert "unknown base 'v11'" in result.err and "did you mean: v1" in result.err
 
 
+_TRUNCATED = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: A <a@example.com>
+Subject: [PATCH] a hunk that ends early
+
+---
+diff --git a/pkg/calc.py b/pkg/calc.py
+--- a/pkg/calc.py
++++ b/pkg/calc.py
+@@ -1,5 +1,5 @@
+ import math
+-X = 1
++X = 2
+"""
+
+
 @pytest.mark.parametrize(
     "series_text, message",
     [
@@ -226,6 +241,7 @@ def test_unknown_base_suggests_close_names(rebaser, tmp_path, upstream):
         ("0001-change-1.patch -p1\n", "unexpected text in series line"),
         ("0001-change-1.patch\n@name late\n", "@name after the first patch"),
         ("not-a-patch.txt\n", "not a git-format patch"),
+        ("0001-change-1.patch\n0002-truncated.patch\n", "cannot parse the diff"),
     ],
 )
 def test_malformed_series_is_a_usage_error_with_a_location(
@@ -233,6 +249,7 @@ def test_malformed_series_is_a_usage_error_with_a_location(
 ):
     series = two_patch_series(tmp_path, upstream)
     (series.parent / "not-a-patch.txt").write_text("hello\n")
+    (series.parent / "0002-truncated.patch").write_text(_TRUNCATED)
     series.write_text(series_text)
     result = apply(rebaser, series, upstream, "v1")
     assert result.code == ExitCode.USAGE

@@ -192,7 +192,7 @@ class Patch:
             body = _message_of(body)
         body = body.strip("\n")
         try:
-            patch_set = parsed_diff(exact)
+            patch_set = parsed_diff(exact, hunks_only=True)
         except unidiff.UnidiffParseError as exc:
             raise RebaserError(f"cannot parse the diff: {exc}", where=where) from exc
         files = [
@@ -225,10 +225,12 @@ class Patch:
         )
 
 
-def parsed_diff(text: str) -> unidiff.PatchSet:
+def parsed_diff(text: str, hunks_only: bool = False) -> unidiff.PatchSet:
     """unidiff's reading of a patch, its lines ending at "\n" only (unidiff splits a string
-    at every line end Python knows, "\r" included, which a file's own lines may hold)."""
-    return unidiff.PatchSet(io.StringIO(text, newline="\n"))
+    at every line end Python knows, "\r" included, which a file's own lines may hold).
+    `hunks_only`: each hunk's header checked against its lines, but no line kept (a third
+    of the time: every command loads the whole series)."""
+    return unidiff.PatchSet(io.StringIO(text, newline="\n"), metadata_only=hunks_only)
 
 
 @dataclass
