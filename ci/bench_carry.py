@@ -263,6 +263,7 @@ def main() -> None:
         args.modules, args.files, args.patches, args.stops = 1300, 1800, 30, 20
     with tempfile.TemporaryDirectory(prefix="forkkit-bench-carry-") as scratch:
         os.environ["DSA_FORKKIT_CACHE"] = str(Path(scratch) / "cache")
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # the stops' processes: as installed
         template = Path(scratch) / "history"
         template.mkdir()
         build_history(template, args.patches, args.modules, args.stops, args.files)
