@@ -110,7 +110,7 @@ def first_line(statement: ast.stmt) -> int:
 def body_starts_a_line(lines: Lines, node: ast.stmt) -> bool:
     """Whether a def's or class's body starts on a line of its own, not after its colon
     (ast's columns count UTF-8 bytes)."""
-    first = node.body[0]
+    first = node.body[0]  # type: ignore[attr-defined]
     if getattr(first, "decorator_list", None):
         return True
     return not lines[first.lineno - 1].encode()[: first.col_offset].strip()
