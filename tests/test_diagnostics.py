@@ -102,3 +102,29 @@ def test_status_and_report_show_bracketed_code_intact(rebaser, tmp_path, upstrea
     assert "# Optional[torch.Tensor]" in result.out
     status = rebaser("status", "--repo", upstream.path)
     assert status.code == 0 and "# Optional[torch.Tensor]" in status.out
+
+
+def test_a_stops_hunks_are_located_in_its_conflicted_files_only():
+    """The hunks of files the merge took are neither checked nor located: a stop reports
+    its conflicted files' hunks, and locating the others in a long module cost as much."""
+    from rebaser.carry.hunks import hunks_in_texts
+
+    patch = "Subject: [PATCH] demo\n\n---\n" + "".join(
+        f"diff --git a/pkg/{name}.py b/pkg/{name}.py\nindex {'1' * 40}..{'2' * 40} 100644\n"
+        f"--- a/pkg/{name}.py\n+++ b/pkg/{name}.py\n"
+        "@@ -1,2 +1,2 @@\n line_1 = 1\n-line_2 = 2\n+line_2 = 20\n"
+        for name in ("calc", "other")
+    )
+    read: list[str] = []
+
+    class Texts(dict):
+        def get(self, path, default=None):
+            read.append(path)
+            return super().get(path, default)
+
+    texts = Texts({f"pkg/{n}.py": b"line_1 = 1\nline_2 = 3\n" for n in ("calc", "other")})
+    reports = hunks_in_texts(patch.encode(), texts, ["pkg/calc.py"])
+    assert [report.file for report in reports] == ["pkg/calc.py"]
+    assert set(read) == {"pkg/calc.py"}
+    everywhere = hunks_in_texts(patch.encode(), texts, [])
+    assert [report.file for report in everywhere] == ["pkg/calc.py", "pkg/other.py"]

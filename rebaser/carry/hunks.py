@@ -66,7 +66,7 @@ def failing_hunks(worktree: Git, patch_file: Path, conflicts: Sequence[str]) -> 
     check = worktree.run("apply", "--check", "--reject", "--verbose", str(patch_file), check=False)
     rejected = {(path, int(line)) for path, line in _REJECTED_RE.findall(check.stderr)}
     text = patch_file.read_bytes().decode("utf-8", errors="replace")  # its lines as written
-    return _kept(diagnose(text, worktree.path), rejected, conflicts)
+    return _kept(diagnose(text, worktree.path, conflicts), rejected, conflicts)
 
 
 def hunks_in_texts(
@@ -82,13 +82,16 @@ def hunks_in_texts(
     rejected = {
         (diff.path, hunk.old_start)
         for diff in files
+        if not conflicts or diff.path in conflicts
         if (text := texts.get(diff.path)) is not None and not diff.created
         for hunk in rejected_hunks(text, diff)
     }
 
     return _kept(
         diagnose_with(
-            patch_raw.decode("utf-8", errors="replace"), lambda path: decoded(texts.get(path))
+            patch_raw.decode("utf-8", errors="replace"),
+            lambda path: decoded(texts.get(path)),
+            conflicts,
         ),
         rejected,
         conflicts,
@@ -106,22 +109,25 @@ def _kept(
     ]
 
 
-def diagnose(patch_text: str, tree: Path) -> list[HunkReport]:
-    """Check every hunk of a patch against the files in `tree`."""
+def diagnose(patch_text: str, tree: Path, only: Sequence[str] = ()) -> list[HunkReport]:
+    """Check every hunk of a patch against the files in `tree` (of the files `only`, if
+    given)."""
 
     def read(path: str) -> Optional[str]:
         target = tree / path
         return target.read_text(encoding="utf-8", errors="replace") if target.exists() else None
 
-    return diagnose_with(patch_text, read)
+    return diagnose_with(patch_text, read, only)
 
 
-def diagnose_with(patch_text: str, read: Reader) -> list[HunkReport]:
-    """Check every hunk of a patch against the files `read` gives."""
+def diagnose_with(patch_text: str, read: Reader, only: Sequence[str] = ()) -> list[HunkReport]:
+    """Check every hunk of a patch against the files `read` gives (of the files `only`, if
+    given: a stop reports the hunks of its conflicted files, and locating the others in a
+    3,000-line module costs as much as theirs)."""
     reports = []
     for patched in parsed_diff(patch_text):
         path = patched.source_file[2:] if patched.source_file.startswith("a/") else patched.path
-        if patched.is_added_file:
+        if patched.is_added_file or (only and path not in only):
             continue
         text = read(path)
         if text is None:
