@@ -1121,3 +1121,47 @@ def test_a_change_applied_on_top_of_one_upstream_has_is_kept(carry_changes, upst
     rows, _, _ = carry_changes(changes)
     assert [rows[n]["status"] for n in ("0001", "0002")] == ["in upstream", "clean"], rows
     assert rows["0002"]["proposal"] == "keep", rows["0002"]
+
+
+def test_a_patchs_names_are_read_by_kind_from_its_changed_lines(tmp_path):
+    """Each kind of name, on added lines only and in the files where it can be written:
+    defs, classes and config fields in Python alone; flags and environment variables in
+    any file. A name a removed line also holds, a short one and a dunder are not new."""
+    from types import SimpleNamespace
+
+    diff = """\
+diff --git a/pkg/mod.py b/pkg/mod.py
+--- a/pkg/mod.py
++++ b/pkg/mod.py
+@@ -1,3 +1,9 @@
+-def renamed_helper():
++def renamed_helper(x):
++async  def fetch_shards():
++class ShardPlan:
++    shard_count: int = 4
++    os.environ.get("SHARD_DEBUG_DIR") or os.getenv( 'SHARD_LIMIT')
++parser.add_argument("--shard-plan", type=str)
++def abc(): pass
++def __dunder__(): pass
+ def test_kept(): pass
++def test_shards_round_trip(): pass
+diff --git a/run.sh b/run.sh
+--- a/run.sh
++++ b/run.sh
+@@ -1 +1,3 @@
++def not_python_here
++torchrun train.py "--shard-count" 4
++export X=${environ["SHELL_ONLY"]}
+"""
+    patch = SimpleNamespace(raw=diff.encode())
+    assert triage_module.identifiers(patch) == {
+        "fetch_shards": "function",
+        "ShardPlan": "class",
+        "shard_count": "field",
+        "SHARD_DEBUG_DIR": "env var",
+        "SHARD_LIMIT": "env var",
+        "--shard-plan": "flag",
+        "test_shards_round_trip": "test",
+        "--shard-count": "flag",
+        "SHELL_ONLY": "env var",
+    }

@@ -38,13 +38,18 @@ from rebaser.series.patches import Patch
 
 KEEP, DROP, REVIEW = "keep", "drop", "review"
 
+# kind -> (what a line must hold to define one: a cheap test before the expression, which
+# most of a patch's lines fail; the expression).
 _IDENTIFIERS = {
-    "function": re.compile(r"^\s*(?:async\s+)?def\s+(\w+)"),
-    "class": re.compile(r"^\s*class\s+(\w+)"),
-    "field": re.compile(r"^ {4}(\w+)\s*:\s*[^=\n]+?(?:=|$)"),
-    "flag": re.compile(r"""['"](--[a-z0-9][a-z0-9-]+)['"]"""),
-    "env var": re.compile(
-        r"""(?:environ(?:\.get|\.setdefault|\.pop)?\s*[\[(]|getenv\s*\()\s*['"]([A-Z][A-Z0-9_]+)['"]"""
+    "function": (("def",), re.compile(r"^\s*(?:async\s+)?def\s+(\w+)")),
+    "class": (("class",), re.compile(r"^\s*class\s+(\w+)")),
+    "field": ((":",), re.compile(r"^ {4}(\w+)\s*:\s*[^=\n]+?(?:=|$)")),
+    "flag": (("--",), re.compile(r"""['"](--[a-z0-9][a-z0-9-]+)['"]""")),
+    "env var": (
+        ("environ", "getenv"),
+        re.compile(
+            r"""(?:environ(?:\.get|\.setdefault|\.pop)?\s*[\[(]|getenv\s*\()\s*['"]([A-Z][A-Z0-9_]+)['"]"""
+        ),
     ),
 }
 # Words of a subject that say nothing about which feature it is.
@@ -276,8 +281,10 @@ def identifiers(patch: Patch) -> dict[str, str]:
 def _defined(line: str, python: bool) -> list[tuple[str, str]]:
     """(name, kind) of what one line of code defines."""
     found = []
-    for kind, pattern in _IDENTIFIERS.items():
+    for kind, (needles, pattern) in _IDENTIFIERS.items():
         if kind in ("function", "class", "field") and not python:
+            continue
+        if not any(needle in line for needle in needles):
             continue
         for name in _matches(pattern, kind, line):
             shown = "test" if kind == "function" and name.startswith("test_") else kind
@@ -376,12 +383,23 @@ class Triage:
         """(each row's patch's new names, where each is on the base, where on the target
         among those upstream added): asked on the target first, then on the base for those
         found. The names of `later` patches are asked too (for the memo)."""
-        new = {row.patch.name: identifiers(row.patch) for row in rows}
-        asked = [n for names in new.values() for n in names]
-        asked += [n for patch in later if patch.name not in new for n in identifiers(patch)]
+        named = self._identifiers([row.patch for row in rows], later)
+        new = {row.patch.name: named[row.patch.name] for row in rows}
+        asked = [n for names in named.values() for n in names]
         found = self._defined(self.upstream.target, asked)
         at_base = self._at_base(found)
         return new, at_base, {name: paths for name, paths in found.items() if name not in at_base}
+
+    def _identifiers(self, patches: Sequence[Patch], later: Sequence[Patch]) -> dict:
+        """identifiers() of `patches` and of the `later` patches not among them, by patch
+        name: kept in the memo by the patches' bytes (every command of an apply asks for
+        the whole series' names: 26 ms of each on the real fork's 11,000 lines of diff)."""
+        names = {patch.name for patch in patches}
+        asked = [*patches, *(patch for patch in later if patch.name not in names)]
+        key = [f"{patch.name}:{hashlib.sha1(patch.raw).hexdigest()}" for patch in asked]
+        return self._remembered(
+            "identifiers", key, lambda: {patch.name: identifiers(patch) for patch in asked}
+        )
 
     def _at_base(self, found: dict[str, list[str]]) -> set[str]:
         """Which of the names found on the target the base has too. One in a file upstream
