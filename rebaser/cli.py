@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from rebaser import __version__, crash
-from rebaser.commands.output import Output, check_writable
+from rebaser.commands.output import Output, check_writable, load_rich_meanwhile
 from rebaser.config import TEST_MODES, require_writable_cache
 from rebaser.errors import MACHINE_ERRNOS, ExitCode, RebaserError, machine_failure
 
@@ -243,6 +243,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "refresh": ("refresh", "run"),
     "import": ("import_series", "run"),
 }
+# Commands that wait on git before they draw their report: rich loads meanwhile.
+_GIT_BEFORE_A_REPORT = frozenset({"apply", "continue", "skip", "retry", "abort"})
 # Commands that write the cache (releases, the registry of applies in progress).
 _CACHE_WRITERS = frozenset({"apply", "continue", "retry", "abort", "verify", "bisect"})
 
@@ -267,6 +269,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             require_writable_cache()
         module, function = _COMMANDS[args.command]
         command = getattr(importlib.import_module(f"rebaser.commands.{module}"), function)
+        if args.command in _GIT_BEFORE_A_REPORT:
+            load_rich_meanwhile()
         code = int(command(args))
         sys.stdout.flush()  # a closed pipe shows here, not in Python's own flush at exit
         return code

@@ -415,3 +415,32 @@ def test_a_command_with_its_output_closed_does_its_work(upstream, closed):
     done = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
     assert done.returncode == ExitCode.OK, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and "Exception" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("rich_there", [True, False])
+def test_rich_loaded_meanwhile_is_loaded_once_and_its_failure_said_by_the_report(rich_there):
+    """rich loads in a thread while a command waits on git: a report drawn meanwhile waits
+    for it (one class, no second import), and an import that fails there prints nothing
+    from the thread and fails again, to be said, where the report loads it."""
+    script = f"""
+import sys, threading
+if not {rich_there}:
+    sys.modules["rich.table"] = None  # an import that fails
+from rebaser.commands import output
+output.load_rich_meanwhile()
+try:
+    output._load_rich()
+except ImportError:
+    print("failed in the report")
+for thread in threading.enumerate():
+    if thread.name == "forkkit-rich":
+        thread.join()
+if {rich_there}:
+    made = output._Console
+    output._load_rich()
+    print("one class" if output._Console is made else "loaded twice")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert done.stdout.strip() == ("one class" if rich_there else "failed in the report")

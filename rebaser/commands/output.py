@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union
@@ -189,22 +190,38 @@ def check_writable(path: Path, option: str) -> None:
         )
 
 
+_RICH_LOADING = threading.Lock()
+
+
 def _load_rich() -> None:
     """rich's classes, on first use (by way of a console: every drawing starts there)."""
     global Console, Table, Text, _Console
-    if "_Console" in globals():
-        return
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    with _RICH_LOADING:  # load_rich_meanwhile() may be at it
+        if "_Console" in globals():
+            return
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
 
-    class _Console(Console):
-        """rich's console, except that a closed pipe is not rich's to end the process over
-        (its own exit code, 1, means "tests failed" here): cli says it, with exit 5."""
+        class _Console(Console):
+            """rich's console, except that a closed pipe is not rich's to end the process
+            over (its own exit code, 1, means "tests failed" here): cli says it, with exit 5."""
 
-        def on_broken_pipe(self) -> None:
-            self.quiet = True
-            raise BrokenPipeError("the output was closed before rebaser ended")
+            def on_broken_pipe(self) -> None:
+                self.quiet = True
+                raise BrokenPipeError("the output was closed before rebaser ended")
+
+
+def load_rich_meanwhile() -> None:
+    """Load rich in a thread while the command waits on git: 50 ms of a `skip` that came
+    between its last git process and its report. A failure is met again, and said, when
+    the report loads it."""
+
+    def load() -> None:
+        with contextlib.suppress(Exception):
+            _load_rich()
+
+    threading.Thread(target=load, name="forkkit-rich", daemon=True).start()
 
 
 def _console(*, stderr: bool) -> Console:
