@@ -104,10 +104,20 @@ def test_status_and_report_show_bracketed_code_intact(rebaser, tmp_path, upstrea
     assert status.code == 0 and "# Optional[torch.Tensor]" in status.out
 
 
-def test_a_stops_hunks_are_located_in_its_conflicted_files_only():
-    """The hunks of files the merge took are neither checked nor located: a stop reports
-    its conflicted files' hunks, and locating the others in a long module cost as much."""
+def test_a_stops_hunks_are_located_in_its_conflicted_files_only(monkeypatch):
+    """The hunks of files the merge took are neither read, checked nor located: a stop
+    reports its conflicted files' hunks, and the others cost as much in a long module."""
+    from rebaser.carry import hunks
     from rebaser.carry.hunks import hunks_in_texts
+
+    parsed: list[str] = []
+
+    def parsed_diff(text: str):
+        parsed.append(text)
+        return real_parsed_diff(text)
+
+    real_parsed_diff = hunks.parsed_diff
+    monkeypatch.setattr(hunks, "parsed_diff", parsed_diff)
 
     patch = "Subject: [PATCH] demo\n\n---\n" + "".join(
         f"diff --git a/pkg/{name}.py b/pkg/{name}.py\nindex {'1' * 40}..{'2' * 40} 100644\n"
@@ -126,5 +136,6 @@ def test_a_stops_hunks_are_located_in_its_conflicted_files_only():
     reports = hunks_in_texts(patch.encode(), texts, ["pkg/calc.py"])
     assert [report.file for report in reports] == ["pkg/calc.py"]
     assert set(read) == {"pkg/calc.py"}
+    assert "pkg/calc.py" in parsed[0] and "pkg/other.py" not in parsed[0]
     everywhere = hunks_in_texts(patch.encode(), texts, [])
     assert [report.file for report in everywhere] == ["pkg/calc.py", "pkg/other.py"]

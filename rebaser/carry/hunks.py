@@ -125,7 +125,7 @@ def diagnose_with(patch_text: str, read: Reader, only: Sequence[str] = ()) -> li
     given: a stop reports the hunks of its conflicted files, and locating the others in a
     3,000-line module costs as much as theirs)."""
     reports = []
-    for patched in parsed_diff(patch_text):
+    for patched in parsed_diff(_sections_for(patch_text, only)):
         path = patched.source_file[2:] if patched.source_file.startswith("a/") else patched.path
         if patched.is_added_file or (only and path not in only):
             continue
@@ -141,6 +141,21 @@ def diagnose_with(patch_text: str, read: Reader, only: Sequence[str] = ()) -> li
             expected = [line.value.rstrip("\n") for line in hunk.source_lines()]
             reports.append(_locate(path, hunk, expected, current))
     return reports
+
+
+def _sections_for(patch_text: str, only: Sequence[str]) -> str:
+    """The patch's file sections whose `diff --git` line may name one of `only` (the whole
+    patch where none is given): unidiff reads each section alone, and reading a long patch
+    whole for one conflicted file cost more than locating its hunks. A section whose names
+    git quoted is always kept; the files are told exactly once read."""
+    if not only:
+        return patch_text
+    sections = re.split(r"(?m)^(?=diff --git )", patch_text)[1:]  # lines end at "\n" only
+    return "".join(
+        section
+        for section in sections
+        if '"' in (header := section.partition("\n")[0]) or any(path in header for path in only)
+    )
 
 
 @functools.lru_cache(maxsize=32)  # the same file at the same tip, at stop after stop
