@@ -67,7 +67,9 @@ class LaneJudge:
         texts = head_texts(lane, patch, head)
         if files is None or texts is None:
             return None
-        if all(apply_exactly(texts.get(diff.path), diff) is not None for diff in files):
+        # Its files in conflict first: `git apply` refuses one of those, as a rule.
+        tried = sorted(files, key=lambda diff: diff.path not in conflicts)
+        if all(apply_exactly(texts.get(diff.path), diff) is not None for diff in tried):
             return None  # `git apply` would take it exactly, before any merge
         if not conflicts:  # an empty pick
             outcome = in_upstream(patch, self.carry, EMPTY_PICK)
