@@ -1123,7 +1123,7 @@ def test_a_change_applied_on_top_of_one_upstream_has_is_kept(carry_changes, upst
     assert rows["0002"]["proposal"] == "keep", rows["0002"]
 
 
-def test_a_patchs_names_are_read_by_kind_from_its_changed_lines(tmp_path):
+def test_a_patchs_names_are_read_by_kind_from_its_changed_lines():
     """Each kind of name, on added lines only and in the files where it can be written:
     defs, classes and config fields in Python alone; flags and environment variables in
     any file. A name a removed line also holds, a short one and a dunder are not new."""

@@ -66,7 +66,7 @@ def failing_hunks(worktree: Git, patch_file: Path, conflicts: Sequence[str]) -> 
     check = worktree.run("apply", "--check", "--reject", "--verbose", str(patch_file), check=False)
     rejected = {(path, int(line)) for path, line in _REJECTED_RE.findall(check.stderr)}
     text = patch_file.read_bytes().decode("utf-8", errors="replace")  # its lines as written
-    return _kept(diagnose(text, worktree.path, conflicts), rejected, conflicts)
+    return _kept(diagnose(text, worktree.path, conflicts), rejected)
 
 
 def hunks_in_texts(
@@ -94,18 +94,16 @@ def hunks_in_texts(
             conflicts,
         ),
         rejected,
-        conflicts,
     )
 
 
-def _kept(
-    reports: list[HunkReport], rejected: set[tuple[str, int]], conflicts: Sequence[str]
-) -> list[HunkReport]:
+def _kept(reports: list[HunkReport], rejected: set[tuple[str, int]]) -> list[HunkReport]:
+    """The hunks git rejected, and those not found at all (diagnose was given the files in
+    conflict, when there are any: it reports theirs only)."""
     return [
         report
         for report in reports
-        if (report.found_at == 0 or (report.file, report.start) in rejected)
-        and (not conflicts or report.file in conflicts)
+        if report.found_at == 0 or (report.file, report.start) in rejected
     ]
 
 
