@@ -408,7 +408,7 @@ def test_skip_names_the_work_of_yours_it_sets_aside(rebaser, tmp_path, upstream)
     (tree / "staged.txt").write_text("added\n")  # staged or committed count too (a review)
     git(tree, "add", "staged.txt")
     (tree / "staged.txt").write_text("added, then edited\n")  # "AM": a new file, once
-    (tree / "README").write_text("committed\n")
+    (tree / "README").write_text("committed\n")  # new too, though committed since the stop
     git(tree, "add", "README")
     git(tree, "commit", "-qm", "mine", "--", "README")
     skipped = rebaser("skip", "--repo", upstream.path)
@@ -416,7 +416,7 @@ def test_skip_names_the_work_of_yours_it_sets_aside(rebaser, tmp_path, upstream)
     backup = git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/")
     said = " ".join(skipped.out.split())
     assert (
-        f"set aside at {backup}: changes to README, pkg/__init__.py and new files notes.txt, "
+        f"set aside at {backup}: changes to pkg/__init__.py and new files README, notes.txt, "
         "staged.txt" in said
     ), said
     assert f"git checkout {backup} -- <path>" in said

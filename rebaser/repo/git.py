@@ -430,18 +430,6 @@ class Git:
         out = self.run("status", "--porcelain=v1", "--untracked-files=all").stdout
         return [line for line in out.splitlines() if line.strip()]
 
-    def status_entries(self) -> list[tuple[str, str]]:
-        """(two-letter status, path) of each changed, staged or untracked path, names as
-        they are (`-z`: no quoting)."""
-        out = self.run("status", "--porcelain=v1", "-z", "--untracked-files=all").stdout
-        fields, entries = iter(out.split("\0")), []
-        for field in fields:
-            if len(field) > 3:
-                entries.append((field[:2], field[3:]))
-                if field[0] in "RC":
-                    next(fields, None)  # a rename's or copy's source
-        return entries
-
     def discard_changes(self, to: str = "HEAD") -> None:
         """Back to commit `to`: tracked changes and untracked files go, ignored files stay.
         Callers make sure nothing of the user's is among them (a clean tree, or a backup)."""

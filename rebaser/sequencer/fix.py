@@ -137,28 +137,27 @@ def set_aside(
     """Back the branch up to where it stopped; anything done since goes to a backup ref,
     `noted` before anything is reset (None when nothing was done)."""
     head = worktree.out("rev-parse", "HEAD")
-    entries = worktree.status_entries()
-    if not entries and head == stopped_at:
-        return None
     message = f"forkkit: work on {patch.name} set aside by rebaser skip\n"
-    kept = recovery.snapshot(worktree, message) if entries else head
+    # The worktree is read once, by the snapshot (a `git status` before it read all 3,300
+    # files of a real fork's tree too); what changed since the stop, committed or not, is
+    # its tree against the stop's.
+    kept = recovery.snapshot(worktree, message)
+    listed = worktree.run(
+        "diff-tree", "-r", "-z", "--name-status", "--no-renames", stopped_at, kept
+    ).stdout.split("\0")
+    changes = list(zip(listed[0::2], listed[1::2]))  # (A, M, D or T; the path)
+    if not changes and head == stopped_at:
+        return None
     backup = _unused(worktree, refs.backup(branch, f"skipped-{patch.number}"))
     worktree.run("update-ref", backup, kept)
     noted(backup)
     worktree.discard_changes(stopped_at)  # untracked files are in the backup
-    # What the patch does not touch is the user's: untracked or staged new files (not the
-    # stop's .rej files), changed files, and files changed in commits made since the stop.
+    # What the patch does not touch is the user's: new files (not the stop's .rej files)
+    # and changed ones, committed since the stop or not.
     touched = set(patch.touched_paths)
-    new = [
-        path
-        for code, path in entries
-        if (code == "??" and not path.endswith(".rej")) or (code[0] == "A" and path not in touched)
-    ]
-    changed = [path for code, path in entries if code[0] not in "?A" and path not in touched]
-    if head != stopped_at:
-        committed = worktree.run("diff", "--name-only", "-z", stopped_at, head).stdout
-        seen = touched | set(new) | set(changed)
-        changed += [path for path in committed.split("\0") if path and path not in seen]
+    yours = [(status, path) for status, path in changes if path not in touched]
+    new = [path for status, path in yours if status == "A" and not path.endswith(".rej")]
+    changed = [path for status, path in yours if status != "A"]
     return SetAside(backup, sorted(changed), sorted(new))
 
 
