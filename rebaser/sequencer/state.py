@@ -180,19 +180,18 @@ class BrokenState(RebaserError):
 def find_in_progress(repo_hint: Optional[Path]) -> ApplyState:
     """The apply to continue/abort: in `repo_hint`, the current directory, or the only one
     (from inside another repository, only one in rebaser's cache: a PyPI base's)."""
-    candidates: list[Git] = []
     inside = None  # the repository of the current folder, when it has no apply
     if repo_hint is not None:
         git = find_repo(repo_hint) or (Git(repo_hint) if (repo_hint / "HEAD").exists() else None)
         if git is None:
             raise RebaserError(f"{repo_hint} is not a git repository")
-        candidates = [git]
-    elif (here := find_repo(Path.cwd())) is not None and load(here) is not None:
-        candidates = [here]
+        states = [state for state in [load(git)] if state is not None]
+    elif (here := find_repo(Path.cwd())) is not None and (found := load(here)) is not None:
+        states = [found]  # read once (a stop's state holds every row so far)
     else:
         inside = here
-        candidates = [Git(path) for path in registered_repos()]
-    states = [state for git in candidates if (state := load(git)) is not None]
+        repos = [Git(path) for path in registered_repos()]
+        states = [state for git in repos if (state := load(git)) is not None]
     if inside is not None:  # from another repository, only an apply in rebaser's cache
         cache = cache_dir().resolve()
         users = [s for s in states if not Path(s.repo).resolve().is_relative_to(cache)]
