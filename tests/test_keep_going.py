@@ -424,6 +424,66 @@ def test_skip_names_the_work_of_yours_it_sets_aside(rebaser, tmp_path, upstream)
     assert not (tree / "notes.txt").exists()
 
 
+def test_skip_names_a_commit_since_the_stop_that_the_files_undo(rebaser, tmp_path, upstream):
+    """A commit made at the stop, its change then undone in the files: the files are as at
+    the stop, yet skip takes the commit off the branch, and says so (a review)."""
+    series = series_with_a_knock_on(tmp_path, upstream)
+    _, report = apply_onto_v2(rebaser, tmp_path, series, upstream)
+    tree = Path(report["worktree"])
+    before = (tree / "pkg/__init__.py").read_text()
+    (tree / "pkg/__init__.py").write_text("# mine\n")
+    git(tree, "commit", "-qm", "mine", "--", "pkg/__init__.py")
+    (tree / "pkg/__init__.py").write_text(before)
+    skipped = rebaser("skip", "--repo", upstream.path)
+    assert skipped.code == ExitCode.NOT_APPLIED, skipped.err
+    backup = git(upstream.path, "for-each-ref", "--format=%(refname)", "refs/forkkit/backups/")
+    said = " ".join(skipped.out.split())
+    assert f"skip: set aside at {backup}: changes to pkg/__init__.py" in said, said
+    assert git(upstream.path, "show", f"{backup}~1:pkg/__init__.py") == "# mine"
+
+
+DOUBLED = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
+
+
+def two_patches_the_first_stopping(tmp_path, upstream) -> Path:
+    """0001 conflicts with v2 (mul's operands swapped); 0002 (add's docstring) applies
+    without it."""
+    base = git(upstream.path, "rev-parse", "v1")
+    series = calc_series(
+        tmp_path,
+        upstream,
+        [("fork: double mul", DOUBLED), ("fork: document add", DOUBLE_MUL)],
+        extra_directives=f"@base git:{base}\n",
+    )
+    upstream.commit(
+        {"pkg/calc.py": edit(CALC, "    return a * b\n", "    return b * a\n")}, "v2", tag="v2"
+    )
+    return series
+
+
+@pytest.mark.parametrize("undone", ["checkout --ours", "staged, then undone in the file"])
+def test_skip_clears_what_only_the_index_holds(rebaser, tmp_path, upstream, undone):
+    """The files as at the stop, the index not: upstream's side taken with `git checkout
+    --ours` (the conflict still in the index), or a change staged and then undone in the
+    file. A skip that looked only at the files left the index so: the next checkout refused
+    it, or verification found the change (a review)."""
+    series = two_patches_the_first_stopping(tmp_path, upstream)
+    stopped, report = apply_onto_v2(rebaser, tmp_path, series, upstream)
+    assert "stopped at 0001" in stopped.out, stopped.out
+    tree = Path(report["worktree"])
+    if undone == "checkout --ours":
+        git(tree, "checkout", "--ours", "--", "pkg/calc.py")
+    else:
+        git(tree, "reset", "-q", "--hard")
+        before = (tree / "pkg/__init__.py").read_text()
+        (tree / "pkg/__init__.py").write_text("# staged\n")
+        git(tree, "add", "pkg/__init__.py")
+        (tree / "pkg/__init__.py").write_text(before)
+    skipped = rebaser("skip", "--repo", upstream.path)
+    assert skipped.code == ExitCode.NOT_APPLIED, skipped.out + skipped.err
+    assert git(tree, "status", "--porcelain") == ""
+
+
 @pytest.mark.parametrize("lane", [[], ["--no-fast-lane"]])
 def test_a_pick_empty_only_without_a_patch_left_off_is_blocked_not_in_upstream(
     rebaser, tmp_path, upstream, lane

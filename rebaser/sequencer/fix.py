@@ -147,17 +147,26 @@ def set_aside(
     ).stdout.split("\0")
     changes = list(zip(listed[0::2], listed[1::2]))  # (A, M, D or T; the path)
     if not changes and head == stopped_at:
+        # Every file as at the stop, untracked ones too; the index may not be (a conflict
+        # `checkout --ours` left, a change staged and undone): nothing to keep, and the
+        # next checkout would refuse that index.
+        worktree.run("reset", "--quiet", "--hard", stopped_at, "--")
         return None
     backup = _unused(worktree, refs.backup(branch, f"skipped-{patch.number}"))
     worktree.run("update-ref", backup, kept)
     noted(backup)
     worktree.discard_changes(stopped_at)  # untracked files are in the backup
     # What the patch does not touch is the user's: new files (not the stop's .rej files)
-    # and changed ones, committed since the stop or not.
+    # and changed ones, committed since the stop or not, and the files of commits made
+    # since the stop (taken off the branch, though the files may be as at the stop again).
     touched = set(patch.touched_paths)
     yours = [(status, path) for status, path in changes if path not in touched]
     new = [path for status, path in yours if status == "A" and not path.endswith(".rej")]
     changed = [path for status, path in yours if status != "A"]
+    if head != stopped_at:
+        committed = worktree.run("diff", "--name-only", "-z", stopped_at, head).stdout
+        seen = touched | set(new) | set(changed)
+        changed += [path for path in committed.split("\0") if path and path not in seen]
     return SetAside(backup, sorted(changed), sorted(new))
 
 
