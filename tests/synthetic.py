@@ -185,6 +185,7 @@ def edit(text: str, old: str, new: str) -> str:
 
 ADD_DOC = edit(CALC, "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n')
 DOUBLE_MUL = edit(ADD_DOC, "    return a * b\n", "    return 2 * a * b\n")
+DOUBLED = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")  # mul alone
 
 
 def calc_series(

@@ -14,6 +14,7 @@ from synthetic import (
     ADD_DOC,
     CALC,
     DOUBLE_MUL,
+    DOUBLED,
     Change,
     apply_args,
     build_series,
@@ -247,14 +248,13 @@ def test_a_later_stop_greps_nothing_the_first_stop_could_ask(
     again for its new stop's names, 0.2-0.3 s of a 1 s command. The first stop asks for
     the names of every patch in the series; the memo keeps the answers."""
     base = git(upstream.path, "rev-parse", "v1")
-    doubled = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
     helper = "    return twice_value(a * b)\n\n\ndef twice_value(x):\n    return 2 * x\n"
     series = calc_series(
         tmp_path,
         upstream,
         [
-            ("fork: double mul", doubled),
-            ("fork: a helper", edit(doubled, "    return 2 * a * b\n", helper)),
+            ("fork: double mul", DOUBLED),
+            ("fork: a helper", edit(DOUBLED, "    return 2 * a * b\n", helper)),
         ],
         extra_directives=f"@base git:{base}\n",
     )
@@ -440,9 +440,6 @@ def test_skip_names_a_commit_since_the_stop_that_the_files_undo(rebaser, tmp_pat
     said = " ".join(skipped.out.split())
     assert f"skip: set aside at {backup}: changes to pkg/__init__.py" in said, said
     assert git(upstream.path, "show", f"{backup}~1:pkg/__init__.py") == "# mine"
-
-
-DOUBLED = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
 
 
 def two_patches_the_first_stopping(tmp_path, upstream) -> Path:

@@ -16,7 +16,16 @@ from pathlib import Path
 
 import pytest
 from faults import FaultPoint, run_with_fault
-from synthetic import CALC, Change, SyntheticUpstream, apply_args, build_series, edit, git
+from synthetic import (
+    CALC,
+    DOUBLED,
+    Change,
+    SyntheticUpstream,
+    apply_args,
+    build_series,
+    edit,
+    git,
+)
 from test_apply_synthetic import apply
 
 from rebaser.carry import triage as triage_module
@@ -24,8 +33,6 @@ from rebaser.carry.collision import Bisector
 from rebaser.errors import ExitCode
 from rebaser.repo.git import Git
 from rebaser.repo.memo import memo
-
-DOUBLED = edit(CALC, "    return a * b\n", "    return 2 * a * b\n")
 
 
 def carried(
