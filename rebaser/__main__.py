@@ -6,20 +6,15 @@ stream closed at start becomes /dev/null, and the process ends without freeing i
 """
 
 import atexit
-import gc
 import os
 import sys
 
-# A command is one short process whose data hold few reference cycles, yet the structured
-# merge's syntax trees (300,000 nodes for a 3,000-line module) set off full collections of
-# the whole heap again and again: a fifth of the CPU of an apply on a real fork. Young
-# objects are still collected, in larger batches.
-_COLLECT_AFTER = (100_000, 50, 100)
+from rebaser import collect_rarely
 
 
 def entry() -> int:
     _standard_streams()
-    gc.set_threshold(*_COLLECT_AFTER)
+    collect_rarely()
     # The first exit handler registered runs last. One registered before rebaser started
     # (by a .pth file: coverage's, say) would run after it: not ending early then.
     if getattr(atexit, "_ncallbacks", lambda: 1)() == 0:

@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from rebaser import collect_rarely
 from rebaser.carry import pymerge, pysyntax
 from rebaser.repo import processes, tempdirs
 from rebaser.repo.git import Git
@@ -143,7 +144,9 @@ def _module_paths(module: str, importer: str) -> list[str]:
 
 
 def serve() -> None:
-    """The helper's loop: a job from stdin, its answer to stdout, until stdin ends."""
+    """The helper's loop: a job from stdin, its answer to stdout, until stdin ends; its
+    cycle collector as rebaser's (the merges' syntax trees)."""
+    collect_rarely()
     asked, answers = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
