@@ -252,6 +252,72 @@ def test_an_interrupt_while_helpers_start_leaves_none_running(tmp_path, monkeypa
     assert not [t for t in threading.enumerate() if t.name == "forkkit-merges"]
 
 
+def merged_here(repo: Path, monkeypatch) -> list:
+    """merge_conflicts of `conflicted(repo)` in this process alone."""
+    git = Git(conflicted(repo))
+    with monkeypatch.context() as alone:
+        alone.setattr(filemerges, "WORTH_A_HELPER", 10**6)
+        alone.setattr(structured, "_cache", {})
+        return structured.merge_conflicts(git, structured.Unmerged.read(git))
+
+
+def merged_aside(repo: Path, aside: filemerges.Aside) -> list:
+    """merge_conflicts as a lane with threads beside it asks: busy=3, with `aside`."""
+    unmerged = structured.Unmerged.read(Git(repo))
+    return structured.merge_conflicts(Git(repo), unmerged, busy=3, aside=aside)
+
+
+def test_beside_threads_one_helper_merges_every_file_of_each_stop(
+    tmp_path, monkeypatch, two_cores, answered
+):
+    """A lane going on past stops has its judge's and triage's threads beside it: one helper,
+    started with the lane and kept, merges each file of each stop, as this process would
+    have."""
+    alone = merged_here(tmp_path / "alone", monkeypatch)
+    started = []
+    start = filemerges._Helper.start.__func__
+
+    def counted(cls, git):
+        started.append(start(cls, git))
+        return started[-1]
+
+    def refused(*args):
+        raise AssertionError("this process merged a file")
+
+    monkeypatch.setattr(filemerges._Helper, "start", classmethod(counted))
+    monkeypatch.setattr(filemerges, "merge_file", refused)  # this process's, not the helper's
+    repo = conflicted(tmp_path / "lane")
+    with filemerges.Aside(Git(repo)) as aside:
+        assert len(started) == 1, "the helper is started with the lane"
+        first = merged_aside(repo, aside)
+        monkeypatch.setattr(structured, "_cache", {})  # the next stop's files
+        second = merged_aside(repo, aside)
+        assert len(started) == 1 and started[0].process.poll() is None
+    assert first == second == alone
+    assert answered == ["a.py", "b.py", "c.py", "d.py", "e.py"] * 2
+    assert started[0].process.poll() is not None, "the helper still runs"
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        "import sys; sys.exit(3)",
+        "import os, pickle, sys; pickle.load(sys.stdin.buffer); pickle.load(sys.stdin.buffer); "
+        "os._exit(1)",  # takes a file, and dies
+    ],
+    ids=["exits", "dies-in-a-merge"],
+)
+def test_an_aside_helper_that_cannot_answer_changes_nothing(
+    tmp_path, monkeypatch, two_cores, answered, program
+):
+    alone = merged_here(tmp_path / "alone", monkeypatch)
+    monkeypatch.setattr(filemerges, "_BOOT", program)
+    repo = conflicted(tmp_path / "aside")
+    with filemerges.Aside(Git(repo)) as aside:
+        assert merged_aside(repo, aside) == alone
+    assert answered == []
+
+
 def test_a_helper_collects_cycles_as_rarely_as_rebaser_does(monkeypatch):
     """A helper parses what the process would have: with Python's default thresholds its
     cycle collector ran full collections over the syntax trees again and again (a helper

@@ -77,8 +77,9 @@ IMPORTS = "import os\nimport sys\n\nVALUE = 1\n"
 
 @pytest.mark.parametrize("lane", [[], ["--no-fast-lane"]], ids=["fast-lane", "per-patch"])
 def test_both_sides_add_imports(carried, lane):
-    """In the fast lane's git rebase (the scratch repository) and after the per-patch
-    cherry-pick (the worktree) alike."""
+    """In the fast lane's git rebase (the scratch repository; going on past stops, in the
+    lane's merge helper: carry/filemerges.py's Aside) and after the per-patch cherry-pick
+    (the worktree) alike."""
     row, tree = carried(
         IMPORTS,
         "import os\nimport json\nimport sys\n\nVALUE = 1\n",

@@ -1,7 +1,7 @@
 """The structured merge of one conflicted file (carry/pymerge.py on the hunks of `git
 merge-file --diff3`), and of a patch's files on several cores: one by one in this process
 and, where there are enough of them and cores to spare, one by one in helper processes
-beside it.
+beside it; or, where threads of this process work beside the caller, all in one helper.
 
 The structured merge of a file is Python work that holds the interpreter's lock: on the
 real fork, the stop that meets a patch with 18 conflicting Python files spent 1.3 s on
@@ -11,6 +11,10 @@ them with one core busy and the other idle. A helper is a Python started for the
 by whichever process is free, so the answers are those of one process, in the same
 order. A file a helper cannot answer (it failed to start, died, or raised) is merged
 here, as it would have been without it.
+
+A lane that goes on past stops has its judge's and triage's threads beside it, whose
+Python waited for the lock while a merge held it (on the real fork the lane's merges
+parse 1.2 s of files): there an `Aside`, one helper kept for the whole lane, takes them.
 """
 
 from __future__ import annotations
@@ -41,11 +45,16 @@ _BOOT = (
 )
 
 
-def merged(git: Git, jobs: Sequence[Job], *, busy: int = 1) -> list[Outcome]:
+def merged(
+    git: Git, jobs: Sequence[Job], *, busy: int = 1, aside: Optional["Aside"] = None
+) -> list[Outcome]:
     """merge_file(git, *job) for each job, in order; where enough, helpers take their share,
     one on each core that `busy` (the cores this process keeps busy: its own thread, and
-    others working beside it) leaves free."""
+    others working beside it) leaves free. Where none is wanted, `aside` (the helper of
+    a caller with threads beside it, in `git`) takes them all."""
     wanted = min(processes.cores() - busy, len(jobs) // WORTH_A_HELPER)
+    if wanted < 1 and aside is not None:
+        return aside.merged(jobs)
     if wanted < 1:
         return [merge_file(git, *job) for job in jobs]
     results: list[Optional[Outcome]] = [None] * len(jobs)
@@ -159,6 +168,38 @@ def serve() -> None:
             answer = ("failed", repr(error))
         pickle.dump(answer, answers)
         answers.flush()
+
+
+class Aside:
+    """One helper for all the merges in `git` of a caller with threads beside it, started
+    at once (its start, 0.1 s, then runs beside the caller's first steps): each file it
+    cannot answer, and every one after, is merged in this process. close() ends it."""
+
+    def __init__(self, git: Git) -> None:
+        self.git = git
+        self._helper = _Helper.start(git)
+
+    def __enter__(self) -> "Aside":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def merged(self, jobs: Sequence[Job]) -> list[Outcome]:
+        outcomes = []
+        for job in jobs:
+            answer = self._helper._ask(job) if self._helper is not None else None
+            if answer is None:
+                self.close()
+                outcomes.append(merge_file(self.git, *job))
+            else:
+                outcomes.append(answer[0])
+        return outcomes
+
+    def close(self) -> None:
+        if self._helper is not None:
+            self._helper.close()
+            self._helper = None
 
 
 class _Counter:

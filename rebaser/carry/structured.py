@@ -105,12 +105,18 @@ def resolve_conflicts(
 
 
 def merge_conflicts(
-    git: Git, unmerged: Unmerged, *, label: str = "patch", busy: int = 1
+    git: Git,
+    unmerged: Unmerged,
+    *,
+    label: str = "patch",
+    busy: int = 1,
+    aside: Optional[filemerges.Aside] = None,
 ) -> list[tuple[FileResult, str]]:
     """The structured merge of each conflicted Python file that has all three versions:
     what it did, and the file's new text where it resolved a hunk; nothing is written.
     `busy`: the cores this process keeps busy, beside which helper processes may merge
-    some of them (filemerges.merged)."""
+    some of them; `aside`: the helper of a caller with threads beside it, which takes
+    them where none is wanted (filemerges.merged)."""
     stages = unmerged.stages
     if not stages:
         return []
@@ -118,7 +124,7 @@ def merge_conflicts(
     keys = [(path, *versions, label) for path, versions in sorted(stages.items())]
     missing = [key for key in keys if key not in _cache]
     jobs = [(path, *(blobs[sha] for sha in shas), label) for path, *shas, label in missing]
-    _cache.update(zip(missing, filemerges.merged(git, jobs, busy=busy)))
+    _cache.update(zip(missing, filemerges.merged(git, jobs, busy=busy, aside=aside)))
     found = []
     for key in keys:
         text, resolved, kept, _ = _cache[key]  # every hunk resolved: FileResult.clean

@@ -29,6 +29,7 @@ recorded step (`rebaser continue` then redoes the lane, `abort` drops it).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,7 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from rebaser.carry import structured
+from rebaser.carry import filemerges, structured
 from rebaser.carry.knockon import head_reader, needed_patch
 from rebaser.errors import RebaserError
 from rebaser.repo import late_checkout
@@ -149,6 +150,9 @@ def _sequence(
     with (
         TreePicks(lane) as picks,
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkkit-judge") as rows,
+        # Going on past stops, the judge's and the triage's threads work beside the lane:
+        # its merges go to a helper, off this process's lock (carry/filemerges.py).
+        filemerges.Aside(lane) if judge else contextlib.nullcontext() as aside,
     ):
         for number, commit in enumerate(commits):
             own = _Own.read(raw[commit])
@@ -166,9 +170,11 @@ def _sequence(
             needed = None
             if stages:
                 # Going on past stops, the judge's and the triage's threads keep two more
-                # cores busy: helpers for the merge only beside those (carry/filemerges.py).
+                # cores busy: helpers for the merge only beside those, else `aside`.
                 busy = 1 if judge is None else 3
-                found, unmerged, needed = _by_syntax(lane, patches[number], stages, left_off, busy)
+                found, unmerged, needed = _by_syntax(
+                    lane, patches[number], stages, left_off, busy, aside
+                )
                 if found and not unmerged:
                     if _brings_attributes(patches[number]):  # the resolved files go under them
                         late_checkout.follow_attributes(lane, tree)
@@ -255,6 +261,7 @@ def _by_syntax(
     stages: list[Stage],
     missing: Callable[[], list[Patch]],
     busy: int,
+    aside: Optional[filemerges.Aside],
 ) -> tuple[Optional[list[tuple[structured.FileResult, str]]], list[str], Optional[Patch]]:
     """What the structured merge did to a pick that conflicts (`stages`: of its files in
     conflict), each file's new text, and the paths still in conflict after it; None where
@@ -264,7 +271,7 @@ def _by_syntax(
     left = missing()
     if left and (needed := needed_patch(patch, left, head_reader(lane))) is not None:
         return None, unmerged.paths, needed
-    found = structured.merge_conflicts(lane, unmerged, label=patch.name, busy=busy)
+    found = structured.merge_conflicts(lane, unmerged, label=patch.name, busy=busy, aside=aside)
     return found, unmerged.after([result for result, _ in found]), None
 
 
