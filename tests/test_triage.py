@@ -1040,15 +1040,19 @@ def _names_base_and_target(tmp_path: Path) -> tuple[Git, list[str], list[str]]:
 ON_THE_BASE = {"alpha_name", "beta_name", "delta_name", "EpsilonName", "ETA_NAME", "THETA_NAME"}
 
 
+@pytest.mark.parametrize("threads", [0, 1], ids=["git's-threads", "one-thread"])
 @pytest.mark.parametrize("memo_kept", [False, True], ids=["no-memo", "memo"])
-def test_the_names_on_the_base_are_those_a_grep_of_the_whole_base_finds(tmp_path, memo_kept):
+def test_the_names_on_the_base_are_those_a_grep_of_the_whole_base_finds(
+    tmp_path, memo_kept, threads
+):
     """The base is searched only in the files upstream changed (a name in a file upstream
     left as it was is on the base: the same blob): the names found there are those a grep
     of the whole base finds, whatever upstream did to their files (kept, edited, deleted,
-    renamed, a name with glob characters), asked once or answered from the memo."""
+    renamed, a name with glob characters), asked once or answered from the memo, the
+    greps in git's threads or in one (beside the lane, on two cores)."""
     repo, shas, names = _names_base_and_target(tmp_path)
     memo_for = functools.partial(memo, repo) if memo_kept else None
-    upstream = triage_module.Upstream(repo, shas[0], shas[1], memo_for)
+    upstream = triage_module.Upstream(repo, shas[0], shas[1], memo_for, threads=threads)
     whole = upstream.defined(shas[0], names)
     assert whole is not None and set(whole) == ON_THE_BASE
     for _ in range(2):  # the second time from the memo, where there is one

@@ -213,7 +213,10 @@ class BesideTheLane:
         # Any failure here the triage after verification meets again, and reports.
         with contextlib.suppress(Exception):
             memo_for = partial(memo, self.repo)
-            upstream = triage.Upstream(self.repo, self.replay.base_sha, self.target, memo_for)
+            # The greps run beside the lane and the bisections: a thread each core they leave.
+            upstream = triage.Upstream(
+                self.repo, self.replay.base_sha, self.target, memo_for, threads=_spare_cores()
+            )
             with (
                 scratch.repository(self.git_dir, self.target) as lane,
                 Bisector(
