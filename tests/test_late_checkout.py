@@ -6,6 +6,7 @@ and no sparse-checkout setting left anywhere in the repository."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,42 @@ def test_a_new_worktree_holds_no_file_yet_and_git_sees_it_clean(upstream, tmp_pa
     assert_plain_checkout(space.path, upstream.path)
     late_checkout.finish(space.git, git_dir)  # a second time changes nothing
     assert git(space.path, "status", "--porcelain") == "A  pkg/new.py"
+
+
+def index_sizes(worktree: Path) -> dict[str, int]:
+    """Each entry's size as the index holds it (0 where git smudged a racily clean one)."""
+    sizes, name = {}, ""
+    for line in git(worktree, "ls-files", "--debug").splitlines():
+        if not line.startswith(" "):
+            name = line
+        elif line.strip().startswith("size:"):
+            sizes[name] = int(line.split()[1])
+    return sizes
+
+
+def test_settle_leaves_no_file_racily_clean(upstream, tmp_path):
+    """Files written in the second their index was written are racily clean: git smudges
+    them in the index and reads each again at every later index write (a checkout, a
+    status). settle() lets that second pass and writes the index once more, after which
+    every entry holds its file's size; given up first, it leaves the index as it was."""
+    base = upstream.commit({"pkg/calc.py": CALC, "pkg/deep/more.py": "X = 1\n"}, "v1")
+    space = workspace.create(Git(upstream.path), "forkkit/demo/v1", base, tmp_path / "wt")
+    git_dir = workspace.worktree_git_dir(space.path)
+    assert late_checkout.finish(space.git, git_dir)
+    written = (git_dir / "index").stat().st_mtime_ns
+    given_up = threading.Event()
+    given_up.set()
+    late_checkout.settle(space.git, git_dir, given_up)
+    assert (git_dir / "index").stat().st_mtime_ns == written
+    late_checkout.settle(space.git, git_dir, threading.Event())
+    sizes = index_sizes(space.path)
+    files = {path: (space.path / path).stat() for path in sizes}
+    assert "pkg/deep/more.py" in files
+    index = (git_dir / "index").stat().st_mtime_ns // 10**9
+    assert all(stat.st_mtime_ns // 10**9 < index for stat in files.values())
+    assert sizes == {path: stat.st_size for path, stat in files.items()}
+    assert not late_checkout.finish(space.git, git_dir)  # written already
+    assert git(space.path, "status", "--porcelain") == ""
 
 
 def _lane_all(rebaser, tmp_path, upstream):
@@ -100,9 +137,7 @@ ENDINGS = {
 
 
 @pytest.mark.parametrize("ending", ENDINGS)
-def test_every_way_an_apply_ends_leaves_a_plain_checkout(
-    rebaser, tmp_path, upstream, ending
-):
+def test_every_way_an_apply_ends_leaves_a_plain_checkout(rebaser, tmp_path, upstream, ending):
     result, expected = ENDINGS[ending](rebaser, tmp_path, upstream)
     assert result.code == expected, result.out + result.err
     report = json.loads((tmp_path / "r.json").read_text())
@@ -139,10 +174,10 @@ def test_a_kill_while_the_worktree_is_made_is_replaced_by_the_next_apply(
     assert_plain_checkout(Path(expected["worktree"]), upstream.path)
 
 
-def test_a_kill_before_any_file_is_written_can_be_continued_or_aborted(
-    rebaser, tmp_path, upstream
-):
-    point = FaultPoint("rebaser.sequencer.state:ApplyState.save", "after", 1)  # the apply's first save
+def test_a_kill_before_any_file_is_written_can_be_continued_or_aborted(rebaser, tmp_path, upstream):
+    point = FaultPoint(
+        "rebaser.sequencer.state:ApplyState.save", "after", 1
+    )  # the apply's first save
     expected, args = _killed_before_files(rebaser, tmp_path, upstream, point)
     worktree = Path(expected["worktree"])
     assert [path.name for path in worktree.iterdir()] == [".git"]

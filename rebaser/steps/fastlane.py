@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -86,18 +87,24 @@ def carry(
     upstream): the lane then goes on past it, as `git rebase --skip` would. Also the
     conflict the lane leaves to the per-patch path, if it does."""
     marker = git_dir / MARKER
+    ended = threading.Event()  # the lane's: the files' writer gives up settling them
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forkkit-lane") as pool:
         # The worktree's files, if not written yet, are written while the picks run
         # elsewhere; the last checkout then writes only what the lane changed.
-        writing = pool.submit(late_checkout.finish, worktree, git_dir)
-        with scratch.repository(git_dir, head) as lane:
-            marker.write_text(f"{branch}\n{lane.path}\n")
-            merged, judged, handed = _sequence(lane, head, patches, commits, list(missing), judge)
-            # The commits' objects go to the repository (HEAD: the last commit kept, also
-            # where it stopped) while the rows are worked out.
-            back = pool.submit(scratch.bring_back, lane, worktree, "HEAD", head)
-            results = _results(lane, head, patches, _carried(lane, head), judged, merged)
-            back.result()
+        writing = pool.submit(_write_files, worktree, git_dir, ended)
+        try:
+            with scratch.repository(git_dir, head) as lane:
+                marker.write_text(f"{branch}\n{lane.path}\n")
+                merged, judged, handed = _sequence(
+                    lane, head, patches, commits, list(missing), judge
+                )
+                # The commits' objects go to the repository (HEAD: the last commit kept,
+                # also where it stopped) while the rows are worked out.
+                back = pool.submit(scratch.bring_back, lane, worktree, "HEAD", head)
+                results = _results(lane, head, patches, _carried(lane, head), judged, merged)
+                back.result()
+        finally:
+            ended.set()
         writing.result()
     _move_branch(worktree, branch, results[-1].head if results else head)
     marker.unlink()
@@ -114,6 +121,12 @@ class Handed:
     patch: Patch
     conflicts: list[str]
     needs: Optional[Patch] = None
+
+
+def _write_files(worktree: Git, git_dir: Path, ended: threading.Event) -> None:
+    """The worktree's files, and their index settled while the lane goes on."""
+    if late_checkout.finish(worktree, git_dir):
+        late_checkout.settle(worktree, git_dir, ended)
 
 
 def _move_branch(worktree: Git, branch: str, tip: str) -> None:
